@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "verbsim/resource.hpp"
+#include "verbsim/types.hpp"
+
+namespace verbsim {
+
+class CompletionChannel;
+
+// A completion queue (ibv_create_cq).
+class CompletionQueue : public Resource {
+ public:
+  // ibv_poll_cq: moves up to out.size() completions into `out`, oldest first. Never blocks.
+  // On the simulator it also lets the simulated world make progress.
+  virtual PollResult poll(std::span<WorkCompletion> out) noexcept = 0;
+
+  // ibv_req_notify_cq: the next completion (solicited_only: the next solicited or error one)
+  // raises one event on the CQ's channel. EINVAL if the CQ has no channel.
+  [[nodiscard]] virtual std::error_code req_notify(bool solicited_only = false) noexcept = 0;
+
+  // ibv_ack_cq_events: acknowledge `n` events taken from the channel for this CQ.
+  virtual void ack_events(unsigned n) noexcept = 0;
+
+  // Depth given by the provider (>= the depth asked for) and the depth asked for.
+  virtual int cqe() const noexcept = 0;
+  virtual int requested_cqe() const noexcept = 0;
+  virtual CompletionChannel* channel() const noexcept = 0;
+};
+
+}  // namespace verbsim

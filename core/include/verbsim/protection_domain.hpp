@@ -1,0 +1,30 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "verbsim/resource.hpp"
+#include "verbsim/types.hpp"
+
+namespace verbsim {
+
+class AddressHandle;
+class MemoryRegion;
+class QueuePair;
+class SharedReceiveQueue;
+
+// A protection domain (ibv_alloc_pd). Every creator throws VerbError naming the verb.
+class ProtectionDomain : public Resource {
+ public:
+  // ibv_reg_mr. EINVAL for remote write/atomic access without local write, or a null/empty
+  // range; ENOMEM past the device's MR limit.
+  virtual std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) = 0;
+  // ibv_create_qp. EINVAL for missing CQs or caps beyond the device limits.
+  virtual std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) = 0;
+  // ibv_create_srq.
+  virtual std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) = 0;
+  // ibv_create_ah.
+  virtual std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) = 0;
+};
+
+}  // namespace verbsim

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "verbsim/resource.hpp"
+#include "verbsim/types.hpp"
+
+namespace verbsim {
+
+// A queue pair (ibv_create_qp).
+class QueuePair : public Resource {
+ public:
+  virtual std::uint32_t qp_num() const noexcept = 0;
+  virtual QpType type() const noexcept = 0;
+  // Capabilities actually given (rounded up by the provider) and those asked for.
+  virtual const QpCap& cap() const noexcept = 0;
+  virtual const QpCap& requested_cap() const noexcept = 0;
+
+  // ibv_post_send. Errors (the errno real providers return): ENOMEM when the send queue is
+  // full, there are more SGEs than max_send_sge, or inline data exceeds max_inline_data;
+  // EINVAL for a QP in RESET, INIT or RTR on providers that check (rxe), a bad opcode for the
+  // QP type, or a missing address handle on UD.
+  virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+
+  // ibv_post_recv. Errors: ENOMEM when the receive queue is full, EINVAL for too many SGEs,
+  // a QP in RESET, or a QP attached to an SRQ.
+  virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+
+  // ibv_modify_qp. Throws VerbError: EINVAL for a transition the QP state table does not allow
+  // or a mask with missing required / disallowed attributes (the QP is then unchanged).
+  virtual void modify(const QpAttr& attr, QpAttrMask mask) = 0;
+
+  // ibv_query_qp. Fills at least the fields `mask` names; the state is always current.
+  virtual QpAttr query(QpAttrMask mask = QpAttrMask::none) const = 0;
+  virtual QpState state() const noexcept = 0;
+
+  PostResult post_send(const SendWr& wr) noexcept { return post_send(std::span(&wr, 1)); }
+  PostResult post_recv(const RecvWr& wr) noexcept { return post_recv(std::span(&wr, 1)); }
+};
+
+}  // namespace verbsim

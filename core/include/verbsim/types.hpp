@@ -1,0 +1,396 @@
+// Value types of the verbs API: enums, work requests, completions, attributes.
+//
+// Numeric values of every enum equal their libibverbs counterparts (IBV_WC_REM_ACCESS_ERR is
+// WcStatus::rem_access_err == 10), so logs and test expectations read the same on every backend.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "verbsim/flags.hpp"
+
+namespace verbsim {
+
+class AddressHandle;
+class CompletionQueue;
+class QueuePair;
+class SharedReceiveQueue;
+
+// ---------------------------------------------------------------------------------------------
+// Enums
+
+enum class QpType : std::uint8_t { rc = 2, uc = 3, ud = 4 };
+
+enum class QpState : std::uint8_t { reset = 0, init, rtr, rts, sqd, sqe, err };
+
+enum class Mtu : std::uint8_t { mtu_256 = 1, mtu_512, mtu_1024, mtu_2048, mtu_4096 };
+
+constexpr std::uint32_t mtu_bytes(Mtu m) noexcept { return 128u << static_cast<unsigned>(m); }
+
+enum class WrOpcode : std::uint8_t {
+  rdma_write = 0,
+  rdma_write_with_imm = 1,
+  send = 2,
+  send_with_imm = 3,
+  rdma_read = 4,
+  atomic_cmp_and_swp = 5,
+  atomic_fetch_and_add = 6,
+};
+
+enum class WcOpcode : std::uint8_t {
+  send = 0,
+  rdma_write = 1,
+  rdma_read = 2,
+  comp_swap = 3,
+  fetch_add = 4,
+  bind_mw = 5,
+  local_inv = 6,
+  recv = 128,
+  recv_rdma_with_imm = 129,
+};
+
+enum class WcStatus : std::uint8_t {
+  success = 0,
+  loc_len_err,
+  loc_qp_op_err,
+  loc_eec_op_err,
+  loc_prot_err,
+  wr_flush_err,
+  mw_bind_err,
+  bad_resp_err,
+  loc_access_err,
+  rem_inv_req_err,
+  rem_access_err,
+  rem_op_err,
+  retry_exc_err,
+  rnr_retry_exc_err,
+  loc_rdd_viol_err,
+  rem_inv_rd_req_err,
+  rem_abort_err,
+  inv_eecn_err,
+  inv_eec_state_err,
+  fatal_err,
+  resp_timeout_err,
+  general_err,
+};
+
+enum class SendFlags : std::uint32_t {
+  none = 0,
+  fence = 1u << 0,
+  signaled = 1u << 1,
+  solicited = 1u << 2,
+  inline_data = 1u << 3,
+};
+template <>
+struct is_flag_enum<SendFlags> : std::true_type {};
+
+enum class Access : std::uint32_t {
+  none = 0,
+  local_write = 1u << 0,
+  remote_write = 1u << 1,
+  remote_read = 1u << 2,
+  remote_atomic = 1u << 3,
+};
+template <>
+struct is_flag_enum<Access> : std::true_type {};
+
+enum class WcFlags : std::uint32_t {
+  none = 0,
+  grh = 1u << 0,
+  with_imm = 1u << 1,
+};
+template <>
+struct is_flag_enum<WcFlags> : std::true_type {};
+
+// Which fields of QpAttr a modify/query uses (ibv_qp_attr_mask).
+enum class QpAttrMask : std::uint32_t {
+  none = 0,
+  state = 1u << 0,
+  cur_state = 1u << 1,
+  en_sqd_async_notify = 1u << 2,
+  access_flags = 1u << 3,
+  pkey_index = 1u << 4,
+  port = 1u << 5,
+  qkey = 1u << 6,
+  av = 1u << 7,
+  path_mtu = 1u << 8,
+  timeout = 1u << 9,
+  retry_cnt = 1u << 10,
+  rnr_retry = 1u << 11,
+  rq_psn = 1u << 12,
+  max_qp_rd_atomic = 1u << 13,
+  alt_path = 1u << 14,
+  min_rnr_timer = 1u << 15,
+  sq_psn = 1u << 16,
+  max_dest_rd_atomic = 1u << 17,
+  path_mig_state = 1u << 18,
+  cap = 1u << 19,
+  dest_qpn = 1u << 20,
+};
+template <>
+struct is_flag_enum<QpAttrMask> : std::true_type {};
+
+enum class SrqAttrMask : std::uint32_t { none = 0, max_wr = 1u << 0, limit = 1u << 1 };
+template <>
+struct is_flag_enum<SrqAttrMask> : std::true_type {};
+
+enum class AsyncEventType : std::uint8_t {
+  cq_err = 0,
+  qp_fatal,
+  qp_req_err,
+  qp_access_err,
+  comm_est,
+  sq_drained,
+  path_mig,
+  path_mig_err,
+  device_fatal,
+  port_active,
+  port_err,
+  lid_change,
+  pkey_change,
+  sm_change,
+  srq_err,
+  srq_limit_reached,
+  qp_last_wqe_reached,
+  client_reregister,
+  gid_change,
+  wq_fatal,
+};
+
+enum class PortState : std::uint8_t { nop = 0, down, init, armed, active, active_defer };
+
+enum class LinkLayer : std::uint8_t { unspecified = 0, infiniband = 1, ethernet = 2 };
+
+// "SUCCESS", "WR_FLUSH_ERR", ... as ibv_wc_status_str names them without the prefix.
+std::string_view to_string(WcStatus s) noexcept;
+std::string_view to_string(WcOpcode o) noexcept;
+std::string_view to_string(WrOpcode o) noexcept;
+std::string_view to_string(QpState s) noexcept;
+std::string_view to_string(QpType t) noexcept;
+std::string_view to_string(AsyncEventType t) noexcept;
+
+// ---------------------------------------------------------------------------------------------
+// Addressing
+
+struct Gid {
+  std::array<std::uint8_t, 16> raw{};
+
+  bool is_zero() const noexcept;
+  // "fe80:0000:0000:0000:0000:0000:0000:0001", the format of sysfs gids/N files.
+  std::string to_string() const;
+  // IPv4-mapped GID ::ffff:a.b.c.d, as RoCE v2 uses for an IPv4 address.
+  static Gid from_ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d) noexcept;
+  friend bool operator==(const Gid&, const Gid&) = default;
+};
+
+struct GlobalRoute {
+  Gid dgid;
+  std::uint32_t flow_label = 0;
+  std::uint8_t sgid_index = 0;
+  std::uint8_t hop_limit = 64;
+  std::uint8_t traffic_class = 0;
+};
+
+// Address vector: where a QP (RC/UC: in RTR) or a UD send (through an AddressHandle) goes.
+struct AhAttr {
+  GlobalRoute grh;
+  bool is_global = false;  // RoCE requires it
+  std::uint16_t dlid = 0;
+  std::uint8_t sl = 0;
+  std::uint8_t src_path_bits = 0;
+  std::uint8_t port_num = 1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Work requests and completions
+
+// One scatter/gather element: `length` bytes at `addr`, inside the memory region of `lkey`.
+struct Sge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+};
+
+// A send-queue work request. `sg_list` refers to caller memory that must stay valid during the
+// post call only (the data itself must stay valid until completion, as with libibverbs, unless
+// SendFlags::inline_data is set). `imm_data` is in host byte order here; backends convert.
+struct SendWr {
+  std::uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::send;
+  SendFlags flags = SendFlags::none;
+  std::span<const Sge> sg_list;
+  std::uint32_t imm_data = 0;
+  // RDMA and atomic operations
+  std::uint64_t remote_addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;  // compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD)
+  std::uint64_t swap = 0;
+  // UD
+  const AddressHandle* ah = nullptr;
+  std::uint32_t remote_qpn = 0;
+  std::uint32_t remote_qkey = 0;
+};
+
+struct RecvWr {
+  std::uint64_t wr_id = 0;
+  std::span<const Sge> sg_list;
+};
+
+struct WorkCompletion {
+  std::uint64_t wr_id = 0;
+  WcStatus status = WcStatus::success;
+  WcOpcode opcode = WcOpcode::send;
+  WcFlags wc_flags = WcFlags::none;
+  std::uint32_t vendor_err = 0;
+  std::uint32_t byte_len = 0;
+  std::uint32_t imm_data = 0;  // host byte order; valid with WcFlags::with_imm
+  std::uint32_t qp_num = 0;
+  std::uint32_t src_qp = 0;    // UD receives
+  std::uint16_t pkey_index = 0;
+  std::uint16_t slid = 0;
+  std::uint8_t sl = 0;
+  std::uint8_t dlid_path_bits = 0;
+};
+
+// Result of post_send / post_recv. `posted` WRs were accepted; when `error` is set, WR number
+// `posted` of the batch is the first that failed (libibverbs' bad_wr) and none after it was
+// posted. `reason` is a static string naming the cause ("send queue full", "too many SGEs").
+struct [[nodiscard]] PostResult {
+  std::error_code error;
+  std::uint32_t posted = 0;
+  const char* reason = "";
+  explicit operator bool() const noexcept { return !error; }
+};
+
+// Result of CompletionQueue::poll: `count` completions were written to the front of the span.
+struct [[nodiscard]] PollResult {
+  std::error_code error;
+  std::uint32_t count = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Attributes
+
+struct DeviceInfo {
+  std::string backend;  // "sim" or "ibverbs"
+  std::string name;     // "sim0", "rxe0", "mlx5_0"
+  std::uint64_t node_guid = 0;
+};
+
+struct DeviceAttr {
+  std::string fw_ver;
+  std::uint64_t node_guid = 0;
+  std::uint64_t sys_image_guid = 0;
+  std::uint64_t max_mr_size = 0;
+  std::uint64_t page_size_cap = 0;
+  std::uint32_t vendor_id = 0;
+  std::uint32_t vendor_part_id = 0;
+  std::uint32_t hw_ver = 0;
+  int max_qp = 0;
+  int max_qp_wr = 0;
+  int max_sge = 0;
+  int max_sge_rd = 0;
+  int max_cq = 0;
+  int max_cqe = 0;
+  int max_mr = 0;
+  int max_pd = 0;
+  int max_qp_rd_atom = 0;
+  int max_qp_init_rd_atom = 0;
+  int max_srq = 0;
+  int max_srq_wr = 0;
+  int max_srq_sge = 0;
+  int max_ah = 0;
+  std::uint16_t max_pkeys = 0;
+  std::uint8_t phys_port_cnt = 0;
+  bool atomics = false;  // atomic_cap != IBV_ATOMIC_NONE
+};
+
+struct PortAttr {
+  PortState state = PortState::down;
+  Mtu max_mtu = Mtu::mtu_4096;
+  Mtu active_mtu = Mtu::mtu_1024;
+  int gid_tbl_len = 0;
+  std::uint32_t port_cap_flags = 0;
+  std::uint32_t max_msg_sz = 0;
+  std::uint16_t lid = 0;
+  std::uint16_t sm_lid = 0;
+  std::uint16_t pkey_tbl_len = 0;
+  std::uint8_t lmc = 0;
+  std::uint8_t active_width = 0;
+  std::uint8_t active_speed = 0;
+  LinkLayer link_layer = LinkLayer::ethernet;
+};
+
+struct QpCap {
+  std::uint32_t max_send_wr = 0;
+  std::uint32_t max_recv_wr = 0;
+  std::uint32_t max_send_sge = 1;
+  std::uint32_t max_recv_sge = 1;
+  std::uint32_t max_inline_data = 0;
+};
+
+struct QpInitAttr {
+  QpType type = QpType::rc;
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;  // receives come from this SRQ; cap.max_recv_wr is ignored
+  QpCap cap;
+  bool sq_sig_all = false;  // every send WR completes, signaled or not
+};
+
+struct QpAttr {
+  QpState qp_state = QpState::reset;
+  QpState cur_qp_state = QpState::reset;
+  Mtu path_mtu = Mtu::mtu_1024;
+  std::uint32_t qkey = 0;
+  std::uint32_t rq_psn = 0;
+  std::uint32_t sq_psn = 0;
+  std::uint32_t dest_qp_num = 0;
+  Access qp_access_flags = Access::none;
+  QpCap cap;
+  AhAttr ah_attr;
+  std::uint16_t pkey_index = 0;
+  std::uint8_t en_sqd_async_notify = 0;
+  std::uint8_t sq_draining = 0;
+  std::uint8_t max_rd_atomic = 0;       // outstanding READ/atomic as requester
+  std::uint8_t max_dest_rd_atomic = 0;  // responder resources
+  std::uint8_t min_rnr_timer = 0;       // IB encoding 0..31 (0 = 655.36 ms)
+  std::uint8_t port_num = 0;
+  std::uint8_t timeout = 0;    // 4.096 us * 2^timeout; 0 = infinite
+  std::uint8_t retry_cnt = 0;  // 0..7
+  std::uint8_t rnr_retry = 0;  // 0..7, 7 = infinite
+};
+
+struct SrqInitAttr {
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 1;
+  std::uint32_t srq_limit = 0;
+};
+
+struct SrqAttr {
+  std::uint32_t max_wr = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t srq_limit = 0;
+};
+
+// An asynchronous event from the device. Exactly one of the pointers is set, as the event type
+// says, or `port_num` for port events; none for device_fatal. `qp_num` repeats the QP's number.
+struct AsyncEvent {
+  AsyncEventType type = AsyncEventType::device_fatal;
+  QueuePair* qp = nullptr;
+  CompletionQueue* cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;
+  std::uint32_t qp_num = 0;
+  std::uint8_t port_num = 0;
+};
+
+// Duration of the RNR NAK timer encoding `min_rnr_timer` (IB spec table 45), in nanoseconds.
+std::uint64_t rnr_timer_ns(std::uint8_t min_rnr_timer) noexcept;
+// Local ACK timeout for `timeout` (4.096 us * 2^timeout), in nanoseconds; 0 means infinite.
+std::uint64_t ack_timeout_ns(std::uint8_t timeout) noexcept;
+
+}  // namespace verbsim

@@ -1,0 +1,83 @@
+// The simulator backend: a whole RDMA fabric in one object.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "verbsim/backend.hpp"
+
+namespace verbsim::sim {
+
+// Which real stack the simulator imitates where stacks differ (see docs/FIDELITY.md).
+enum class Profile : std::uint8_t {
+  // Hardware-like and strict (the default): queue depths round up to a power of two, a send
+  // slot frees only when its completion is polled, CQ overrun is a CQ error that takes its QPs
+  // to ERR, posting sends before RTS is EINVAL.
+  strict,
+  // Soft-RoCE (rxe) as measured: depths 2^n - 1, slots free on completion, CQ overrun drops
+  // completions silently with one CQ_ERR event each, post_recv on an ERR QP never completes.
+  rxe,
+  // mlx5 where it differs from strict: posting sends before RTS is accepted (the WR waits).
+  mlx5,
+};
+
+std::string_view to_string(Profile p) noexcept;
+// "strict", "rxe" or "mlx5"; throws std::invalid_argument otherwise.
+Profile parse_profile(std::string_view name);
+
+struct Config {
+  std::uint64_t seed = 1;
+  Profile profile = Profile::strict;
+  int devices = 2;  // named sim0, sim1, ...; every port is on one switch
+  int ports_per_device = 1;
+  std::uint64_t link_latency_ns = 1000;  // one way, port to port
+  std::uint64_t link_gbps = 100;         // serialisation rate of every port
+
+  // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE and VERBSIM_SIM_DEVICES.
+  static Config from_env();
+};
+
+// A simulated fabric. Devices, queue pairs and the virtual clock live here; there are no
+// globals, so a process may hold any number of worlds. A world is single-threaded: use it (and
+// everything opened from it) from one thread at a time. Contexts must go before the world.
+//
+// Progress: the world advances when application code polls a CQ or waits for an event, so code
+// written against the core API alone runs unchanged. Virtual time jumps to the next event.
+class World final : public Backend {
+ public:
+  explicit World(Config config = {});
+  ~World() override;
+
+  std::string_view name() const noexcept override { return "sim"; }
+  std::vector<DeviceInfo> devices() override;
+  std::unique_ptr<Context> open(std::string_view device = {}) override;
+
+  const Config& config() const noexcept;
+  std::uint64_t seed() const noexcept;
+  // Virtual time in nanoseconds since the world was created.
+  std::uint64_t now() const noexcept;
+
+  // Runs the events at the earliest pending time (jumping the clock there). False if none.
+  bool step();
+  // Runs every event due at or before `deadline_ns`, then sets the clock to it.
+  void run_until(std::uint64_t deadline_ns);
+  // Runs until no event is pending or `max_events` have run; returns the number run.
+  std::uint64_t run_until_idle(std::uint64_t max_events = UINT64_MAX);
+  std::size_t pending_events() const noexcept;
+
+  // Hash of everything that happened so far (events and completions, in order). Two runs with
+  // the same seed and the same application behaviour have the same digest.
+  std::uint64_t digest() const noexcept;
+  std::string digest_hex() const;
+
+  struct Impl;
+  Impl& impl() noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace verbsim::sim
