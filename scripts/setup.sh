@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages verbsim needs to build, test and run its examples.
+# Idempotent: prints nothing and changes nothing when everything is already installed.
+# Run as root, or as a user who may use sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache
+  libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers rdma-core
+  libboost-fiber-dev librange-v3-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  valgrind
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo=()
+if ((EUID != 0)); then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "setup.sh: missing packages: ${missing[*]}" >&2
+    echo "setup.sh: run this script as root (sudo is not installed)" >&2
+    exit 1
+  fi
+  sudo=(sudo)
+fi
+
+echo "setup.sh: installing ${missing[*]}"
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq -o Dpkg::Use-Pty=0 --no-install-recommends "${missing[@]}"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds everything with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror (Debug, in
+# build-asan/), runs the whole test suite with ctest, then checks that the installed package
+# works from a separate CMake project (scripts/check-install.sh). Exits non-zero on any failure.
+# Environment: VERBSIM_JOBS (parallel build and test jobs, default 2),
+#              VERBSIM_BUILD_DIR (build directory, default build-asan),
+#              VERBSIM_TEST_TIMEOUT (seconds for a test without its own TIMEOUT, default 300).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+jobs=${VERBSIM_JOBS:-2}
+build=${VERBSIM_BUILD_DIR:-build-asan}
+timeout=${VERBSIM_TEST_TIMEOUT:-300}
+
+# Leak checking is on: LeakSanitizer works on the target machine (Debian 12, not under ptrace).
+# Where it cannot run (e.g. under strace or gdb it dies with "LeakSanitizer has encountered a
+# fatal error"), run with ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 set beforehand.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+scripts/setup.sh
+
+generator=()
+[[ -f "$build/CMakeCache.txt" ]] || generator=(-G Ninja)
+cmake -S . -B "$build" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=Debug \
+  -DVERBSIM_SANITIZE=address,undefined \
+  -DVERBSIM_WERROR=ON
+cmake --build "$build" -j "$jobs"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout "$timeout" 2>&1 | tee "$log"
+
+scripts/check-install.sh "$build"
+
+# Repeat ctest's summary so that it is the last thing this script prints.
+grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true
