@@ -8,6 +8,7 @@
 #include "verbsim/backend.hpp"
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/completion_queue.hpp"
+#include "verbsim/connect.hpp"
 #include "verbsim/context.hpp"
 #include "verbsim/error.hpp"
 #include "verbsim/memory_region.hpp"

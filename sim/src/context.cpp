@@ -1,0 +1,303 @@
+// Context, protection domain, memory region, address handle and completion channel.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "handles.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+int make_eventfd() { return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC | EFD_SEMAPHORE); }
+
+void signal_fd(int fd) {
+  if (fd < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
+}
+
+void drain_fd(int fd) {
+  if (fd < 0) return;
+  std::uint64_t v;
+  [[maybe_unused]] const auto n = ::read(fd, &v, sizeof v);
+}
+
+void warn_leak(const char* verb, const char* what, int users) {
+  std::fprintf(stderr,
+               "verbsim: %s: %s destroyed while %d resources still use it (EBUSY); it stays "
+               "alive until they go\n",
+               verb, what, users);
+}
+
+std::string str(std::uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Context
+
+void CtxCore::raise(const AsyncEvent& e) {
+  world->digest.add(0xa5000000ull | static_cast<std::uint64_t>(e.type) << 16 | e.qp_num);
+  async.push_back(e);
+  signal_fd(async_efd);
+}
+
+CtxCore::~CtxCore() {
+  if (async_efd >= 0) ::close(async_efd);
+}
+
+SimContext::SimContext(World::Impl& world, DevCore& dev) : core_(std::make_shared<CtxCore>()) {
+  core_->world = &world;
+  core_->dev = &dev;
+  core_->info = {"sim", dev.name, dev.guid};
+  core_->async_efd = make_eventfd();
+  ++world.open_contexts;
+}
+
+SimContext::~SimContext() {
+  if (!destroyed_) --core_->world->open_contexts;
+}
+
+void SimContext::destroy() {
+  if (!destroyed_) --core_->world->open_contexts;
+  destroyed_ = true;
+}
+
+DeviceAttr SimContext::query_device() const {
+  const ProfileTraits& t = *core_->world->traits;
+  DeviceAttr a;
+  a.fw_ver = "verbsim-0.1 (" + std::string(to_string(t.profile)) + ")";
+  a.node_guid = core_->dev->guid;
+  a.sys_image_guid = core_->dev->guid;
+  a.max_mr_size = ~0ull;
+  a.page_size_cap = 0xfffff000;
+  a.vendor_id = 0xffffff;  // none: a simulated device
+  a.vendor_part_id = static_cast<std::uint32_t>(t.profile);
+  a.max_qp = 1 << 20;
+  a.max_qp_wr = static_cast<int>(t.max_qp_wr);
+  a.max_sge = static_cast<int>(t.max_sge);
+  a.max_sge_rd = static_cast<int>(t.max_sge);
+  a.max_cq = 1 << 20;
+  a.max_cqe = static_cast<int>(t.max_cqe);
+  a.max_mr = 1 << 20;
+  a.max_pd = 1 << 20;
+  a.max_qp_rd_atom = 128;
+  a.max_qp_init_rd_atom = 128;
+  a.max_srq = 1 << 18;
+  a.max_srq_wr = static_cast<int>(t.max_qp_wr);
+  a.max_srq_sge = static_cast<int>(t.max_sge);
+  a.max_ah = 1 << 20;
+  a.max_pkeys = 1;
+  a.phys_port_cnt = static_cast<std::uint8_t>(core_->dev->ports.size());
+  a.atomics = true;
+  return a;
+}
+
+PortAttr SimContext::query_port(std::uint8_t port_num) const {
+  if (port_num < 1 || port_num > core_->dev->ports.size()) {
+    fail("ibv_query_port", EINVAL, "port " + str(port_num) + " does not exist");
+  }
+  return core_->dev->ports[port_num - 1u].attr;
+}
+
+Gid SimContext::query_gid(std::uint8_t port_num, int index) const {
+  if (port_num < 1 || port_num > core_->dev->ports.size()) {
+    fail("ibv_query_gid", EINVAL, "port " + str(port_num) + " does not exist");
+  }
+  const auto& gids = core_->dev->ports[port_num - 1u].gids;
+  if (index < 0 || static_cast<std::size_t>(index) >= gids.size()) {
+    fail("ibv_query_gid", EINVAL, "GID index " + std::to_string(index) + " out of range");
+  }
+  return gids[static_cast<std::size_t>(index)];
+}
+
+std::unique_ptr<ProtectionDomain> SimContext::alloc_pd() {
+  auto pd = std::make_shared<PdCore>();
+  pd->ctx = core_;
+  pd->id = core_->dev->next_pd_id++;
+  return std::make_unique<SimPd>(std::move(pd));
+}
+
+std::unique_ptr<CompletionChannel> SimContext::create_comp_channel() {
+  auto ch = std::make_shared<ChannelCore>();
+  ch->ctx = core_;
+  ch->efd = make_eventfd();
+  return std::make_unique<SimChannel>(std::move(ch));
+}
+
+std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChannel* channel,
+                                                       int comp_vector) {
+  const ProfileTraits& t = *core_->world->traits;
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
+    fail("ibv_create_cq", EINVAL,
+         "cqe=" + std::to_string(cqe) + " outside 1.." + str(t.max_cqe));
+  }
+  if (comp_vector != 0) fail("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
+  auto cq = std::make_shared<CqCore>();
+  cq->ctx = core_;
+  cq->requested = cqe;
+  cq->ring.resize(t.round_cq(static_cast<std::uint32_t>(cqe)));
+  SimChannel* sim_channel = nullptr;
+  if (channel != nullptr) {
+    sim_channel = dynamic_cast<SimChannel*>(channel);
+    if (sim_channel == nullptr || sim_channel->core()->ctx != core_) {
+      fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
+    }
+    cq->channel = sim_channel->core();
+    ++cq->channel->users;
+  }
+  ++core_->dev->live_cqs;
+  auto handle = std::make_unique<SimCq>(std::move(cq));
+  handle->channel_ = channel;
+  return handle;
+}
+
+std::error_code SimContext::get_async_event(AsyncEvent& event, Wait wait) {
+  auto& q = core_->async;
+  for (;;) {
+    if (!q.empty()) {
+      event = q.front();
+      q.pop_front();
+      drain_fd(core_->async_efd);
+      return {};
+    }
+    const bool progressed = core_->world->step();
+    if (!progressed) {
+      return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+    }
+    if (wait == Wait::nonblocking && q.empty()) return errno_code(EAGAIN);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protection domain
+
+SimPd::~SimPd() {
+  if (!destroyed_ && core_->users > 0) warn_leak("ibv_dealloc_pd", "PD", core_->users);
+}
+
+void SimPd::destroy() {
+  if (core_->users > 0) {
+    fail("ibv_dealloc_pd", EBUSY,
+         std::to_string(core_->users) + " MRs, QPs, SRQs or AHs still use the PD");
+  }
+  destroyed_ = true;
+}
+
+std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Access access) {
+  if (any(access, Access::remote_write | Access::remote_atomic) &&
+      !any(access, Access::local_write)) {
+    fail("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
+  }
+  const auto known = Access::local_write | Access::remote_write | Access::remote_read |
+                     Access::remote_atomic;
+  if (any(access, ~known)) fail("ibv_reg_mr", EINVAL, "unknown access flags");
+  if (addr == nullptr && length != 0) fail("ibv_reg_mr", EINVAL, "null address");
+  DevCore& dev = *core_->ctx->dev;
+  MrCore mr;
+  mr.pd = core_;
+  mr.dev = &dev;
+  mr.addr = static_cast<char*>(addr);
+  mr.length = length;
+  mr.access = access;
+  const std::uint32_t index = dev.next_mr_index++;
+  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng.next() & 0xff);
+  mr.key = (index << 8) | key_byte;
+  return std::make_unique<SimMr>(std::move(mr));
+}
+
+std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
+  const DevCore& dev = *core_->ctx->dev;
+  if (attr.port_num < 1 || attr.port_num > dev.ports.size()) {
+    fail("ibv_create_ah", EINVAL, "port " + str(attr.port_num) + " does not exist");
+  }
+  if (!attr.is_global) {
+    fail("ibv_create_ah", EINVAL, "RoCE address handles need a GRH (is_global with a dgid)");
+  }
+  if (attr.grh.sgid_index >= dev.ports[attr.port_num - 1u].gids.size()) {
+    fail("ibv_create_ah", EINVAL, "sgid_index " + str(attr.grh.sgid_index) + " out of range");
+  }
+  ++core_->users;
+  return std::make_unique<SimAh>(core_, attr, core_->ctx->world->route(attr.grh.dgid));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory region and address handle
+
+SimMr::SimMr(MrCore core) : core_(std::move(core)) {
+  ++core_.pd->users;
+  core_.dev->mrs.emplace(core_.key, &core_);
+}
+
+SimMr::~SimMr() {
+  if (!destroyed_) destroy();
+}
+
+void SimMr::destroy() {
+  if (destroyed_) return;
+  core_.dev->mrs.erase(core_.key);
+  --core_.pd->users;
+  destroyed_ = true;
+}
+
+SimAh::~SimAh() {
+  if (!destroyed_) destroy();
+}
+
+void SimAh::destroy() {
+  if (destroyed_) return;
+  --pd_->users;
+  destroyed_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion channel
+
+ChannelCore::~ChannelCore() {
+  if (efd >= 0) ::close(efd);
+}
+
+SimChannel::~SimChannel() {
+  if (!destroyed_ && core_->users > 0) {
+    warn_leak("ibv_destroy_comp_channel", "completion channel", core_->users);
+  }
+}
+
+void SimChannel::destroy() {
+  if (core_->users > 0) {
+    fail("ibv_destroy_comp_channel", EBUSY,
+         std::to_string(core_->users) + " CQs are still attached to the channel");
+  }
+  destroyed_ = true;
+}
+
+std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
+  auto& q = core_->events;
+  for (;;) {
+    if (!q.empty()) {
+      cq = q.front();
+      q.pop_front();
+      drain_fd(core_->efd);
+      return {};
+    }
+    const bool progressed = core_->ctx->world->step();
+    if (!progressed) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+    if (wait == Wait::nonblocking && q.empty()) return errno_code(EAGAIN);
+  }
+}
+
+void CqCore::notify() {
+  if (!channel || handle == nullptr) return;
+  arm = Arm::none;
+  ++unacked_events;
+  channel->events.push_back(handle);
+  signal_fd(channel->efd);
+  ctx->world->digest.add(0xc0ffee00ull);
+}
+
+}  // namespace verbsim::sim

@@ -1,0 +1,200 @@
+// Completion queues and shared receive queues.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "handles.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim::sim {
+
+void CqCore::push(const CqEntry& e, bool solicited) {
+  World::Impl& w = *ctx->world;
+  w.digest.add(e.wc.wr_id);
+  w.digest.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
+               static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);
+  w.digest.add(e.wc.qp_num);
+  if (error) {
+    ++dropped;
+    return;
+  }
+  if (count == ring.size()) {
+    ++dropped;
+    AsyncEvent ev;
+    ev.type = AsyncEventType::cq_err;
+    ev.cq = handle;
+    if (w.traits->cq_overrun_is_error) {
+      // Hardware: the CQ is in error from now on and every QP feeding it fails.
+      error = true;
+      ctx->raise(ev);
+      const auto victims = qps;
+      for (SimQp* qp : victims) qp->cq_failed();
+    } else {
+      // rxe: the completion is dropped, one CQ_ERR per dropped completion, QPs carry on.
+      ctx->raise(ev);
+    }
+    return;
+  }
+  ring[(head + count) % ring.size()] = e;
+  ++count;
+  if (arm == Arm::any || (arm == Arm::solicited && (solicited || e.wc.status != WcStatus::success))) {
+    notify();
+  }
+}
+
+SimCq::SimCq(std::shared_ptr<CqCore> core) : core_(std::move(core)) { core_->handle = this; }
+
+SimCq::~SimCq() {
+  if (destroyed_) return;
+  if (core_->users > 0) {
+    std::fprintf(stderr,
+                 "verbsim: ibv_destroy_cq: CQ destroyed while %d QPs still use it (EBUSY); its "
+                 "completions are lost\n",
+                 core_->users);
+  }
+  core_->handle = nullptr;
+  if (core_->channel) {
+    --core_->channel->users;
+    std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
+  }
+  --core_->ctx->dev->live_cqs;
+}
+
+void SimCq::destroy() {
+  if (core_->users > 0) {
+    fail("ibv_destroy_cq", EBUSY, std::to_string(core_->users) + " QPs still use the CQ");
+  }
+  if (core_->unacked_events > 0) {
+    // libibverbs blocks forever here; say why instead.
+    fail("ibv_destroy_cq", EBUSY,
+         std::to_string(core_->unacked_events) +
+             " completion events were not acknowledged with ibv_ack_cq_events; real libibverbs "
+             "would block forever in ibv_destroy_cq");
+  }
+  core_->handle = nullptr;
+  if (core_->channel) {
+    --core_->channel->users;
+    std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
+  }
+  --core_->ctx->dev->live_cqs;
+  destroyed_ = true;
+}
+
+PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
+  CqCore& c = *core_;
+  if (c.count == 0) c.ctx->world->step();
+  const bool retire = c.ctx->world->traits->retire_on_poll;
+  const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
+  const auto size = static_cast<std::uint32_t>(c.ring.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const CqEntry& e = c.ring[c.head];
+    out[i] = e.wc;
+    if (retire && e.send && e.qp != nullptr) e.qp->retire_through(e.sq_index);
+    c.head = c.head + 1 == size ? 0 : c.head + 1;
+  }
+  c.count -= n;
+  return {{}, n};
+}
+
+std::error_code SimCq::req_notify(bool solicited_only) noexcept {
+  if (!core_->channel) return errno_code(EINVAL);
+  if (core_->arm != CqCore::Arm::any) {
+    core_->arm = solicited_only ? CqCore::Arm::solicited : CqCore::Arm::any;
+  }
+  return {};
+}
+
+void SimCq::ack_events(unsigned n) noexcept {
+  core_->unacked_events -= std::min(n, core_->unacked_events);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared receive queue
+
+void SrqCore::consumed() {
+  if (limit != 0 && rq.size() < limit) {
+    limit = 0;
+    AsyncEvent ev;
+    ev.type = AsyncEventType::srq_limit_reached;
+    ev.srq = handle;
+    pd->ctx->raise(ev);
+  }
+}
+
+SimSrq::~SimSrq() {
+  if (destroyed_) return;
+  if (core_->users > 0) {
+    std::fprintf(stderr, "verbsim: ibv_destroy_srq: SRQ destroyed while %d QPs still use it\n",
+                 core_->users);
+  }
+  core_->handle = nullptr;
+  --core_->pd->users;
+}
+
+void SimSrq::destroy() {
+  if (core_->users > 0) {
+    fail("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
+  }
+  core_->handle = nullptr;
+  --core_->pd->users;
+  destroyed_ = true;
+}
+
+PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
+  RecvQueue& rq = core_->rq;
+  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
+    const RecvWr& wr = wrs[i];
+    if (wr.sg_list.size() > rq.max_sge) return {errno_code(EINVAL), i, "too many SGEs"};
+    if (rq.size() >= rq.cap) return {errno_code(ENOMEM), i, "shared receive queue full"};
+    RecvWqe& w = rq.at(rq.tail);
+    w.wr_id = wr.wr_id;
+    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
+    std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq.sge_at(rq.tail));
+    ++rq.tail;
+  }
+  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+}
+
+void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {
+  if (any(mask, SrqAttrMask::max_wr)) {
+    fail("ibv_modify_srq", EINVAL, "resizing an SRQ is not supported by the simulator");
+  }
+  if (any(mask, SrqAttrMask::limit)) {
+    if (attr.srq_limit > core_->rq.cap) {
+      fail("ibv_modify_srq", EINVAL, "srq_limit above the SRQ's depth");
+    }
+    core_->limit = attr.srq_limit;
+  }
+}
+
+SrqAttr SimSrq::query() const { return {core_->rq.cap, core_->rq.max_sge, core_->limit}; }
+
+void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
+  cap = capacity;
+  max_sge = std::max<std::uint32_t>(sge, 1);
+  wqes.resize(std::max<std::uint32_t>(capacity, 1));
+  sges.resize(wqes.size() * max_sge);
+  head = tail = 0;
+}
+
+std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
+  const ProfileTraits& t = *core_->ctx->world->traits;
+  if (attr.max_wr < 1 || attr.max_wr > t.max_qp_wr) {
+    fail("ibv_create_srq", EINVAL, "max_wr=" + std::to_string(attr.max_wr) + " out of range");
+  }
+  if (attr.max_sge < 1 || attr.max_sge > t.max_sge) {
+    fail("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
+  }
+  auto srq = std::make_shared<SrqCore>();
+  srq->pd = core_;
+  srq->requested = attr.max_wr;
+  srq->rq.init(t.round_cq(attr.max_wr), attr.max_sge);
+  srq->limit = attr.srq_limit;
+  ++core_->users;
+  auto handle = std::make_unique<SimSrq>(std::move(srq));
+  handle->core()->handle = handle.get();
+  return handle;
+}
+
+}  // namespace verbsim::sim

@@ -1,0 +1,233 @@
+// The simulator's implementations of the core resource interfaces.
+#pragma once
+
+#include "internal.hpp"
+
+namespace verbsim::sim {
+
+class SimContext final : public Context {
+ public:
+  SimContext(World::Impl& world, DevCore& dev);
+  ~SimContext() override;
+  void destroy() override;
+  const DeviceInfo& info() const noexcept override { return core_->info; }
+  DeviceAttr query_device() const override;
+  PortAttr query_port(std::uint8_t port_num) const override;
+  Gid query_gid(std::uint8_t port_num, int index) const override;
+  std::unique_ptr<ProtectionDomain> alloc_pd() override;
+  std::unique_ptr<CompletionChannel> create_comp_channel() override;
+  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel,
+                                             int comp_vector) override;
+  std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
+  int async_fd() const noexcept override { return core_->async_efd; }
+
+  const std::shared_ptr<CtxCore>& core() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<CtxCore> core_;
+  bool destroyed_ = false;
+};
+
+class SimPd final : public ProtectionDomain {
+ public:
+  explicit SimPd(std::shared_ptr<PdCore> core) : core_(std::move(core)) {}
+  ~SimPd() override;
+  void destroy() override;
+  std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
+  std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
+  std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
+
+  const std::shared_ptr<PdCore>& core() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<PdCore> core_;
+  bool destroyed_ = false;
+};
+
+class SimMr final : public MemoryRegion {
+ public:
+  explicit SimMr(MrCore core);
+  ~SimMr() override;
+  void destroy() override;
+  void* addr() const noexcept override { return core_.addr; }
+  std::size_t length() const noexcept override { return core_.length; }
+  std::uint32_t lkey() const noexcept override { return core_.key; }
+  std::uint32_t rkey() const noexcept override { return core_.key; }
+  Access access() const noexcept override { return core_.access; }
+
+ private:
+  MrCore core_;
+  bool destroyed_ = false;
+};
+
+class SimAh final : public AddressHandle {
+ public:
+  SimAh(std::shared_ptr<PdCore> pd, const AhAttr& attr, int dst_dev)
+      : pd_(std::move(pd)), attr_(attr), dst_dev_(dst_dev) {}
+  ~SimAh() override;
+  void destroy() override;
+  const AhAttr& attr() const noexcept override { return attr_; }
+  int dst_dev() const noexcept { return dst_dev_; }
+  const PdCore* pd() const noexcept { return pd_.get(); }
+
+ private:
+  std::shared_ptr<PdCore> pd_;
+  AhAttr attr_;
+  int dst_dev_;
+  bool destroyed_ = false;
+};
+
+class SimChannel final : public CompletionChannel {
+ public:
+  explicit SimChannel(std::shared_ptr<ChannelCore> core) : core_(std::move(core)) {}
+  ~SimChannel() override;
+  void destroy() override;
+  std::error_code get_cq_event(CompletionQueue*& cq, Wait wait) override;
+  int fd() const noexcept override { return core_->efd; }
+  const std::shared_ptr<ChannelCore>& core() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<ChannelCore> core_;
+  bool destroyed_ = false;
+};
+
+class SimCq final : public CompletionQueue {
+ public:
+  explicit SimCq(std::shared_ptr<CqCore> core);
+  ~SimCq() override;
+  void destroy() override;
+  PollResult poll(std::span<WorkCompletion> out) noexcept override;
+  std::error_code req_notify(bool solicited_only) noexcept override;
+  void ack_events(unsigned n) noexcept override;
+  int cqe() const noexcept override { return static_cast<int>(core_->ring.size()); }
+  int requested_cqe() const noexcept override { return core_->requested; }
+  CompletionChannel* channel() const noexcept override { return channel_; }
+  const std::shared_ptr<CqCore>& core() const noexcept { return core_; }
+
+  CompletionChannel* channel_ = nullptr;
+
+ private:
+  std::shared_ptr<CqCore> core_;
+  bool destroyed_ = false;
+};
+
+class SimSrq final : public SharedReceiveQueue {
+ public:
+  explicit SimSrq(std::shared_ptr<SrqCore> core) : core_(std::move(core)) {}
+  ~SimSrq() override;
+  void destroy() override;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  void modify(const SrqAttr& attr, SrqAttrMask mask) override;
+  SrqAttr query() const override;
+  const std::shared_ptr<SrqCore>& core() const noexcept { return core_; }
+
+ private:
+  std::shared_ptr<SrqCore> core_;
+  bool destroyed_ = false;
+};
+
+// A queue pair is both handle and state: nothing else keeps it alive.
+class SimQp final : public QueuePair {
+ public:
+  SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn);
+  ~SimQp() override;
+  void destroy() override;
+
+  std::uint32_t qp_num() const noexcept override { return qpn_; }
+  QpType type() const noexcept override { return type_; }
+  const QpCap& cap() const noexcept override { return reported_cap_; }
+  const QpCap& requested_cap() const noexcept override { return requested_cap_; }
+  PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  void modify(const QpAttr& attr, QpAttrMask mask) override;
+  QpAttr query(QpAttrMask mask) const override;
+  QpState state() const noexcept override { return attr_.qp_state; }
+
+  // Transport (transport.cpp), driven by the world's events.
+  void on_deliver(const Event& e);  // this QP is the responder
+  void on_ack(const Event& e);
+  void on_nak(const Event& e);
+  void on_timeout(const Event& e);
+  void on_rnr_retry(const Event& e);
+  // Frees send slots up to and including `index` (a polled completion, hardware profiles).
+  void retire_through(std::uint32_t index) noexcept;
+  // A CQ this QP uses went to error (strict profile overrun).
+  void cq_failed();
+  void forget_cq_entries() noexcept;
+
+  SendWqe& sq_at(std::uint32_t i) noexcept { return sq_[i & sq_mask_]; }
+  Sge* sq_sge(std::uint32_t i) noexcept { return &sq_sges_[(i & sq_mask_) * max_send_sge_]; }
+  std::uint8_t* sq_inline(std::uint32_t i) noexcept {
+    return sq_inline_.data() + (i & sq_mask_) * inline_stride_;
+  }
+  DevCore& dev() noexcept { return *dev_; }
+  const PdCore* pd() const noexcept { return pd_.get(); }
+
+ private:
+  friend struct Transport;
+  World::Impl& world() const noexcept { return *ctx_->world; }
+  const ProfileTraits& traits() const noexcept { return *ctx_->world->traits; }
+  PostResult check_send(const SendWr& wr) const noexcept;
+  void enqueue_send(const SendWr& wr) noexcept;
+  void transmit();
+  void arm_timer();
+  void complete_send(std::uint32_t index, WcStatus status);
+  void complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                     std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+  void enter_error(bool raise_fatal);
+  void flush_all();
+  void reset_queues();
+  // Takes the next receive WQE from the RQ or SRQ; false if none.
+  bool take_recv(RecvWqe& wqe, Sge*& sges);
+  void apply(const QpAttr& attr, QpAttrMask mask);
+  void raise(AsyncEventType type);
+
+  std::shared_ptr<PdCore> pd_;
+  std::shared_ptr<CtxCore> ctx_;
+  std::shared_ptr<CqCore> scq_;
+  std::shared_ptr<CqCore> rcq_;
+  std::shared_ptr<SrqCore> srq_;
+  DevCore* dev_;
+  std::uint32_t qpn_;
+  QpType type_;
+  bool sq_sig_all_;
+  bool destroyed_ = false;
+  QpCap requested_cap_;
+  QpCap actual_cap_;
+  QpCap reported_cap_;
+  QpAttr attr_;
+
+  // Send queue: indices grow without bound; slot = index & sq_mask_.
+  std::vector<SendWqe> sq_;
+  std::vector<Sge> sq_sges_;
+  std::vector<std::uint8_t> sq_inline_;
+  std::uint32_t sq_mask_ = 0;
+  std::uint32_t max_send_sge_ = 1;
+  std::uint32_t inline_stride_ = 0;
+  std::uint32_t sq_retired_ = 0;  // slots before this are free
+  std::uint32_t sq_done_ = 0;     // WQEs before this are complete
+  std::uint32_t sq_sent_ = 0;     // WQEs before this were transmitted (in this epoch)
+  std::uint32_t sq_post_ = 0;     // next WQE to post
+  std::uint32_t sq_psn_base_index_ = 0;  // index whose PSN is attr_.sq_psn
+
+  RecvQueue rq_;
+
+  // Requester
+  std::uint32_t epoch_ = 0;
+  std::uint64_t timer_gen_ = 0;
+  std::uint8_t retry_left_ = 0;
+  std::uint8_t rnr_left_ = 0;
+  bool rnr_wait_ = false;
+  std::uint32_t rd_atomic_outstanding_ = 0;
+  int dst_dev_ = -1;  // RC/UC peer device from the AV
+
+  // Responder
+  std::uint32_t epsn_ = 0;
+  bool comm_est_raised_ = false;
+};
+
+// Errors of the simulator's verbs name the libibverbs call.
+[[noreturn]] void fail(const char* verb, int err, std::string_view detail);
+
+}  // namespace verbsim::sim

@@ -1,0 +1,228 @@
+// The simulator's internal state. Public handles (SimContext, SimCq, ...) are thin: the state
+// that other resources point at lives in *Core objects held by shared_ptr, so a handle dropped
+// out of order (a CQ before its QPs) cannot leave a dangling pointer behind.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rng.hpp"
+#include "verbsim/address_handle.hpp"
+#include "verbsim/completion_channel.hpp"
+#include "verbsim/completion_queue.hpp"
+#include "verbsim/context.hpp"
+#include "verbsim/memory_region.hpp"
+#include "verbsim/protection_domain.hpp"
+#include "verbsim/queue_pair.hpp"
+#include "verbsim/shared_receive_queue.hpp"
+#include "verbsim/sim/world.hpp"
+
+namespace verbsim::sim {
+
+class SimQp;
+struct CtxCore;
+
+// Where the profiles differ, as data chosen once per world (no profile branches elsewhere).
+struct ProfileTraits {
+  Profile profile;
+  bool pow2_minus_one_depths;     // rxe: 2^n - 1; strict/mlx5: SQ/RQ 2^n, CQ/SRQ 2^n - 1
+  bool create_reports_requested;  // rxe: create's cap echoes the request, query tells the truth
+  bool retire_on_poll;            // send slot frees when its completion is polled (hardware)
+  bool cq_overrun_is_error;       // strict: CQ error + QPs to ERR; rxe: drop + event per entry
+  bool post_send_needs_rts;       // EINVAL for post_send in RESET/INIT/RTR
+  bool rejected_send_stays_queued;  // rxe quirk: the EINVAL'd WR still runs once in RTS
+  bool post_recv_in_err_completes;  // false on rxe: the receive is never completed
+  bool clean_cq_on_qp_destroy;    // mlx5 removes a destroyed/reset QP's CQEs
+  bool responder_error_events;    // QP_ACCESS_ERR / QP_REQ_ERR on the responder
+  bool comm_est_event;            // COMM_EST when a QP in RTR receives its first packet
+  std::uint32_t max_qp_wr;
+  std::uint32_t max_cqe;
+  std::uint32_t max_sge;
+  std::uint32_t max_inline;
+  std::uint32_t min_inline_per_sge;  // rxe reports at least 16 bytes per SGE as inline room
+
+  static const ProfileTraits& of(Profile p) noexcept;
+  std::uint32_t round_wq(std::uint32_t n) const noexcept;  // SQ/RQ depth given for `n`
+  std::uint32_t round_cq(std::uint32_t n) const noexcept;  // CQ/SRQ depth given for `n`
+};
+
+struct PortCore {
+  PortAttr attr;
+  std::vector<Gid> gids;
+  std::uint64_t busy_until = 0;  // egress serialisation
+};
+
+struct MrCore;
+
+struct DevCore {
+  int index = 0;
+  std::string name;
+  std::uint64_t guid = 0;
+  std::vector<PortCore> ports;  // ports[0] is port 1
+  std::unordered_map<std::uint32_t, SimQp*> qps;
+  std::unordered_map<std::uint32_t, MrCore*> mrs;  // by lkey (== rkey)
+  std::uint32_t next_qpn = 0x11;
+  std::uint32_t next_mr_index = 1;
+  std::uint32_t next_pd_id = 1;
+  int live_qps = 0;
+  int live_cqs = 0;
+};
+
+enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry };
+
+// NAK codes carried by EvKind::nak (value field).
+enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
+
+struct Event {
+  std::uint64_t time;
+  std::uint64_t seq;
+  EvKind kind;
+  std::uint8_t code;        // Nak
+  std::uint16_t dev;        // device of the QP the event is for
+  std::uint32_t qpn;        // QP the event is for
+  std::uint32_t src_dev;    // deliver: sender
+  std::uint32_t src_qpn;
+  std::uint32_t index;      // send-queue index of the WQE concerned
+  std::uint32_t epoch;      // requester epoch when the event was made (stale events drop)
+  std::uint64_t value;      // rnr timer, timer generation
+};
+
+struct World::Impl {
+  explicit Impl(Config c);
+
+  Config config;
+  const ProfileTraits* traits;
+  Rng rng;
+  Digest digest;
+  std::uint64_t now = 0;
+  std::uint64_t seq = 0;
+  std::vector<Event> heap;
+  std::vector<std::unique_ptr<DevCore>> devs;
+  int open_contexts = 0;
+
+  void schedule(Event e);
+  bool step();
+  void dispatch(const Event& e);
+  SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept;
+  // (device, port) owning `gid`, or -1.
+  int route(const Gid& gid) const noexcept;
+  // Time a message of `bytes` leaving `port` of `dev` now arrives at the far end.
+  std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+struct CtxCore {
+  World::Impl* world;
+  DevCore* dev;
+  DeviceInfo info;
+  std::deque<AsyncEvent> async;
+  int async_efd = -1;
+  void raise(const AsyncEvent& e);
+  ~CtxCore();
+};
+
+struct PdCore {
+  std::shared_ptr<CtxCore> ctx;
+  std::uint32_t id = 0;
+  int users = 0;  // MRs, QPs, SRQs, AHs
+};
+
+struct MrCore {
+  std::shared_ptr<PdCore> pd;
+  DevCore* dev;
+  char* addr;
+  std::size_t length;
+  Access access;
+  std::uint32_t key;
+};
+
+struct ChannelCore {
+  std::shared_ptr<CtxCore> ctx;
+  std::deque<CompletionQueue*> events;
+  int efd = -1;
+  int users = 0;  // CQs attached
+  ~ChannelCore();
+};
+
+struct CqEntry {
+  WorkCompletion wc;
+  SimQp* qp;               // the QP it belongs to; nullptr once that QP is gone
+  std::uint32_t sq_index;  // send completions: the slot it retires
+  bool send;
+};
+
+struct CqCore {
+  std::shared_ptr<CtxCore> ctx;
+  std::shared_ptr<ChannelCore> channel;
+  CompletionQueue* handle = nullptr;
+  std::vector<CqEntry> ring;  // capacity == cqe
+  std::uint32_t head = 0;
+  std::uint32_t count = 0;
+  int requested = 0;
+  int users = 0;  // QPs
+  std::vector<SimQp*> qps;  // the QPs using this CQ (for overrun as a CQ error)
+  enum class Arm : std::uint8_t { none, any, solicited } arm = Arm::none;
+  bool error = false;        // strict profile after an overrun
+  unsigned unacked_events = 0;
+  std::uint64_t dropped = 0;  // completions lost to overrun or to a CQ in error
+
+  // Adds a completion; `solicited` marks a receive of a solicited SEND.
+  void push(const CqEntry& e, bool solicited);
+  void notify();
+};
+
+struct RecvWqe {
+  std::uint64_t wr_id;
+  std::uint32_t num_sge;
+};
+
+// A ring of receive WQEs with their SGEs, used by QPs and SRQs.
+struct RecvQueue {
+  std::vector<RecvWqe> wqes;
+  std::vector<Sge> sges;  // max_sge per slot
+  std::uint32_t cap = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t head = 0;  // next to consume
+  std::uint32_t tail = 0;  // next to post
+  std::uint32_t size() const noexcept { return tail - head; }
+  void init(std::uint32_t capacity, std::uint32_t sge);
+  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i % wqes.size()]; }
+  Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i % wqes.size()) * max_sge]; }
+  void clear() noexcept { head = tail = 0; }
+};
+
+struct SrqCore {
+  std::shared_ptr<PdCore> pd;
+  SharedReceiveQueue* handle = nullptr;
+  RecvQueue rq;
+  std::uint32_t requested = 0;
+  std::uint32_t limit = 0;  // armed while non-zero
+  int users = 0;
+  void consumed();  // after a receive is taken: fires the limit event
+};
+
+struct SendWqe {
+  std::uint64_t wr_id;
+  std::uint64_t remote_addr;
+  std::uint64_t compare_add;
+  std::uint64_t swap;
+  std::uint32_t length;  // total bytes
+  std::uint32_t num_sge;
+  std::uint32_t rkey;
+  std::uint32_t imm;
+  std::uint32_t remote_qpn;  // UD
+  std::uint32_t remote_qkey;
+  std::uint32_t psn;
+  std::int32_t dst_dev;  // UD: resolved from the AH
+  WrOpcode opcode;
+  SendFlags flags;
+  bool signaled;
+  bool inlined;
+};
+
+}  // namespace verbsim::sim

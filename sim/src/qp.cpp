@@ -1,0 +1,503 @@
+// Queue pairs: creation, posting, the state machine and flushing.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "handles.hpp"
+#include "qp_state_table.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+std::uint32_t pow2_at_least(std::uint32_t n) noexcept {
+  std::uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+bool opcode_allowed(QpType type, WrOpcode op) noexcept {
+  switch (type) {
+    case QpType::rc: return true;
+    case QpType::uc:
+      return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::rdma_write ||
+             op == WrOpcode::rdma_write_with_imm;
+    case QpType::ud: return op == WrOpcode::send || op == WrOpcode::send_with_imm;
+  }
+  return false;
+}
+
+bool is_atomic(WrOpcode op) noexcept {
+  return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
+std::string str(std::uint64_t v) { return std::to_string(v); }
+
+SimCq* sim_cq(CompletionQueue* cq, const std::shared_ptr<CtxCore>& ctx) {
+  auto* s = dynamic_cast<SimCq*>(cq);
+  return s != nullptr && s->core()->ctx == ctx ? s : nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
+  const ProfileTraits& t = *core_->ctx->world->traits;
+  if (init.type != QpType::rc && init.type != QpType::uc && init.type != QpType::ud) {
+    fail("ibv_create_qp", EINVAL, "unsupported QP type");
+  }
+  if (sim_cq(init.send_cq, core_->ctx) == nullptr || sim_cq(init.recv_cq, core_->ctx) == nullptr) {
+    fail("ibv_create_qp", EINVAL, "send_cq and recv_cq must be CQs of the same device");
+  }
+  const QpCap& c = init.cap;
+  if (c.max_send_wr > t.max_qp_wr || (init.srq == nullptr && c.max_recv_wr > t.max_qp_wr)) {
+    fail("ibv_create_qp", EINVAL,
+         "max_send_wr=" + str(c.max_send_wr) + ", max_recv_wr=" + str(c.max_recv_wr) +
+             " exceed max_qp_wr=" + str(t.max_qp_wr));
+  }
+  if (c.max_send_sge > t.max_sge || c.max_recv_sge > t.max_sge) {
+    fail("ibv_create_qp", EINVAL,
+         "max_send_sge=" + str(c.max_send_sge) + ", max_recv_sge=" + str(c.max_recv_sge) +
+             " exceed max_sge=" + str(t.max_sge));
+  }
+  if (c.max_inline_data > t.max_inline) {
+    fail("ibv_create_qp", EINVAL,
+         "max_inline_data=" + str(c.max_inline_data) + " exceeds " + str(t.max_inline));
+  }
+  if (init.srq != nullptr) {
+    auto* srq = dynamic_cast<SimSrq*>(init.srq);
+    if (srq == nullptr || srq->core()->pd->ctx != core_->ctx) {
+      fail("ibv_create_qp", EINVAL, "the SRQ belongs to another device");
+    }
+    if (init.type == QpType::uc) fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
+  }
+  DevCore& dev = *core_->ctx->dev;
+  const std::uint32_t qpn = dev.next_qpn;
+  dev.next_qpn = (dev.next_qpn + 1) & 0xffffff;
+  return std::make_unique<SimQp>(core_, init, qpn);
+}
+
+SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn)
+    : pd_(std::move(pd)),
+      ctx_(pd_->ctx),
+      scq_(static_cast<SimCq*>(init.send_cq)->core()),
+      rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
+      dev_(ctx_->dev),
+      qpn_(qpn),
+      type_(init.type),
+      sq_sig_all_(init.sq_sig_all),
+      requested_cap_(init.cap) {
+  const ProfileTraits& t = traits();
+  if (init.srq != nullptr) srq_ = static_cast<SimSrq*>(init.srq)->core();
+  actual_cap_ = requested_cap_;
+  actual_cap_.max_send_wr = t.round_wq(requested_cap_.max_send_wr);
+  actual_cap_.max_recv_wr = srq_ ? 0 : t.round_wq(requested_cap_.max_recv_wr);
+  if (srq_) requested_cap_.max_recv_wr = 0;
+  actual_cap_.max_send_sge = std::max<std::uint32_t>(requested_cap_.max_send_sge, 1);
+  actual_cap_.max_recv_sge = std::max<std::uint32_t>(requested_cap_.max_recv_sge, 1);
+  actual_cap_.max_inline_data =
+      std::max(requested_cap_.max_inline_data, t.min_inline_per_sge * actual_cap_.max_send_sge);
+  reported_cap_ = t.create_reports_requested ? requested_cap_ : actual_cap_;
+
+  const std::uint32_t slots = pow2_at_least(std::max<std::uint32_t>(actual_cap_.max_send_wr, 1));
+  sq_.resize(slots);
+  sq_mask_ = slots - 1;
+  max_send_sge_ = actual_cap_.max_send_sge;
+  sq_sges_.resize(static_cast<std::size_t>(slots) * max_send_sge_);
+  inline_stride_ = (actual_cap_.max_inline_data + 7u) & ~7u;
+  sq_inline_.resize(static_cast<std::size_t>(slots) * inline_stride_);
+  if (!srq_) rq_.init(actual_cap_.max_recv_wr, actual_cap_.max_recv_sge);
+
+  ++pd_->users;
+  ++scq_->users;
+  scq_->qps.push_back(this);
+  ++rcq_->users;
+  if (rcq_ != scq_) rcq_->qps.push_back(this);
+  if (srq_) ++srq_->users;
+  dev_->qps.emplace(qpn_, this);
+  ++dev_->live_qps;
+}
+
+SimQp::~SimQp() {
+  if (!destroyed_) destroy();
+}
+
+void SimQp::destroy() {
+  if (destroyed_) return;
+  forget_cq_entries();
+  dev_->qps.erase(qpn_);
+  --dev_->live_qps;
+  --scq_->users;
+  std::erase(scq_->qps, this);
+  --rcq_->users;
+  std::erase(rcq_->qps, this);
+  if (srq_) --srq_->users;
+  --pd_->users;
+  destroyed_ = true;
+}
+
+void SimQp::forget_cq_entries() noexcept {
+  const bool clean = traits().clean_cq_on_qp_destroy;
+  for (CqCore* cq : {scq_.get(), rcq_.get()}) {
+    const auto size = static_cast<std::uint32_t>(cq->ring.size());
+    std::uint32_t kept = 0;
+    for (std::uint32_t i = 0; i < cq->count; ++i) {
+      CqEntry e = cq->ring[(cq->head + i) % size];
+      if (e.qp == this) {
+        if (clean) continue;
+        e.qp = nullptr;
+      }
+      cq->ring[(cq->head + kept) % size] = e;
+      ++kept;
+    }
+    cq->count = kept;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Posting
+
+PostResult SimQp::check_send(const SendWr& wr) const noexcept {
+  if (sq_post_ - sq_retired_ >= actual_cap_.max_send_wr) {
+    return {errno_code(ENOMEM), 0, "send queue full"};
+  }
+  if (!opcode_allowed(type_, wr.opcode)) {
+    return {errno_code(EINVAL), 0, "opcode not supported on this QP type"};
+  }
+  if (wr.sg_list.size() > max_send_sge_) return {errno_code(ENOMEM), 0, "too many SGEs"};
+  std::uint64_t length = 0;
+  for (const Sge& s : wr.sg_list) length += s.length;
+  if (any(wr.flags, SendFlags::inline_data)) {
+    if (length > actual_cap_.max_inline_data) {
+      return {errno_code(ENOMEM), 0, "inline data larger than max_inline_data"};
+    }
+    if (wr.opcode == WrOpcode::rdma_read || is_atomic(wr.opcode)) {
+      return {errno_code(EINVAL), 0, "inline is only for SEND and RDMA WRITE"};
+    }
+  }
+  if (is_atomic(wr.opcode) && (length != 8 || (wr.remote_addr & 7u) != 0)) {
+    return {errno_code(EINVAL), 0, "atomics need one 8-byte, 8-byte aligned operand"};
+  }
+  if (length > 0x80000000ull) return {errno_code(EINVAL), 0, "message larger than 2 GiB"};
+  if (type_ == QpType::ud) {
+    const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
+    if (ah == nullptr) return {errno_code(EINVAL), 0, "UD send without an address handle"};
+    const auto& port = dev_->ports[0];
+    if (length > mtu_bytes(port.attr.active_mtu)) {
+      return {errno_code(EINVAL), 0, "UD message larger than the path MTU"};
+    }
+  }
+  return {};
+}
+
+void SimQp::enqueue_send(const SendWr& wr) noexcept {
+  const std::uint32_t i = sq_post_++;
+  SendWqe& w = sq_at(i);
+  w.wr_id = wr.wr_id;
+  w.opcode = wr.opcode;
+  w.flags = wr.flags;
+  w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
+  w.imm = wr.imm_data;
+  w.remote_addr = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.compare_add = wr.compare_add;
+  w.swap = wr.swap;
+  w.remote_qpn = wr.remote_qpn;
+  w.remote_qkey = wr.remote_qkey;
+  w.dst_dev = -1;
+  if (type_ == QpType::ud) w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
+  std::uint32_t length = 0;
+  w.inlined = any(wr.flags, SendFlags::inline_data);
+  if (w.inlined) {
+    std::uint8_t* dst = sq_inline(i);
+    for (const Sge& s : wr.sg_list) {
+      std::memcpy(dst + length, reinterpret_cast<const void*>(s.addr), s.length);
+      length += s.length;
+    }
+    w.num_sge = 0;
+  } else {
+    std::copy(wr.sg_list.begin(), wr.sg_list.end(), sq_sge(i));
+    for (const Sge& s : wr.sg_list) length += s.length;
+    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
+  }
+  w.length = length;
+}
+
+PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
+  const ProfileTraits& t = traits();
+  const QpState s = attr_.qp_state;
+  const bool early = s == QpState::reset || s == QpState::init || s == QpState::rtr;
+  if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
+    return {errno_code(EINVAL), 0, "QP is not in RTS"};
+  }
+  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
+    PostResult r = check_send(wrs[i]);
+    if (r.error) {
+      r.posted = i;
+      if (i > 0 && s == QpState::rts) transmit();
+      return r;
+    }
+    enqueue_send(wrs[i]);
+    if (s == QpState::err) {
+      complete_send(sq_done_, WcStatus::wr_flush_err);
+      ++sq_done_;
+      sq_sent_ = sq_done_;
+    }
+  }
+  if (early && t.post_send_needs_rts) {
+    // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
+    // once the QP reaches RTS.
+    return {errno_code(EINVAL), 0, "QP is not in RTS"};
+  }
+  if (s == QpState::rts) transmit();
+  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+}
+
+PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
+  if (srq_) return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
+  if (attr_.qp_state == QpState::reset) return {errno_code(EINVAL), 0, "QP is in RESET"};
+  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
+    const RecvWr& wr = wrs[i];
+    if (wr.sg_list.size() > rq_.max_sge) return {errno_code(EINVAL), i, "too many SGEs"};
+    if (rq_.size() >= rq_.cap) return {errno_code(ENOMEM), i, "receive queue full"};
+    RecvWqe& w = rq_.at(rq_.tail);
+    w.wr_id = wr.wr_id;
+    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
+    std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq_.sge_at(rq_.tail));
+    ++rq_.tail;
+  }
+  if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
+    while (rq_.size() > 0) {
+      const RecvWqe w = rq_.at(rq_.head++);
+      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
+    }
+  }
+  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completions
+
+void SimQp::complete_send(std::uint32_t index, WcStatus status) {
+  const SendWqe& w = sq_at(index);
+  if (status == WcStatus::success && !w.signaled) return;
+  CqEntry e{};
+  e.wc.wr_id = w.wr_id;
+  e.wc.status = status;
+  switch (w.opcode) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: e.wc.opcode = WcOpcode::send; break;
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: e.wc.opcode = WcOpcode::rdma_write; break;
+    case WrOpcode::rdma_read: e.wc.opcode = WcOpcode::rdma_read; break;
+    case WrOpcode::atomic_cmp_and_swp: e.wc.opcode = WcOpcode::comp_swap; break;
+    case WrOpcode::atomic_fetch_and_add: e.wc.opcode = WcOpcode::fetch_add; break;
+  }
+  e.wc.byte_len = w.length;
+  e.wc.qp_num = qpn_;
+  e.qp = this;
+  e.sq_index = index;
+  e.send = true;
+  scq_->push(e, false);
+}
+
+void SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+  CqEntry e{};
+  e.wc.wr_id = wqe.wr_id;
+  e.wc.status = status;
+  e.wc.opcode = opcode;
+  e.wc.byte_len = byte_len;
+  e.wc.qp_num = qpn_;
+  e.wc.src_qp = src_qp;
+  if (with_imm) {
+    e.wc.imm_data = imm;
+    e.wc.wc_flags |= WcFlags::with_imm;
+  }
+  if (type_ == QpType::ud && status == WcStatus::success) e.wc.wc_flags |= WcFlags::grh;
+  e.qp = this;
+  rcq_->push(e, solicited);
+}
+
+void SimQp::retire_through(std::uint32_t index) noexcept {
+  if (static_cast<std::int32_t>(index + 1 - sq_retired_) > 0 &&
+      static_cast<std::int32_t>(index + 1 - sq_done_) <= 0) {
+    sq_retired_ = index + 1;
+  }
+}
+
+void SimQp::raise(AsyncEventType type) {
+  AsyncEvent ev;
+  ev.type = type;
+  ev.qp = this;
+  ev.qp_num = qpn_;
+  ctx_->raise(ev);
+}
+
+void SimQp::flush_all() {
+  for (; sq_done_ != sq_post_; ++sq_done_) complete_send(sq_done_, WcStatus::wr_flush_err);
+  sq_sent_ = sq_done_;
+  rd_atomic_outstanding_ = 0;
+  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  if (!srq_) {
+    while (rq_.size() > 0) {
+      const RecvWqe w = rq_.at(rq_.head++);
+      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
+    }
+  }
+}
+
+void SimQp::enter_error(bool raise_fatal) {
+  if (attr_.qp_state == QpState::err) return;
+  attr_.qp_state = QpState::err;
+  ++epoch_;
+  ++timer_gen_;
+  rnr_wait_ = false;
+  flush_all();
+  if (raise_fatal) raise(AsyncEventType::qp_fatal);
+  if (srq_) raise(AsyncEventType::qp_last_wqe_reached);
+}
+
+void SimQp::cq_failed() { enter_error(false); }
+
+void SimQp::reset_queues() {
+  forget_cq_entries();
+  sq_retired_ = sq_done_ = sq_sent_ = sq_post_ = 0;
+  sq_psn_base_index_ = 0;
+  rq_.clear();
+  ++epoch_;
+  ++timer_gen_;
+  rnr_wait_ = false;
+  rd_atomic_outstanding_ = 0;
+  comm_est_raised_ = false;
+  dst_dev_ = -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// State machine
+
+void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
+  const QpState cur = attr_.qp_state;
+  const QpState next = any(mask, QpAttrMask::state) ? attr.qp_state : cur;
+  auto bad = [&](const std::string& why) {
+    fail("ibv_modify_qp", EINVAL,
+         std::string(to_string(cur)) + "->" + std::string(to_string(next)) + ": " + why);
+  };
+  if (any(mask, QpAttrMask::cur_state) && attr.cur_qp_state != cur) {
+    bad("cur_qp_state " + std::string(to_string(attr.cur_qp_state)) + " is not the QP's state");
+  }
+  const TransitionCheck check = check_transition(type_, cur, next, mask);
+  if (!check.ok) bad(check.reason);
+
+  const DevCore& dev = *dev_;
+  if (any(mask, QpAttrMask::port) && (attr.port_num < 1 || attr.port_num > dev.ports.size())) {
+    bad("port " + str(attr.port_num) + " does not exist");
+  }
+  if (any(mask, QpAttrMask::pkey_index) && attr.pkey_index >= 1) {
+    bad("pkey_index " + str(attr.pkey_index) + " out of range");
+  }
+  if (any(mask, QpAttrMask::access_flags) &&
+      any(attr.qp_access_flags, ~(Access::local_write | Access::remote_write |
+                                  Access::remote_read | Access::remote_atomic))) {
+    bad("unknown access flags");
+  }
+  if (any(mask, QpAttrMask::path_mtu) &&
+      (attr.path_mtu < Mtu::mtu_256 || attr.path_mtu > dev.ports[0].attr.max_mtu)) {
+    bad("path_mtu above the port's max_mtu");
+  }
+  if (any(mask, QpAttrMask::av)) {
+    const std::uint8_t port = attr.ah_attr.port_num != 0 ? attr.ah_attr.port_num : 1;
+    if (port > dev.ports.size()) bad("ah_attr.port_num does not exist");
+    if (!attr.ah_attr.is_global) bad("RoCE needs a GRH in the address vector (is_global)");
+    if (attr.ah_attr.grh.sgid_index >= dev.ports[port - 1u].gids.size()) {
+      bad("sgid_index " + str(attr.ah_attr.grh.sgid_index) + " out of range");
+    }
+  }
+  if (any(mask, QpAttrMask::timeout) && attr.timeout > 31) bad("timeout above 31");
+  if (any(mask, QpAttrMask::retry_cnt) && attr.retry_cnt > 7) bad("retry_cnt above 7");
+  if (any(mask, QpAttrMask::rnr_retry) && attr.rnr_retry > 7) bad("rnr_retry above 7");
+  if (any(mask, QpAttrMask::min_rnr_timer) && attr.min_rnr_timer > 31) bad("min_rnr_timer above 31");
+  if (any(mask, QpAttrMask::max_qp_rd_atomic) && attr.max_rd_atomic > 128) {
+    bad("max_rd_atomic above max_qp_init_rd_atom");
+  }
+  if (any(mask, QpAttrMask::max_dest_rd_atomic) && attr.max_dest_rd_atomic > 128) {
+    bad("max_dest_rd_atomic above max_qp_rd_atom");
+  }
+  if (any(mask, QpAttrMask::cap)) bad("resizing a QP is not supported");
+
+  apply(attr, mask);
+  if (next == cur && next != QpState::sqd) return;
+  switch (next) {
+    case QpState::reset: {
+      attr_ = QpAttr{};
+      reset_queues();
+      break;
+    }
+    case QpState::err:
+      attr_.qp_state = cur;  // so enter_error runs
+      enter_error(false);
+      break;
+    case QpState::rtr:
+      attr_.qp_state = next;
+      epsn_ = attr_.rq_psn;
+      if (type_ != QpType::ud) dst_dev_ = world().route(attr_.ah_attr.grh.dgid);
+      break;
+    case QpState::rts:
+      attr_.qp_state = next;
+      if (cur == QpState::rtr) {
+        sq_psn_base_index_ = sq_sent_;
+        retry_left_ = attr_.retry_cnt;
+        rnr_left_ = attr_.rnr_retry;
+      }
+      attr_.sq_draining = 0;
+      transmit();
+      break;
+    case QpState::sqd:
+      attr_.qp_state = next;
+      attr_.sq_draining = sq_done_ != sq_sent_;
+      if (!attr_.sq_draining && cur != QpState::sqd && attr_.en_sqd_async_notify) {
+        raise(AsyncEventType::sq_drained);
+      }
+      break;
+    default: attr_.qp_state = next; break;
+  }
+}
+
+void SimQp::apply(const QpAttr& a, QpAttrMask m) {
+  if (any(m, QpAttrMask::en_sqd_async_notify)) attr_.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (any(m, QpAttrMask::access_flags)) attr_.qp_access_flags = a.qp_access_flags;
+  if (any(m, QpAttrMask::pkey_index)) attr_.pkey_index = a.pkey_index;
+  if (any(m, QpAttrMask::port)) attr_.port_num = a.port_num;
+  if (any(m, QpAttrMask::qkey)) attr_.qkey = a.qkey;
+  if (any(m, QpAttrMask::av)) {
+    attr_.ah_attr = a.ah_attr;
+    if (attr_.ah_attr.port_num == 0) attr_.ah_attr.port_num = 1;
+  }
+  if (any(m, QpAttrMask::path_mtu)) attr_.path_mtu = a.path_mtu;
+  if (any(m, QpAttrMask::timeout)) attr_.timeout = a.timeout;
+  if (any(m, QpAttrMask::retry_cnt)) {
+    attr_.retry_cnt = a.retry_cnt;
+    retry_left_ = a.retry_cnt;
+  }
+  if (any(m, QpAttrMask::rnr_retry)) {
+    attr_.rnr_retry = a.rnr_retry;
+    rnr_left_ = a.rnr_retry;
+  }
+  if (any(m, QpAttrMask::rq_psn)) attr_.rq_psn = a.rq_psn & 0xffffff;
+  if (any(m, QpAttrMask::max_qp_rd_atomic)) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (any(m, QpAttrMask::min_rnr_timer)) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (any(m, QpAttrMask::sq_psn)) attr_.sq_psn = a.sq_psn & 0xffffff;
+  if (any(m, QpAttrMask::max_dest_rd_atomic)) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (any(m, QpAttrMask::dest_qpn)) attr_.dest_qp_num = a.dest_qp_num & 0xffffff;
+}
+
+QpAttr SimQp::query(QpAttrMask) const {
+  QpAttr a = attr_;
+  a.cur_qp_state = a.qp_state;
+  a.cap = actual_cap_;
+  if (srq_) a.cap.max_recv_wr = 0;
+  return a;
+}
+
+}  // namespace verbsim::sim

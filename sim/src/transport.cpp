@@ -1,0 +1,456 @@
+// The wire protocol between QPs, at message granularity: RC with ACKs, NAKs (RNR, sequence,
+// access, invalid request, operational), the local ACK timeout and both retry counters; UC and
+// UD without acknowledgements. A message's data is read from the sender's memory when it
+// arrives, as a NIC reads it by DMA while sending.
+#include <algorithm>
+#include <cstring>
+
+#include "handles.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+bool is_read_or_atomic(WrOpcode op) noexcept {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp ||
+         op == WrOpcode::atomic_fetch_and_add;
+}
+
+// Is [addr, addr+len) inside a memory region of `dev`'s table under `key`, owned by `pd`, with
+// every access bit of `need`? Returns its MR or nullptr.
+const MrCore* lookup(const DevCore& dev, std::uint32_t key, const PdCore* pd, std::uint64_t addr,
+                     std::uint64_t len, Access need) noexcept {
+  const auto it = dev.mrs.find(key);
+  if (it == dev.mrs.end()) return nullptr;
+  const MrCore* mr = it->second;
+  if (mr->pd.get() != pd) return nullptr;
+  if (need != Access::none && !all(mr->access, need)) return nullptr;
+  const auto base = reinterpret_cast<std::uint64_t>(mr->addr);
+  if (addr < base || addr + len > base + mr->length || addr + len < addr) return nullptr;
+  return mr;
+}
+
+bool sges_valid(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint32_t n,
+                Access need) noexcept {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (sges[i].length == 0) continue;
+    if (lookup(dev, sges[i].lkey, pd, sges[i].addr, sges[i].length, need) == nullptr) return false;
+  }
+  return true;
+}
+
+std::uint64_t sges_length(const Sge* sges, std::uint32_t n) noexcept {
+  std::uint64_t len = 0;
+  for (std::uint32_t i = 0; i < n; ++i) len += sges[i].length;
+  return len;
+}
+
+// Scatters `len` bytes from `src` into the SGE list.
+void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint64_t len) noexcept {
+  for (std::uint32_t i = 0; i < n && len > 0; ++i) {
+    const std::uint64_t k = std::min<std::uint64_t>(dst[i].length, len);
+    std::memcpy(reinterpret_cast<void*>(dst[i].addr), src, k);
+    src += k;
+    len -= k;
+  }
+}
+
+// Copies from one SGE list to another (sizes already checked).
+void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns) noexcept {
+  std::uint32_t di = 0;
+  std::uint64_t doff = 0;
+  for (std::uint32_t si = 0; si < ns; ++si) {
+    auto* s = reinterpret_cast<const std::uint8_t*>(src[si].addr);
+    std::uint64_t left = src[si].length;
+    while (left > 0 && di < nd) {
+      const std::uint64_t k = std::min<std::uint64_t>(left, dst[di].length - doff);
+      std::memcpy(reinterpret_cast<std::uint8_t*>(dst[di].addr) + doff, s, k);
+      s += k;
+      left -= k;
+      doff += k;
+      if (doff == dst[di].length) {
+        ++di;
+        doff = 0;
+      }
+    }
+  }
+}
+
+// Gathers from an SGE list into a plain buffer (for the GRH-prefixed UD receive path).
+void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
+  for (std::uint32_t i = 0; i < ns; ++i) {
+    std::memcpy(dst, reinterpret_cast<const void*>(src[i].addr), src[i].length);
+    dst += src[i].length;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Requester
+
+void SimQp::transmit() {
+  if (attr_.qp_state != QpState::rts || rnr_wait_) return;
+  World::Impl& w = world();
+  const bool had_outstanding = sq_done_ != sq_sent_;
+  while (sq_sent_ != sq_post_) {
+    SendWqe& wq = sq_at(sq_sent_);
+    const bool rd = is_read_or_atomic(wq.opcode);
+    if (type_ == QpType::rc) {
+      if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
+      if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
+    }
+    // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
+    // stay in order, so wait for everything before it first.
+    const Access need = rd ? Access::local_write : Access::none;
+    if (!wq.inlined && !sges_valid(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge, need)) {
+      if (sq_done_ != sq_sent_) break;
+      complete_send(sq_sent_, WcStatus::loc_prot_err);
+      sq_done_ = ++sq_sent_;
+      enter_error(false);
+      return;
+    }
+    wq.psn = (attr_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
+    const int dst = type_ == QpType::ud ? wq.dst_dev : dst_dev_;
+    const std::uint32_t dqpn = type_ == QpType::ud ? wq.remote_qpn : attr_.dest_qp_num;
+    const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
+    const std::uint8_t port = type_ == QpType::ud ? 1 : attr_.port_num;
+    const std::uint64_t arrival = w.transmit_time(*dev_, port, bytes);
+    if (rd) ++rd_atomic_outstanding_;
+    Event e{};
+    e.time = arrival;
+    e.src_dev = static_cast<std::uint32_t>(dev_->index);
+    e.src_qpn = qpn_;
+    e.index = sq_sent_;
+    e.epoch = epoch_;
+    if (dst >= 0) {
+      e.kind = EvKind::deliver;
+      e.dev = static_cast<std::uint16_t>(dst);
+      e.qpn = dqpn;
+      w.schedule(e);
+    }
+    if (type_ != QpType::rc) {
+      // Unreliable: the send completes once the message is on the wire; ordered after the
+      // delivery so the receiver reads the data before the slot can be reused.
+      e.kind = EvKind::ack;
+      e.dev = static_cast<std::uint16_t>(dev_->index);
+      e.qpn = qpn_;
+      w.schedule(e);
+    }
+    ++sq_sent_;
+  }
+  if (type_ == QpType::rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
+}
+
+void SimQp::arm_timer() {
+  if (attr_.timeout == 0) return;  // infinite: a lost message waits forever, as on hardware
+  World::Impl& w = world();
+  Event e{};
+  e.time = w.now + ack_timeout_ns(attr_.timeout);
+  e.kind = EvKind::timeout;
+  e.dev = static_cast<std::uint16_t>(dev_->index);
+  e.qpn = qpn_;
+  e.index = sq_done_;
+  e.epoch = epoch_;
+  e.value = ++timer_gen_;
+  w.schedule(e);
+}
+
+void SimQp::on_ack(const Event& e) {
+  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
+  if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
+  for (; static_cast<std::int32_t>(e.index - sq_done_) >= 0; ++sq_done_) {
+    if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
+      --rd_atomic_outstanding_;
+    }
+    complete_send(sq_done_, WcStatus::success);
+  }
+  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  retry_left_ = attr_.retry_cnt;
+  rnr_left_ = attr_.rnr_retry;
+  if (type_ == QpType::rc) {
+    ++timer_gen_;
+    if (sq_done_ != sq_sent_) arm_timer();
+  }
+  if (attr_.qp_state == QpState::sqd && sq_done_ == sq_sent_ && attr_.sq_draining) {
+    attr_.sq_draining = 0;
+    if (attr_.en_sqd_async_notify) raise(AsyncEventType::sq_drained);
+  }
+  transmit();
+}
+
+void SimQp::on_nak(const Event& e) {
+  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
+  if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
+  // A NAK acknowledges everything before it.
+  for (; sq_done_ != e.index; ++sq_done_) {
+    if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
+      --rd_atomic_outstanding_;
+    }
+    complete_send(sq_done_, WcStatus::success);
+  }
+  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  ++timer_gen_;
+  WcStatus fatal = WcStatus::success;
+  switch (static_cast<Nak>(e.code)) {
+    case Nak::rnr:
+      if (attr_.rnr_retry == 7 || rnr_left_ > 0) {
+        if (attr_.rnr_retry != 7) --rnr_left_;
+        ++epoch_;
+        sq_sent_ = sq_done_;
+        rd_atomic_outstanding_ = 0;
+        rnr_wait_ = true;
+        Event r{};
+        r.time = world().now + rnr_timer_ns(static_cast<std::uint8_t>(e.value));
+        r.kind = EvKind::rnr_retry;
+        r.dev = static_cast<std::uint16_t>(dev_->index);
+        r.qpn = qpn_;
+        r.epoch = epoch_;
+        world().schedule(r);
+        return;
+      }
+      fatal = WcStatus::rnr_retry_exc_err;
+      break;
+    case Nak::psn_seq:
+      ++epoch_;
+      sq_sent_ = sq_done_;
+      rd_atomic_outstanding_ = 0;
+      transmit();
+      return;
+    case Nak::rem_access: fatal = WcStatus::rem_access_err; break;
+    case Nak::inv_req: fatal = WcStatus::rem_inv_req_err; break;
+    case Nak::rem_op: fatal = WcStatus::rem_op_err; break;
+  }
+  complete_send(sq_done_, fatal);
+  ++sq_done_;
+  enter_error(false);
+}
+
+void SimQp::on_timeout(const Event& e) {
+  if (e.value != timer_gen_ || attr_.qp_state == QpState::err || rnr_wait_) return;
+  if (sq_done_ == sq_sent_) return;
+  if (retry_left_ == 0) {
+    complete_send(sq_done_, WcStatus::retry_exc_err);
+    ++sq_done_;
+    enter_error(false);
+    return;
+  }
+  --retry_left_;
+  ++epoch_;
+  sq_sent_ = sq_done_;
+  rd_atomic_outstanding_ = 0;
+  transmit();
+  if (sq_done_ != sq_sent_) arm_timer();
+}
+
+void SimQp::on_rnr_retry(const Event& e) {
+  if (e.epoch != epoch_ || !rnr_wait_) return;
+  rnr_wait_ = false;
+  transmit();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responder
+
+bool SimQp::take_recv(RecvWqe& wqe, Sge*& sges) {
+  RecvQueue& rq = srq_ ? srq_->rq : rq_;
+  if (rq.size() == 0) return false;
+  wqe = rq.at(rq.head);
+  sges = rq.sge_at(rq.head);
+  ++rq.head;
+  if (srq_) srq_->consumed();
+  return true;
+}
+
+void SimQp::on_deliver(const Event& e) {
+  World::Impl& w = world();
+  SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
+  if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
+  const QpState s = attr_.qp_state;
+  if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) return;  // dropped
+  SendWqe& wq = req->sq_at(e.index);
+  const Sge* src_sges = req->sq_sge(e.index);
+  const std::uint8_t* src_inline = req->sq_inline(e.index);
+
+  if (type_ == QpType::ud) {
+    if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
+    RecvWqe rw;
+    Sge* rs;
+    if (!take_recv(rw, rs)) return;
+    const std::uint64_t room = sges_length(rs, rw.num_sge);
+    if (room < 40u + wq.length || !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+      const WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
+      complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req->qpn_, false);
+      enter_error(false);
+      return;
+    }
+    // 40-byte GRH, then the payload.
+    std::uint8_t grh[40] = {};
+    grh[0] = 0x60;
+    grh[4] = static_cast<std::uint8_t>(wq.length >> 8);
+    grh[5] = static_cast<std::uint8_t>(wq.length);
+    grh[6] = 0x1b;
+    grh[7] = 64;
+    const auto& sgid = req->dev_->ports[0].gids.back();
+    const auto& dgid = dev_->ports[0].gids.back();
+    std::memcpy(grh + 8, sgid.raw.data(), 16);
+    std::memcpy(grh + 24, dgid.raw.data(), 16);
+    std::uint8_t payload[4096 + 40];
+    std::memcpy(payload, grh, 40);
+    if (wq.inlined) {
+      std::memcpy(payload + 40, src_inline, wq.length);
+    } else {
+      gather_to(payload + 40, src_sges, wq.num_sge);
+    }
+    scatter(rs, rw.num_sge, payload, 40u + wq.length);
+    const bool imm = wq.opcode == WrOpcode::send_with_imm;
+    complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm, req->qpn_,
+                  any(wq.flags, SendFlags::solicited));
+    return;
+  }
+
+  const bool rc = type_ == QpType::rc;
+  const std::uint32_t diff = (wq.psn - epsn_) & 0xffffff;
+  auto respond = [&](EvKind kind, Nak code, std::uint64_t value, std::uint64_t bytes) {
+    if (!rc) return;
+    Event r{};
+    r.time = w.transmit_time(*dev_, attr_.port_num, bytes);
+    r.kind = kind;
+    r.code = static_cast<std::uint8_t>(code);
+    r.dev = static_cast<std::uint16_t>(e.src_dev);
+    r.qpn = e.src_qpn;
+    r.index = e.index;
+    r.epoch = e.epoch;
+    r.value = value;
+    w.schedule(r);
+  };
+  if (diff != 0) {
+    if (!rc) {
+      epsn_ = (wq.psn + 1) & 0xffffff;  // UC: a gap just loses messages
+    } else if (diff >= 0x800000) {
+      respond(EvKind::ack, Nak::rnr, 0, 0);  // duplicate: acknowledge again
+      return;
+    } else {
+      respond(EvKind::nak, Nak::psn_seq, 0, 0);  // a message before it was lost
+      return;
+    }
+  }
+  if (s == QpState::rtr && !comm_est_raised_) {
+    comm_est_raised_ = true;
+    if (traits().comm_est_event) raise(AsyncEventType::comm_est);
+  }
+  auto responder_error = [&](Nak code, AsyncEventType event) {
+    respond(EvKind::nak, code, 0, 0);
+    enter_error(false);
+    if (traits().responder_error_events) raise(event);
+  };
+  auto remote_ok = [&](Access qp_need, Access mr_need, std::uint64_t len) {
+    if (!all(attr_.qp_access_flags, qp_need)) return false;
+    return len == 0 || lookup(*dev_, wq.rkey, pd_.get(), wq.remote_addr, len, mr_need) != nullptr;
+  };
+  const bool with_imm =
+      wq.opcode == WrOpcode::send_with_imm || wq.opcode == WrOpcode::rdma_write_with_imm;
+  const bool solicited = any(wq.flags, SendFlags::solicited);
+  std::uint64_t response_bytes = 0;
+
+  switch (wq.opcode) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: {
+      RecvWqe rw;
+      Sge* rs;
+      if (!take_recv(rw, rs)) {
+        if (rc) {
+          respond(EvKind::nak, Nak::rnr, attr_.min_rnr_timer, 0);
+        } else {
+          epsn_ = (wq.psn + 1) & 0xffffff;
+        }
+        return;
+      }
+      if (sges_length(rs, rw.num_sge) < wq.length) {
+        complete_recv(rw, WcStatus::loc_len_err, WcOpcode::recv, 0, 0, false, 0, false);
+        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        return;
+      }
+      if (!sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+        complete_recv(rw, WcStatus::loc_prot_err, WcOpcode::recv, 0, 0, false, 0, false);
+        responder_error(Nak::rem_op, AsyncEventType::qp_access_err);
+        return;
+      }
+      if (wq.inlined) {
+        scatter(rs, rw.num_sge, src_inline, wq.length);
+      } else {
+        sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
+      }
+      complete_recv(rw, WcStatus::success, WcOpcode::recv, wq.length, wq.imm, with_imm, 0,
+                    solicited);
+      break;
+    }
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: {
+      if (!remote_ok(Access::remote_write, Access::remote_write, wq.length)) {
+        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        return;
+      }
+      RecvWqe rw{};
+      Sge* rs = nullptr;
+      if (with_imm && !take_recv(rw, rs)) {
+        if (rc) {
+          respond(EvKind::nak, Nak::rnr, attr_.min_rnr_timer, 0);
+        } else {
+          epsn_ = (wq.psn + 1) & 0xffffff;
+        }
+        return;
+      }
+      const Sge target{wq.remote_addr, wq.length, wq.rkey};
+      if (wq.inlined) {
+        scatter(&target, 1, src_inline, wq.length);
+      } else {
+        sg_copy(&target, 1, src_sges, wq.num_sge);
+      }
+      if (with_imm) {
+        complete_recv(rw, WcStatus::success, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm, true,
+                      0, solicited);
+      }
+      break;
+    }
+    case WrOpcode::rdma_read: {
+      if (attr_.max_dest_rd_atomic == 0) {
+        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        return;
+      }
+      if (!remote_ok(Access::remote_read, Access::remote_read, wq.length)) {
+        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        return;
+      }
+      const Sge source{wq.remote_addr, wq.length, wq.rkey};
+      sg_copy(src_sges, wq.num_sge, &source, 1);
+      response_bytes = wq.length;
+      break;
+    }
+    case WrOpcode::atomic_cmp_and_swp:
+    case WrOpcode::atomic_fetch_and_add: {
+      if (attr_.max_dest_rd_atomic == 0) {
+        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        return;
+      }
+      if (!remote_ok(Access::remote_atomic, Access::remote_atomic, 8)) {
+        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        return;
+      }
+      auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
+      const std::uint64_t original = *target;
+      if (wq.opcode == WrOpcode::atomic_cmp_and_swp) {
+        if (original == wq.compare_add) *target = wq.swap;
+      } else {
+        *target = original + wq.compare_add;
+      }
+      scatter(src_sges, wq.num_sge, reinterpret_cast<const std::uint8_t*>(&original), 8);
+      response_bytes = 8;
+      break;
+    }
+  }
+  epsn_ = (wq.psn + 1) & 0xffffff;
+  respond(EvKind::ack, Nak::rnr, 0, response_bytes);
+}
+
+}  // namespace verbsim::sim

@@ -1,0 +1,283 @@
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "handles.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+std::uint32_t pow2_at_least(std::uint32_t n) noexcept {
+  std::uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+constexpr ProfileTraits kStrict{
+    .profile = Profile::strict,
+    .pow2_minus_one_depths = false,
+    .create_reports_requested = false,
+    .retire_on_poll = true,
+    .cq_overrun_is_error = true,
+    .post_send_needs_rts = true,
+    .rejected_send_stays_queued = false,
+    .post_recv_in_err_completes = true,
+    .clean_cq_on_qp_destroy = true,
+    .responder_error_events = true,
+    .comm_est_event = true,
+    .max_qp_wr = 32768,
+    .max_cqe = 4194303,
+    .max_sge = 30,
+    .max_inline = 512,
+    .min_inline_per_sge = 0,
+};
+
+constexpr ProfileTraits kRxe{
+    .profile = Profile::rxe,
+    .pow2_minus_one_depths = true,
+    .create_reports_requested = true,
+    .retire_on_poll = false,
+    .cq_overrun_is_error = false,
+    .post_send_needs_rts = true,
+    .rejected_send_stays_queued = true,
+    .post_recv_in_err_completes = false,
+    .clean_cq_on_qp_destroy = false,
+    .responder_error_events = false,
+    .comm_est_event = false,
+    .max_qp_wr = 1048576,
+    .max_cqe = 32767,
+    .max_sge = 32,
+    .max_inline = 512,
+    .min_inline_per_sge = 16,
+};
+
+constexpr ProfileTraits kMlx5 = [] {
+  ProfileTraits t = kStrict;
+  t.profile = Profile::mlx5;
+  t.post_send_needs_rts = false;
+  return t;
+}();
+
+std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v, &end, 0);
+  if (end == v || *end != '\0') {
+    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a number");
+  }
+  return x;
+}
+
+}  // namespace
+
+const ProfileTraits& ProfileTraits::of(Profile p) noexcept {
+  switch (p) {
+    case Profile::rxe: return kRxe;
+    case Profile::mlx5: return kMlx5;
+    case Profile::strict: break;
+  }
+  return kStrict;
+}
+
+std::uint32_t ProfileTraits::round_wq(std::uint32_t n) const noexcept {
+  if (n == 0) return 0;
+  return pow2_minus_one_depths ? pow2_at_least(n + 1) - 1 : pow2_at_least(n);
+}
+
+std::uint32_t ProfileTraits::round_cq(std::uint32_t n) const noexcept {
+  if (n == 0) return 0;
+  return pow2_at_least(n + 1) - 1;
+}
+
+std::string_view to_string(Profile p) noexcept {
+  switch (p) {
+    case Profile::strict: return "strict";
+    case Profile::rxe: return "rxe";
+    case Profile::mlx5: return "mlx5";
+  }
+  return "unknown";
+}
+
+Profile parse_profile(std::string_view name) {
+  if (name == "strict" || name.empty()) return Profile::strict;
+  if (name == "rxe") return Profile::rxe;
+  if (name == "mlx5") return Profile::mlx5;
+  throw std::invalid_argument("unknown simulator profile '" + std::string(name) +
+                              "' (expected strict, rxe or mlx5)");
+}
+
+Config Config::from_env() {
+  Config c;
+  c.seed = env_u64("VERBSIM_SEED", c.seed);
+  if (const char* p = std::getenv("VERBSIM_PROFILE")) c.profile = parse_profile(p);
+  c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
+  if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+World::Impl::Impl(Config c) : config(c), traits(&ProfileTraits::of(c.profile)), rng(c.seed) {
+  digest.add(c.seed);
+  for (int d = 0; d < config.devices; ++d) {
+    auto dev = std::make_unique<DevCore>();
+    dev->index = d;
+    dev->name = "sim" + std::to_string(d);
+    dev->guid = 0x0200'5eff'fe00'0000ull | (static_cast<std::uint64_t>(d) << 8) | 1;
+    for (int p = 0; p < config.ports_per_device; ++p) {
+      PortCore port;
+      port.attr.state = PortState::active;
+      port.attr.max_mtu = Mtu::mtu_4096;
+      port.attr.active_mtu = Mtu::mtu_1024;
+      port.attr.gid_tbl_len = 2;
+      port.attr.pkey_tbl_len = 1;
+      port.attr.max_msg_sz = 0x80000000u;
+      port.attr.port_cap_flags = 0x00010000;  // IsDeviceManagementNotSupported, as RoCE ports say
+      port.attr.active_width = 2;  // 4x
+      port.attr.active_speed = 32; // EDR-class; 4x -> 100 Gb/s
+      port.attr.link_layer = LinkLayer::ethernet;
+      Gid link_local;
+      link_local.raw[0] = 0xfe;
+      link_local.raw[1] = 0x80;
+      for (int i = 0; i < 8; ++i) {
+        link_local.raw[8 + i] = static_cast<std::uint8_t>(dev->guid >> (56 - 8 * i));
+      }
+      link_local.raw[15] = static_cast<std::uint8_t>(link_local.raw[15] + p);
+      port.gids.push_back(link_local);
+      port.gids.push_back(Gid::from_ipv4(10, 0, static_cast<std::uint8_t>(d),
+                                         static_cast<std::uint8_t>(p + 1)));
+      dev->ports.push_back(std::move(port));
+    }
+    devs.push_back(std::move(dev));
+  }
+}
+
+namespace {
+struct Later {
+  bool operator()(const Event& a, const Event& b) const noexcept {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+}  // namespace
+
+void World::Impl::schedule(Event e) {
+  e.seq = seq++;
+  heap.push_back(e);
+  std::push_heap(heap.begin(), heap.end(), Later{});
+}
+
+bool World::Impl::step() {
+  if (heap.empty()) return false;
+  const std::uint64_t t = heap.front().time;
+  if (t > now) now = t;
+  while (!heap.empty() && heap.front().time <= now) {
+    std::pop_heap(heap.begin(), heap.end(), Later{});
+    const Event e = heap.back();
+    heap.pop_back();
+    dispatch(e);
+  }
+  return true;
+}
+
+void World::Impl::dispatch(const Event& e) {
+  digest.add(e.time);
+  digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
+             (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
+  digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
+  SimQp* qp = find_qp(e.dev, e.qpn);
+  if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
+  switch (e.kind) {
+    case EvKind::deliver: qp->on_deliver(e); break;
+    case EvKind::ack: qp->on_ack(e); break;
+    case EvKind::nak: qp->on_nak(e); break;
+    case EvKind::timeout: qp->on_timeout(e); break;
+    case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
+  }
+}
+
+SimQp* World::Impl::find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
+  if (dev >= devs.size()) return nullptr;
+  const auto& qps = devs[dev]->qps;
+  const auto it = qps.find(qpn);
+  return it == qps.end() ? nullptr : it->second;
+}
+
+int World::Impl::route(const Gid& gid) const noexcept {
+  for (const auto& dev : devs) {
+    for (const auto& port : dev->ports) {
+      for (const auto& g : port.gids) {
+        if (g == gid) return dev->index;
+      }
+    }
+  }
+  return -1;
+}
+
+std::uint64_t World::Impl::transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
+  PortCore& p = dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
+  const std::uint64_t wire = (bytes + 64) * 8 / config.link_gbps;  // + headers
+  const std::uint64_t start = std::max(now, p.busy_until);
+  p.busy_until = start + wire;
+  return p.busy_until + config.link_latency_ns;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+World::World(Config config) : impl_(std::make_unique<Impl>(config)) {}
+
+World::~World() {
+  if (impl_->open_contexts != 0) {
+    std::fprintf(stderr, "verbsim: sim::World destroyed with %d contexts still open\n",
+                 impl_->open_contexts);
+  }
+}
+
+std::vector<DeviceInfo> World::devices() {
+  std::vector<DeviceInfo> out;
+  for (const auto& d : impl_->devs) out.push_back({"sim", d->name, d->guid});
+  return out;
+}
+
+std::unique_ptr<Context> World::open(std::string_view device) {
+  for (const auto& d : impl_->devs) {
+    if (device.empty() || d->name == device) return std::make_unique<SimContext>(*impl_, *d);
+  }
+  std::string names;
+  for (const auto& d : impl_->devs) names += (names.empty() ? "" : ", ") + d->name;
+  throw VerbError("ibv_open_device", ENODEV,
+                  "no simulated device '" + std::string(device) + "'; this world has " + names);
+}
+
+const Config& World::config() const noexcept { return impl_->config; }
+std::uint64_t World::seed() const noexcept { return impl_->config.seed; }
+std::uint64_t World::now() const noexcept { return impl_->now; }
+bool World::step() { return impl_->step(); }
+
+void World::run_until(std::uint64_t deadline_ns) {
+  while (!impl_->heap.empty() && impl_->heap.front().time <= deadline_ns) impl_->step();
+  if (deadline_ns > impl_->now) impl_->now = deadline_ns;
+}
+
+std::uint64_t World::run_until_idle(std::uint64_t max_events) {
+  std::uint64_t n = 0;
+  while (n < max_events && impl_->step()) ++n;
+  return n;
+}
+
+std::size_t World::pending_events() const noexcept { return impl_->heap.size(); }
+std::uint64_t World::digest() const noexcept { return impl_->digest.value(); }
+
+std::string World::digest_hex() const {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(digest()));
+  return buf;
+}
+
+void fail(const char* verb, int err, std::string_view detail) { throw VerbError(verb, err, detail); }
+
+}  // namespace verbsim::sim

@@ -1,0 +1,101 @@
+// Test support: a simulated world with two devices and one connected QP on each.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
+
+namespace verbsim::testing {
+
+struct Side {
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  std::unique_ptr<QueuePair> qp;
+  std::vector<char> buf;
+  std::unique_ptr<MemoryRegion> mr;
+
+  Sge sge(std::size_t offset, std::uint32_t length) const { return mr->sge(offset, length); }
+};
+
+struct PairOptions {
+  QpType type = QpType::rc;
+  QpCap cap{16, 16, 4, 4, 64};
+  int cqe = 64;
+  std::size_t buf_size = 64 * 1024;
+  bool connect = true;
+  ConnectOptions connect_options{};
+};
+
+inline Side make_side(sim::World& world, const char* dev, const PairOptions& o) {
+  Side s;
+  s.ctx = world.open(dev);
+  s.pd = s.ctx->alloc_pd();
+  s.cq = s.ctx->create_cq(o.cqe);
+  QpInitAttr init;
+  init.type = o.type;
+  init.send_cq = s.cq.get();
+  init.recv_cq = s.cq.get();
+  init.cap = o.cap;
+  s.qp = s.pd->create_qp(init);
+  s.buf.assign(o.buf_size, 0);
+  s.mr = s.pd->reg_mr(s.buf.data(), s.buf.size(),
+                      Access::local_write | Access::remote_write | Access::remote_read |
+                          Access::remote_atomic);
+  return s;
+}
+
+inline Endpoint endpoint_of(const Side& s, std::uint32_t psn) {
+  return {s.ctx->query_gid(1, 1), s.qp->qp_num(), psn};
+}
+
+// Two QPs on sim0 and sim1 of one world, connected to each other.
+struct SimPair {
+  explicit SimPair(sim::Config config = {}, PairOptions o = {}) : world(config), options(o) {
+    a = make_side(world, "sim0", o);
+    b = make_side(world, "sim1", o);
+    if (o.connect) connect_both();
+  }
+  void connect_both() {
+    connect(*a.qp, 100, endpoint_of(b, 200), options.connect_options);
+    connect(*b.qp, 200, endpoint_of(a, 100), options.connect_options);
+  }
+
+  sim::World world;
+  PairOptions options;
+  Side a;
+  Side b;
+};
+
+// Polls `cq` until `n` completions arrived or the world has nothing left to do.
+inline std::vector<WorkCompletion> poll_n(sim::World& world, CompletionQueue& cq, std::size_t n) {
+  std::vector<WorkCompletion> out;
+  WorkCompletion wc[16];
+  while (out.size() < n) {
+    const PollResult r = cq.poll(wc);
+    EXPECT_FALSE(r.error);
+    out.insert(out.end(), wc, wc + r.count);
+    if (r.count == 0 && world.pending_events() == 0) break;
+  }
+  return out;
+}
+
+// Runs the world until nothing is pending, then takes every completion left in `cq`.
+inline std::vector<WorkCompletion> drain(sim::World& world, CompletionQueue& cq) {
+  world.run_until_idle();
+  std::vector<WorkCompletion> out;
+  WorkCompletion wc[16];
+  for (;;) {
+    const PollResult r = cq.poll(wc);
+    if (r.count == 0) break;
+    out.insert(out.end(), wc, wc + r.count);
+  }
+  return out;
+}
+
+}  // namespace verbsim::testing
