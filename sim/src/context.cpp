@@ -48,6 +48,7 @@ void CtxCore::raise(const AsyncEvent& e) {
 }
 
 CtxCore::~CtxCore() {
+  std::erase(dev->contexts, this);
   if (async_efd >= 0) ::close(async_efd);
 }
 
@@ -56,6 +57,7 @@ SimContext::SimContext(World::Impl& world, DevCore& dev) : core_(std::make_share
   core_->dev = &dev;
   core_->info = {"sim", dev.name, dev.guid};
   core_->async_efd = make_eventfd();
+  dev.contexts.push_back(core_.get());
   ++world.open_contexts;
 }
 
@@ -117,6 +119,9 @@ Gid SimContext::query_gid(std::uint8_t port_num, int index) const {
 }
 
 std::unique_ptr<ProtectionDomain> SimContext::alloc_pd() {
+  if (const int err = core_->world->verb_fault(Verb::alloc_pd, 0, core_->dev)) {
+    fail("ibv_alloc_pd", err, "injected by the fault plan");
+  }
   auto pd = std::make_shared<PdCore>();
   pd->ctx = core_;
   pd->id = core_->dev->next_pd_id++;
@@ -127,6 +132,9 @@ std::unique_ptr<CompletionChannel> SimContext::create_comp_channel() {
   auto ch = std::make_shared<ChannelCore>();
   ch->ctx = core_;
   ch->efd = make_eventfd();
+  if (core_->world->faults.verbs[static_cast<int>(Verb::get_cq_event)]) {
+    return std::make_unique<FaultyChannel>(std::move(ch));
+  }
   return std::make_unique<SimChannel>(std::move(ch));
 }
 
@@ -138,10 +146,17 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
          "cqe=" + std::to_string(cqe) + " outside 1.." + str(t.max_cqe));
   }
   if (comp_vector != 0) fail("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
+  World::Impl& w = *core_->world;
+  if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {
+    fail("ibv_create_cq", err, "injected by the fault plan");
+  }
   auto cq = std::make_shared<CqCore>();
   cq->ctx = core_;
   cq->requested = cqe;
-  cq->ring.resize(t.round_cq(static_cast<std::uint32_t>(cqe)));
+  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
+  cq->reported = static_cast<int>(depth);
+  const std::uint32_t shrunk = w.config.faults.cq_depth;
+  cq->ring.resize(shrunk != 0 ? std::min(depth, shrunk) : depth);
   SimChannel* sim_channel = nullptr;
   if (channel != nullptr) {
     sim_channel = dynamic_cast<SimChannel*>(channel);
@@ -152,12 +167,18 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
     ++cq->channel->users;
   }
   ++core_->dev->live_cqs;
-  auto handle = std::make_unique<SimCq>(std::move(cq));
+  const bool faulty = w.faults.verbs[static_cast<int>(Verb::poll_cq)] ||
+                      w.faults.verbs[static_cast<int>(Verb::req_notify_cq)];
+  std::unique_ptr<SimCq> handle = faulty ? std::make_unique<FaultyCq>(std::move(cq))
+                                         : std::make_unique<SimCq>(std::move(cq));
   handle->channel_ = channel;
   return handle;
 }
 
 std::error_code SimContext::get_async_event(AsyncEvent& event, Wait wait) {
+  if (const int err = core_->world->verb_fault(Verb::get_async_event, 0, core_->dev)) {
+    return errno_code(err);
+  }
   auto& q = core_->async;
   for (;;) {
     if (!q.empty()) {
@@ -190,6 +211,9 @@ void SimPd::destroy() {
 }
 
 std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Access access) {
+  if (const int err = core_->ctx->world->verb_fault(Verb::reg_mr, 0, core_->ctx->dev)) {
+    fail("ibv_reg_mr", err, "injected by the fault plan");
+  }
   if (any(access, Access::remote_write | Access::remote_atomic) &&
       !any(access, Access::local_write)) {
     fail("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
@@ -213,6 +237,9 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
 
 std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
   const DevCore& dev = *core_->ctx->dev;
+  if (const int err = core_->ctx->world->verb_fault(Verb::create_ah, 0, &dev)) {
+    fail("ibv_create_ah", err, "injected by the fault plan");
+  }
   if (attr.port_num < 1 || attr.port_num > dev.ports.size()) {
     fail("ibv_create_ah", EINVAL, "port " + str(attr.port_num) + " does not exist");
   }

@@ -17,10 +17,12 @@ void CqCore::push(const CqEntry& e, bool solicited) {
   w.digest.add(e.wc.qp_num);
   if (error) {
     ++dropped;
+    ++w.acct.lost_to_overrun;
     return;
   }
   if (count == ring.size()) {
     ++dropped;
+    ++w.acct.lost_to_overrun;
     AsyncEvent ev;
     ev.type = AsyncEventType::cq_err;
     ev.cq = handle;
@@ -130,6 +132,11 @@ SimSrq::~SimSrq() {
   }
   core_->handle = nullptr;
   --core_->pd->users;
+  if (core_->users == 0) {
+    core_->pd->ctx->world->acct.discarded += core_->rq.size();
+    core_->rq.clear();
+    std::erase(core_->dev->srqs, core_.get());
+  }
 }
 
 void SimSrq::destroy() {
@@ -138,6 +145,9 @@ void SimSrq::destroy() {
   }
   core_->handle = nullptr;
   --core_->pd->users;
+  core_->pd->ctx->world->acct.discarded += core_->rq.size();
+  core_->rq.clear();
+  std::erase(core_->dev->srqs, core_.get());
   destroyed_ = true;
 }
 
@@ -152,6 +162,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
     std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq.sge_at(rq.tail));
     ++rq.tail;
+    ++core_->pd->ctx->world->acct.posted;
   }
   return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
 }
@@ -180,6 +191,10 @@ void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
 
 std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   const ProfileTraits& t = *core_->ctx->world->traits;
+  World::Impl& w = *core_->ctx->world;
+  if (const int err = w.verb_fault(Verb::create_srq, 0, core_->ctx->dev)) {
+    fail("ibv_create_srq", err, "injected by the fault plan");
+  }
   if (attr.max_wr < 1 || attr.max_wr > t.max_qp_wr) {
     fail("ibv_create_srq", EINVAL, "max_wr=" + std::to_string(attr.max_wr) + " out of range");
   }
@@ -191,8 +206,15 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   srq->requested = attr.max_wr;
   srq->rq.init(t.round_cq(attr.max_wr), attr.max_sge);
   srq->limit = attr.srq_limit;
+  srq->dev = core_->ctx->dev;
+  srq->dev->srqs.push_back(srq.get());
   ++core_->users;
-  auto handle = std::make_unique<SimSrq>(std::move(srq));
+  std::unique_ptr<SimSrq> handle;
+  if (w.faults.verbs[static_cast<int>(Verb::post_srq_recv)]) {
+    handle = std::make_unique<FaultySrq>(std::move(srq));
+  } else {
+    handle = std::make_unique<SimSrq>(std::move(srq));
+  }
   handle->core()->handle = handle.get();
   return handle;
 }

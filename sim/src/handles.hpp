@@ -78,7 +78,7 @@ class SimAh final : public AddressHandle {
   bool destroyed_ = false;
 };
 
-class SimChannel final : public CompletionChannel {
+class SimChannel : public CompletionChannel {
  public:
   explicit SimChannel(std::shared_ptr<ChannelCore> core) : core_(std::move(core)) {}
   ~SimChannel() override;
@@ -87,12 +87,12 @@ class SimChannel final : public CompletionChannel {
   int fd() const noexcept override { return core_->efd; }
   const std::shared_ptr<ChannelCore>& core() const noexcept { return core_; }
 
- private:
+ protected:
   std::shared_ptr<ChannelCore> core_;
   bool destroyed_ = false;
 };
 
-class SimCq final : public CompletionQueue {
+class SimCq : public CompletionQueue {
  public:
   explicit SimCq(std::shared_ptr<CqCore> core);
   ~SimCq() override;
@@ -100,19 +100,19 @@ class SimCq final : public CompletionQueue {
   PollResult poll(std::span<WorkCompletion> out) noexcept override;
   std::error_code req_notify(bool solicited_only) noexcept override;
   void ack_events(unsigned n) noexcept override;
-  int cqe() const noexcept override { return static_cast<int>(core_->ring.size()); }
+  int cqe() const noexcept override { return core_->reported; }
   int requested_cqe() const noexcept override { return core_->requested; }
   CompletionChannel* channel() const noexcept override { return channel_; }
   const std::shared_ptr<CqCore>& core() const noexcept { return core_; }
 
   CompletionChannel* channel_ = nullptr;
 
- private:
+ protected:
   std::shared_ptr<CqCore> core_;
   bool destroyed_ = false;
 };
 
-class SimSrq final : public SharedReceiveQueue {
+class SimSrq : public SharedReceiveQueue {
  public:
   explicit SimSrq(std::shared_ptr<SrqCore> core) : core_(std::move(core)) {}
   ~SimSrq() override;
@@ -122,13 +122,14 @@ class SimSrq final : public SharedReceiveQueue {
   SrqAttr query() const override;
   const std::shared_ptr<SrqCore>& core() const noexcept { return core_; }
 
- private:
+ protected:
   std::shared_ptr<SrqCore> core_;
   bool destroyed_ = false;
 };
 
-// A queue pair is both handle and state: nothing else keeps it alive.
-class SimQp final : public QueuePair {
+// A queue pair is both handle and state: nothing else keeps it alive. Not final: with a fault
+// plan that targets its verbs, the QP is a FaultyQp (below), chosen when it is created.
+class SimQp : public QueuePair {
  public:
   SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn);
   ~SimQp() override;
@@ -154,6 +155,10 @@ class SimQp final : public QueuePair {
   void retire_through(std::uint32_t index) noexcept;
   // A CQ this QP uses went to error (strict profile overrun).
   void cq_failed();
+  // The device failed this QP (fault plan): ERR with a QP_FATAL event.
+  void fatal();
+  // Work requests still in its queues (for the accounting invariant).
+  std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
 
   SendWqe& sq_at(std::uint32_t i) noexcept { return sq_[i & sq_mask_]; }
@@ -164,8 +169,7 @@ class SimQp final : public QueuePair {
   DevCore& dev() noexcept { return *dev_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
 
- private:
-  friend struct Transport;
+ protected:
   World::Impl& world() const noexcept { return *ctx_->world; }
   const ProfileTraits& traits() const noexcept { return *ctx_->world->traits; }
   PostResult check_send(const SendWr& wr) const noexcept;
@@ -225,6 +229,34 @@ class SimQp final : public QueuePair {
   // Responder
   std::uint32_t epsn_ = 0;
   bool comm_est_raised_ = false;
+};
+
+// Variants created instead of the plain classes when the world's fault plan targets their data
+// path verbs: the check happens here, never as a branch in the plain classes' hot path.
+class FaultyQp final : public SimQp {
+ public:
+  using SimQp::SimQp;
+  PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+};
+
+class FaultyCq final : public SimCq {
+ public:
+  using SimCq::SimCq;
+  PollResult poll(std::span<WorkCompletion> out) noexcept override;
+  std::error_code req_notify(bool solicited_only) noexcept override;
+};
+
+class FaultyChannel final : public SimChannel {
+ public:
+  using SimChannel::SimChannel;
+  std::error_code get_cq_event(CompletionQueue*& cq, Wait wait) override;
+};
+
+class FaultySrq final : public SimSrq {
+ public:
+  using SimSrq::SimSrq;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
 };
 
 // Errors of the simulator's verbs name the libibverbs call.

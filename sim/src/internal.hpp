@@ -57,6 +57,7 @@ struct PortCore {
 };
 
 struct MrCore;
+struct SrqCore;
 
 struct DevCore {
   int index = 0;
@@ -65,6 +66,8 @@ struct DevCore {
   std::vector<PortCore> ports;  // ports[0] is port 1
   std::unordered_map<std::uint32_t, SimQp*> qps;
   std::unordered_map<std::uint32_t, MrCore*> mrs;  // by lkey (== rkey)
+  std::vector<CtxCore*> contexts;  // for device and port async events
+  std::vector<SrqCore*> srqs;      // for the srq_limit fault
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_mr_index = 1;
   std::uint32_t next_pd_id = 1;
@@ -72,10 +75,12 @@ struct DevCore {
   int live_cqs = 0;
 };
 
-enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry };
+enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault };
 
 // NAK codes carried by EvKind::nak (value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
+
+inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
 
 struct Event {
   std::uint64_t time;
@@ -91,6 +96,14 @@ struct Event {
   std::uint64_t value;      // rnr timer, timer generation
 };
 
+// Counters of the fault plan's rules (the plan itself stays in Config).
+struct FaultState {
+  std::vector<std::uint64_t> verb_matches;
+  std::vector<std::uint64_t> packet_matches;
+  bool verbs[kVerbCount] = {};
+  bool packets = false;  // any packet rule, or a link is down
+};
+
 struct World::Impl {
   explicit Impl(Config c);
 
@@ -103,8 +116,21 @@ struct World::Impl {
   std::vector<Event> heap;
   std::vector<std::unique_ptr<DevCore>> devs;
   int open_contexts = 0;
+  FaultState faults;
+  Accounting acct;
+  std::vector<Event> history;  // ring of the last kHistory events run
+  std::size_t history_next = 0;
+  static constexpr std::size_t kHistory = 64;
 
   void schedule(Event e);
+  // Schedules a packet on the wire, through the fault plan's packet rules and link states
+  // (`psn` of a request packet, or kNoPsn). Returns the time of its last copy's arrival.
+  std::uint64_t send_packet(Event e, std::uint32_t psn);
+  // The errno a verb call fails with under the fault plan, or 0.
+  int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev);
+  // `undo`: the end of a link_down ... for=.
+  void run_timed_fault(const TimedFault& f, bool undo);
+  bool port_up(std::uint32_t dev, std::uint8_t port) const noexcept;
   bool step();
   void dispatch(const Event& e);
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept;
@@ -164,6 +190,7 @@ struct CqCore {
   std::uint32_t head = 0;
   std::uint32_t count = 0;
   int requested = 0;
+  int reported = 0;  // cqe() as the provider reports it (the ring may be smaller under faults)
   int users = 0;  // QPs
   std::vector<SimQp*> qps;  // the QPs using this CQ (for overrun as a CQ error)
   enum class Arm : std::uint8_t { none, any, solicited } arm = Arm::none;
@@ -203,6 +230,7 @@ struct SrqCore {
   std::uint32_t requested = 0;
   std::uint32_t limit = 0;  // armed while non-zero
   int users = 0;
+  DevCore* dev = nullptr;
   void consumed();  // after a receive is taken: fires the limit event
 };
 

@@ -73,8 +73,16 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
     if (init.type == QpType::uc) fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
   }
   DevCore& dev = *core_->ctx->dev;
+  World::Impl& w = *core_->ctx->world;
+  if (const int err = w.verb_fault(Verb::create_qp, 0, &dev)) {
+    fail("ibv_create_qp", err, "injected by the fault plan");
+  }
   const std::uint32_t qpn = dev.next_qpn;
   dev.next_qpn = (dev.next_qpn + 1) & 0xffffff;
+  if (w.faults.verbs[static_cast<int>(Verb::post_send)] ||
+      w.faults.verbs[static_cast<int>(Verb::post_recv)]) {
+    return std::make_unique<FaultyQp>(core_, init, qpn);
+  }
   return std::make_unique<SimQp>(core_, init, qpn);
 }
 
@@ -125,6 +133,7 @@ SimQp::~SimQp() {
 
 void SimQp::destroy() {
   if (destroyed_) return;
+  world().acct.discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
   --dev_->live_qps;
@@ -192,6 +201,7 @@ PostResult SimQp::check_send(const SendWr& wr) const noexcept {
 }
 
 void SimQp::enqueue_send(const SendWr& wr) noexcept {
+  ++world().acct.posted;
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;
@@ -266,6 +276,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
     std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq_.sge_at(rq_.tail));
     ++rq_.tail;
+    ++world().acct.posted;
   }
   if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
@@ -281,6 +292,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   const SendWqe& w = sq_at(index);
+  ++world().acct.completed;
   if (status == WcStatus::success && !w.signaled) return;
   CqEntry e{};
   e.wc.wr_id = w.wr_id;
@@ -304,6 +316,7 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
 
 void SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                           std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+  ++world().acct.completed;
   CqEntry e{};
   e.wc.wr_id = wqe.wr_id;
   e.wc.status = status;
@@ -361,7 +374,14 @@ void SimQp::enter_error(bool raise_fatal) {
 
 void SimQp::cq_failed() { enter_error(false); }
 
+void SimQp::fatal() { enter_error(true); }
+
+std::uint64_t SimQp::outstanding() const noexcept {
+  return (sq_post_ - sq_done_) + (srq_ ? 0 : rq_.size());
+}
+
 void SimQp::reset_queues() {
+  world().acct.discarded += outstanding();
   forget_cq_entries();
   sq_retired_ = sq_done_ = sq_sent_ = sq_post_ = 0;
   sq_psn_base_index_ = 0;
@@ -386,6 +406,9 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
   };
   if (any(mask, QpAttrMask::cur_state) && attr.cur_qp_state != cur) {
     bad("cur_qp_state " + std::string(to_string(attr.cur_qp_state)) + " is not the QP's state");
+  }
+  if (const int err = world().verb_fault(Verb::modify_qp, qpn_, dev_)) {
+    fail("ibv_modify_qp", err, "injected by the fault plan");
   }
   const TransitionCheck check = check_transition(type_, cur, next, mask);
   if (!check.ok) bad(check.reason);

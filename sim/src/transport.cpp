@@ -127,7 +127,7 @@ void SimQp::transmit() {
       e.kind = EvKind::deliver;
       e.dev = static_cast<std::uint16_t>(dst);
       e.qpn = dqpn;
-      w.schedule(e);
+      e.time = w.send_packet(e, wq.psn);
     }
     if (type_ != QpType::rc) {
       // Unreliable: the send completes once the message is on the wire; ordered after the
@@ -322,7 +322,7 @@ void SimQp::on_deliver(const Event& e) {
     r.index = e.index;
     r.epoch = e.epoch;
     r.value = value;
-    w.schedule(r);
+    w.send_packet(r, kNoPsn);
   };
   if (diff != 0) {
     if (!rc) {

@@ -116,14 +116,16 @@ Config Config::from_env() {
   c.seed = env_u64("VERBSIM_SEED", c.seed);
   if (const char* p = std::getenv("VERBSIM_PROFILE")) c.profile = parse_profile(p);
   c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
+  c.faults = FaultPlan::from_env();
   if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
   return c;
 }
 
 // ---------------------------------------------------------------------------------------------
 
-World::Impl::Impl(Config c) : config(c), traits(&ProfileTraits::of(c.profile)), rng(c.seed) {
-  digest.add(c.seed);
+World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(config.profile)), rng(config.seed) {
+  digest.add(config.seed);
+  history.resize(kHistory);
   for (int d = 0; d < config.devices; ++d) {
     auto dev = std::make_unique<DevCore>();
     dev->index = d;
@@ -154,6 +156,18 @@ World::Impl::Impl(Config c) : config(c), traits(&ProfileTraits::of(c.profile)), 
       dev->ports.push_back(std::move(port));
     }
     devs.push_back(std::move(dev));
+  }
+  const FaultPlan& plan = config.faults;
+  faults.verb_matches.assign(plan.verbs.size(), 0);
+  faults.packet_matches.assign(plan.packets.size(), 0);
+  for (const auto& f : plan.verbs) faults.verbs[static_cast<int>(f.verb)] = true;
+  faults.packets = !plan.packets.empty();
+  for (std::size_t i = 0; i < plan.timed.size(); ++i) {
+    Event e{};
+    e.time = plan.timed[i].at_ns;
+    e.kind = EvKind::fault;
+    e.index = static_cast<std::uint32_t>(i);
+    schedule(e);
   }
 }
 
@@ -189,6 +203,12 @@ void World::Impl::dispatch(const Event& e) {
   digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
              (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
   digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
+  history[history_next++ % kHistory] = e;
+  if (e.kind == EvKind::fault) {
+    run_timed_fault(config.faults.timed[e.index], e.code == 1);
+    return;
+  }
+  if (faults.packets && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
   SimQp* qp = find_qp(e.dev, e.qpn);
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
   switch (e.kind) {
@@ -197,6 +217,7 @@ void World::Impl::dispatch(const Event& e) {
     case EvKind::nak: qp->on_nak(e); break;
     case EvKind::timeout: qp->on_timeout(e); break;
     case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
+    case EvKind::fault: break;
   }
 }
 
@@ -228,9 +249,22 @@ std::uint64_t World::Impl::transmit_time(DevCore& dev, std::uint8_t port, std::u
 
 // ---------------------------------------------------------------------------------------------
 
-World::World(Config config) : impl_(std::make_unique<Impl>(config)) {}
+namespace {
+Config with_env_seed(Config c) {
+  c.seed = env_u64("VERBSIM_SEED", c.seed);
+  return c;
+}
+}  // namespace
+
+void notify_created(World& w);
+void notify_destroyed(World& w);
+
+World::World(Config config) : impl_(std::make_unique<Impl>(with_env_seed(std::move(config)))) {
+  notify_created(*this);
+}
 
 World::~World() {
+  notify_destroyed(*this);
   if (impl_->open_contexts != 0) {
     std::fprintf(stderr, "verbsim: sim::World destroyed with %d contexts still open\n",
                  impl_->open_contexts);
@@ -276,6 +310,31 @@ std::string World::digest_hex() const {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(digest()));
   return buf;
+}
+
+Accounting World::accounting() const noexcept {
+  Accounting a = impl_->acct;
+  for (const auto& d : impl_->devs) {
+    for (const auto& [qpn, qp] : d->qps) a.outstanding += qp->outstanding();
+    for (const SrqCore* srq : d->srqs) a.outstanding += srq->rq.size();
+  }
+  return a;
+}
+
+std::string World::recent_history() const {
+  static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault"};
+  std::string out;
+  const std::size_t n = std::min(impl_->history_next, Impl::kHistory);
+  for (std::size_t i = impl_->history_next - n; i < impl_->history_next; ++i) {
+    const Event& e = impl_->history[i % Impl::kHistory];
+    char line[160];
+    std::snprintf(line, sizeof line, "t=%llu ns %s dev=%u qp=%u from=%u:%u wqe=%u epoch=%u code=%u\n",
+                  static_cast<unsigned long long>(e.time), kinds[static_cast<int>(e.kind)],
+                  static_cast<unsigned>(e.dev), e.qpn, e.src_dev, e.src_qpn, e.index, e.epoch,
+                  static_cast<unsigned>(e.code));
+    out += line;
+  }
+  return out;
 }
 
 void fail(const char* verb, int err, std::string_view detail) { throw VerbError(verb, err, detail); }

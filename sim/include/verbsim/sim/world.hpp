@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "verbsim/backend.hpp"
+#include "verbsim/sim/faults.hpp"
 
 namespace verbsim::sim {
 
@@ -35,9 +36,22 @@ struct Config {
   int ports_per_device = 1;
   std::uint64_t link_latency_ns = 1000;  // one way, port to port
   std::uint64_t link_gbps = 100;         // serialisation rate of every port
+  FaultPlan faults;                      // see faults.hpp
 
-  // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE and VERBSIM_SIM_DEVICES.
+  // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES and
+  // VERBSIM_FAULTS.
   static Config from_env();
+};
+
+// Where every posted work request is: the simulator's accounting invariant is
+// posted == completed + discarded + outstanding, for sends and receives alike.
+struct Accounting {
+  std::uint64_t posted = 0;
+  std::uint64_t completed = 0;    // a completion was generated (or a successful unsignaled send)
+  std::uint64_t discarded = 0;    // dropped by a move to RESET or by destroying its QP/SRQ
+  std::uint64_t outstanding = 0;  // still in a live queue
+  std::uint64_t lost_to_overrun = 0;  // completions generated but dropped by a full CQ
+  bool balanced() const noexcept { return posted == completed + discarded + outstanding; }
 };
 
 // A simulated fabric. Devices, queue pairs and the virtual clock live here; there are no
@@ -48,6 +62,7 @@ struct Config {
 // written against the core API alone runs unchanged. Virtual time jumps to the next event.
 class World final : public Backend {
  public:
+  // VERBSIM_SEED, when set, overrides config.seed (so any test can be replayed with a seed).
   explicit World(Config config = {});
   ~World() override;
 
@@ -73,11 +88,30 @@ class World final : public Backend {
   std::uint64_t digest() const noexcept;
   std::string digest_hex() const;
 
+  Accounting accounting() const noexcept;
+  // The last events the world ran, oldest first, one per line (for failure reports).
+  std::string recent_history() const;
+
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+}  // namespace verbsim::sim
+
+namespace verbsim::sim {
+
+// Test hook: told about every world created and destroyed on the calling thread. The test
+// support library uses it to print the seed of a failing test and to check the accounting
+// invariant of every world when it goes away. Thread-local; nullptr to remove.
+class WorldObserver {
+ public:
+  virtual ~WorldObserver() = default;
+  virtual void created(World& world) = 0;
+  virtual void destroyed(World& world) = 0;
+};
+void set_world_observer(WorldObserver* observer) noexcept;
 
 }  // namespace verbsim::sim

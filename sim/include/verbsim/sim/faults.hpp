@@ -1,0 +1,112 @@
+// Fault plans: which verbs fail, which packets are lost, what breaks and when.
+//
+// Text form (VERBSIM_FAULTS, or FaultPlan::parse): rules separated by ';' or new lines, each a
+// kind followed by key=value words; '#' starts a comment.
+//
+//   post_send nth=3 errno=ENOMEM          # the 3rd post_send call fails with ENOMEM
+//   poll_cq every=10 errno=EAGAIN qp=17   # every 10th poll (filters: qp=, dev=)
+//   get_cq_event p=0.05 errno=EAGAIN      # 5% of calls, drawn from the world's RNG
+//   drop p=0.01                           # lose 1% of packets (RC retries them)
+//   drop psn=5 qp=17                      # lose the packet with PSN 5 sent by QP 17, once
+//   delay p=0.1 by=20us | duplicate p=0.01 | reorder p=0.02 by=5us
+//   link_down dev=sim1 port=1 at=2ms for=5ms   # PORT_ERR, packets lost, then PORT_ACTIVE
+//   qp_fatal qp=18 at=1ms | device_fatal dev=sim0 at=3ms | srq_limit dev=sim1 at=1ms
+//   cq_overrun depth=4                    # every CQ holds at most 4 completions
+//
+// Verbs: post_send post_recv post_srq_recv poll_cq req_notify_cq get_cq_event get_async_event
+// alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah (an ibv_ prefix is
+// accepted). Times take ns, us, ms or s. errno takes a name (ENOMEM) or a number.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace verbsim::sim {
+
+enum class Verb : std::uint8_t {
+  post_send,
+  post_recv,
+  post_srq_recv,
+  poll_cq,
+  req_notify_cq,
+  get_cq_event,
+  get_async_event,
+  alloc_pd,
+  reg_mr,
+  create_cq,
+  create_qp,
+  modify_qp,
+  create_srq,
+  create_ah,
+};
+inline constexpr int kVerbCount = 14;
+std::string_view to_string(Verb v) noexcept;  // "post_send"
+
+// When a rule fires among the calls (or packets) it matches. Exactly one of the three is set.
+struct Trigger {
+  std::uint64_t nth = 0;    // the nth match only (1-based)
+  std::uint64_t every = 0;  // every nth match
+  double probability = 0;   // each match with this probability
+};
+
+// Which calls or packets a rule matches; empty matches all.
+struct Filter {
+  std::optional<std::uint32_t> qpn;  // a QP number (verbs on it, packets it sends or receives)
+  std::string device;                // "sim0"
+};
+
+struct VerbFault {
+  Verb verb;
+  Trigger when;
+  int err;
+  Filter where;
+};
+
+enum class PacketAction : std::uint8_t { drop, delay, duplicate, reorder };
+
+struct PacketFault {
+  PacketAction action;
+  Trigger when;
+  std::optional<std::uint32_t> psn;  // only the packet carrying this PSN (request packets)
+  std::uint64_t by_ns = 0;           // delay, or the largest extra delay of reorder
+  Filter where;
+};
+
+enum class TimedAction : std::uint8_t { link_down, link_up, qp_fatal, device_fatal, srq_limit };
+
+struct TimedFault {
+  TimedAction action;
+  std::uint64_t at_ns = 0;
+  std::uint64_t for_ns = 0;  // link_down: back up after this long (0: stays down)
+  std::string device;
+  std::uint8_t port = 1;
+  std::uint32_t qpn = 0;
+};
+
+struct FaultPlan {
+  std::vector<VerbFault> verbs;
+  std::vector<PacketFault> packets;
+  std::vector<TimedFault> timed;
+  std::uint32_t cq_depth = 0;  // non-zero: every CQ overruns past this many entries
+
+  bool empty() const noexcept {
+    return verbs.empty() && packets.empty() && timed.empty() && cq_depth == 0;
+  }
+  bool has_verb(Verb v) const noexcept;
+
+  // Throws std::invalid_argument naming the rule and word that is wrong.
+  static FaultPlan parse(std::string_view text);
+  // VERBSIM_FAULTS, or an empty plan.
+  static FaultPlan from_env();
+  // The text form; parse(to_string()) gives the same plan.
+  std::string to_string() const;
+
+  FaultPlan& fail(Verb verb, int err, Trigger when, Filter where = {});
+  FaultPlan& packet(PacketAction action, Trigger when, Filter where = {});
+  FaultPlan& at(TimedFault fault);
+};
+
+}  // namespace verbsim::sim

@@ -1,0 +1,201 @@
+// The fault plan at run time: verb faults (in the Faulty* classes, chosen at creation), packet
+// faults on the wire, and timed faults (links, QPs, devices, SRQs).
+#include <algorithm>
+#include <cerrno>
+
+#include "handles.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+bool fires(const Trigger& t, std::uint64_t match, Rng& rng) {
+  if (t.nth != 0) return match == t.nth;
+  if (t.every != 0) return match % t.every == 0;
+  return rng.chance(t.probability);
+}
+
+bool matches(const Filter& f, std::uint32_t qpn, const DevCore* dev) {
+  if (f.qpn && *f.qpn != qpn) return false;
+  if (!f.device.empty() && (dev == nullptr || dev->name != f.device)) return false;
+  return true;
+}
+
+}  // namespace
+
+int World::Impl::verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) {
+  if (!faults.verbs[static_cast<int>(verb)]) return 0;
+  const auto& rules = config.faults.verbs;
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const VerbFault& f = rules[i];
+    if (f.verb != verb || !matches(f.where, qpn, dev)) continue;
+    if (fires(f.when, ++faults.verb_matches[i], rng)) {
+      digest.add(0xfa000000ull | i);
+      return f.err;
+    }
+  }
+  return 0;
+}
+
+bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
+  if (dev >= devs.size()) return false;
+  const auto& ports = devs[dev]->ports;
+  const std::size_t i = port >= 1 && port <= ports.size() ? port - 1u : 0;
+  return ports[i].attr.state == PortState::active;
+}
+
+std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
+  if (!faults.packets) {
+    schedule(e);
+    return e.time;
+  }
+  const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
+  if (!port_up(e.src_dev, 1) || !port_up(e.dev, 1) || !port_up(from_dev, 1)) return e.time;
+  const std::uint32_t sender_qpn = e.kind == EvKind::deliver ? e.src_qpn : 0;
+  const DevCore* sender = from_dev < devs.size() ? devs[from_dev].get() : nullptr;
+  bool drop = false;
+  bool duplicate = false;
+  const auto& rules = config.faults.packets;
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const PacketFault& f = rules[i];
+    if (f.psn && (psn == kNoPsn || *f.psn != psn)) continue;
+    if (f.where.qpn && *f.where.qpn != sender_qpn && *f.where.qpn != e.qpn) continue;
+    if (!f.where.device.empty() && (sender == nullptr || sender->name != f.where.device)) continue;
+    if (!fires(f.when, ++faults.packet_matches[i], rng)) continue;
+    digest.add(0xfb000000ull | i);
+    switch (f.action) {
+      case PacketAction::drop: drop = true; break;
+      case PacketAction::delay: e.time += f.by_ns; break;
+      case PacketAction::reorder: e.time += 1 + rng.below(std::max<std::uint64_t>(f.by_ns, 1)); break;
+      case PacketAction::duplicate: duplicate = true; break;
+    }
+  }
+  if (drop) return e.time;
+  schedule(e);
+  if (duplicate) {
+    e.time += 1 + rng.below(1000);
+    schedule(e);
+  }
+  return e.time;
+}
+
+void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
+  auto device = [&]() -> DevCore* {
+    for (auto& d : devs) {
+      if (d->name == f.device) return d.get();
+    }
+    return nullptr;
+  };
+  auto port_event = [&](DevCore& d, std::uint8_t port, AsyncEventType type) {
+    AsyncEvent ev;
+    ev.type = type;
+    ev.port_num = port;
+    for (CtxCore* c : d.contexts) c->raise(ev);
+  };
+  switch (f.action) {
+    case TimedAction::link_down:
+    case TimedAction::link_up: {
+      DevCore* d = device();
+      if (d == nullptr || f.port < 1 || f.port > d->ports.size()) return;
+      const bool down = f.action == TimedAction::link_down && !undo;
+      d->ports[f.port - 1u].attr.state = down ? PortState::down : PortState::active;
+      faults.packets = true;  // packets are now checked against link states
+      port_event(*d, f.port, down ? AsyncEventType::port_err : AsyncEventType::port_active);
+      if (down && f.for_ns != 0 && !undo) {
+        // Bring it back: reuse the rule as a link_up at now + for.
+        for (std::size_t i = 0; i < config.faults.timed.size(); ++i) {
+          if (&config.faults.timed[i] != &f) continue;
+          Event e{};
+          e.time = now + f.for_ns;
+          e.kind = EvKind::fault;
+          e.index = static_cast<std::uint32_t>(i);
+          e.code = 1;  // "up" half of a link_down ... for=
+          schedule(e);
+        }
+      }
+      return;
+    }
+    case TimedAction::qp_fatal:
+      for (auto& d : devs) {
+        if (!f.device.empty() && d->name != f.device) continue;
+        if (SimQp* qp = find_qp(static_cast<std::uint32_t>(d->index), f.qpn)) qp->fatal();
+      }
+      return;
+    case TimedAction::device_fatal: {
+      DevCore* d = device();
+      if (d == nullptr) return;
+      AsyncEvent ev;
+      ev.type = AsyncEventType::device_fatal;
+      for (CtxCore* c : d->contexts) c->raise(ev);
+      std::vector<SimQp*> qps;
+      for (auto& [qpn, qp] : d->qps) qps.push_back(qp);
+      std::sort(qps.begin(), qps.end(),
+                [](SimQp* a, SimQp* b) { return a->qp_num() < b->qp_num(); });
+      for (SimQp* qp : qps) qp->fatal();
+      for (auto& port : d->ports) port.attr.state = PortState::down;
+      faults.packets = true;
+      return;
+    }
+    case TimedAction::srq_limit:
+      for (auto& d : devs) {
+        if (!f.device.empty() && d->name != f.device) continue;
+        for (SrqCore* srq : d->srqs) {
+          if (srq->limit == 0) continue;
+          srq->limit = 0;
+          AsyncEvent ev;
+          ev.type = AsyncEventType::srq_limit_reached;
+          ev.srq = srq->handle;
+          srq->pd->ctx->raise(ev);
+        }
+      }
+      return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data-path verb faults
+
+PostResult FaultyQp::post_send(std::span<const SendWr> wrs) noexcept {
+  if (int err = world().verb_fault(Verb::post_send, qpn_, dev_)) {
+    return {errno_code(err), 0, "injected by the fault plan"};
+  }
+  return SimQp::post_send(wrs);
+}
+
+PostResult FaultyQp::post_recv(std::span<const RecvWr> wrs) noexcept {
+  if (int err = world().verb_fault(Verb::post_recv, qpn_, dev_)) {
+    return {errno_code(err), 0, "injected by the fault plan"};
+  }
+  return SimQp::post_recv(wrs);
+}
+
+PollResult FaultyCq::poll(std::span<WorkCompletion> out) noexcept {
+  if (int err = core_->ctx->world->verb_fault(Verb::poll_cq, 0, core_->ctx->dev)) {
+    return {errno_code(err), 0};
+  }
+  return SimCq::poll(out);
+}
+
+std::error_code FaultyCq::req_notify(bool solicited_only) noexcept {
+  if (int err = core_->ctx->world->verb_fault(Verb::req_notify_cq, 0, core_->ctx->dev)) {
+    return errno_code(err);
+  }
+  return SimCq::req_notify(solicited_only);
+}
+
+std::error_code FaultyChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
+  if (int err = core_->ctx->world->verb_fault(Verb::get_cq_event, 0, core_->ctx->dev)) {
+    return errno_code(err);
+  }
+  return SimChannel::get_cq_event(cq, wait);
+}
+
+PostResult FaultySrq::post_recv(std::span<const RecvWr> wrs) noexcept {
+  if (int err = core_->pd->ctx->world->verb_fault(Verb::post_srq_recv, 0, core_->dev)) {
+    return {errno_code(err), 0, "injected by the fault plan"};
+  }
+  return SimSrq::post_recv(wrs);
+}
+
+}  // namespace verbsim::sim
