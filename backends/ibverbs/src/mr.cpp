@@ -1,0 +1,61 @@
+// MemoryRegion over ibv_mr.
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "objects.hpp"
+#include "translate.hpp"
+#include "verbsim/ibverbs/backend.hpp"
+
+namespace verbsim::ibverbs {
+
+namespace {
+
+std::string describe(const void* addr, std::size_t length, Access access) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "addr=%p length=%zu access=0x%x", addr, length,
+                static_cast<unsigned>(to_underlying(access)));
+  return buf;
+}
+
+}  // namespace
+
+IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access)
+    : addr_(addr), length_(length), access_(access) {
+  // EINVAL as the core API documents; kernels differ on an empty registration.
+  if (addr == nullptr || length == 0) {
+    throw_verb_error("ibv_reg_mr", EINVAL, "empty range: " + describe(addr, length, access));
+  }
+  errno = 0;
+  mr_ = ::ibv_reg_mr(pd, addr, length, to_ibv(access));
+  if (mr_ == nullptr) {
+    const int err = creator_errno();
+    throw_verb_error("ibv_reg_mr", err, describe(addr, length, access));
+  }
+  lkey_ = mr_->lkey;
+  rkey_ = mr_->rkey;
+}
+
+IbvMr::~IbvMr() {
+  if (const int err = release(); err != 0) warn_leak("ibv_dereg_mr", err, "MR");
+}
+
+int IbvMr::release() noexcept {
+  if (mr_ == nullptr) return 0;
+  if (const int ret = ::ibv_dereg_mr(mr_); ret != 0) return returned_errno(ret);
+  mr_ = nullptr;
+  return 0;
+}
+
+void IbvMr::destroy() {
+  if (const int err = release(); err != 0) throw_verb_error("ibv_dereg_mr", err);
+}
+
+ibv_mr* native(verbsim::MemoryRegion& mr) noexcept {
+  auto* m = dynamic_cast<IbvMr*>(&mr);
+  return m != nullptr ? m->native() : nullptr;
+}
+
+}  // namespace verbsim::ibverbs

@@ -1,0 +1,245 @@
+// The final classes of the ibverbs backend, one per core resource, and helpers they share.
+//
+// Each wrapper creates its libibverbs object in its constructor (throwing VerbError naming the
+// verb), stores the raw pointer, and releases it in destroy() or, failing that, leaks it from
+// the destructor with a warning. A released wrapper holds nullptr (native() then returns it).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <poll.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <span>
+#include <system_error>
+
+#include "verbsim/address_handle.hpp"
+#include "verbsim/completion_channel.hpp"
+#include "verbsim/completion_queue.hpp"
+#include "verbsim/context.hpp"
+#include "verbsim/error.hpp"
+#include "verbsim/memory_region.hpp"
+#include "verbsim/protection_domain.hpp"
+#include "verbsim/queue_pair.hpp"
+#include "verbsim/shared_receive_queue.hpp"
+
+namespace verbsim::ibverbs {
+
+// ---------------------------------------------------------------------------------------------
+// libibverbs' error conventions, folded into one positive errno.
+
+// After a creator returned NULL: its errno, or ENOMEM when the provider left errno at 0.
+inline int creator_errno() noexcept { return errno != 0 ? errno : ENOMEM; }
+
+// From a verb that returns an errno (post, modify, destroy); a few providers return -errno.
+constexpr int returned_errno(int ret) noexcept { return ret < 0 ? -ret : ret; }
+
+// The destructor could not release a resource: prints one line to stderr and lets it leak.
+void warn_leak(const char* verb, int err, const char* what) noexcept;
+
+// Sets O_NONBLOCK on an event fd, so one thread's non-blocking read cannot race another's
+// blocking one; blocking waits poll() first. Returns 0 or errno.
+int set_nonblocking(int fd) noexcept;
+
+// Blocks until `fd` is readable. Returns 0 or errno.
+int wait_readable(int fd) noexcept;
+
+class IbvChannel;
+
+// ---------------------------------------------------------------------------------------------
+
+class IbvContext final : public Context {
+ public:
+  // Adopts `ctx` only when construction succeeds (the caller closes it otherwise).
+  IbvContext(ibv_context* ctx, DeviceInfo info);
+  ~IbvContext() override;
+
+  void destroy() override;
+  const DeviceInfo& info() const noexcept override { return info_; }
+  DeviceAttr query_device() const override;
+  PortAttr query_port(std::uint8_t port_num) const override;
+  Gid query_gid(std::uint8_t port_num, int index) const override;
+  std::unique_ptr<ProtectionDomain> alloc_pd() override;
+  std::unique_ptr<CompletionChannel> create_comp_channel() override;
+  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel,
+                                             int comp_vector) override;
+  std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
+  int async_fd() const noexcept override { return ctx_ != nullptr ? ctx_->async_fd : -1; }
+
+  ibv_context* native() const noexcept { return ctx_; }
+
+  // PDs, CQs and channels count as children: ibv_close_device() does not refuse to close under
+  // them (it would free them behind their wrappers' backs), so destroy() does. A child that
+  // leaks stays counted, and the context leaks with it.
+  void add_child() noexcept { children_.fetch_add(1, std::memory_order_relaxed); }
+  void remove_child() noexcept { children_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  int release() noexcept;  // 0 or errno
+
+  ibv_context* ctx_;
+  DeviceInfo info_;
+  std::atomic<int> children_{0};
+};
+
+class IbvPd final : public ProtectionDomain {
+ public:
+  explicit IbvPd(IbvContext& context);  // ibv_alloc_pd
+  ~IbvPd() override;
+
+  void destroy() override;
+  std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
+  std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
+  std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
+
+  ibv_pd* native() const noexcept { return pd_; }
+
+ private:
+  int release() noexcept;
+
+  IbvContext& context_;
+  ibv_pd* pd_ = nullptr;
+};
+
+class IbvMr final : public MemoryRegion {
+ public:
+  IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access);  // ibv_reg_mr
+  ~IbvMr() override;
+
+  void destroy() override;
+  void* addr() const noexcept override { return addr_; }
+  std::size_t length() const noexcept override { return length_; }
+  std::uint32_t lkey() const noexcept override { return lkey_; }
+  std::uint32_t rkey() const noexcept override { return rkey_; }
+  Access access() const noexcept override { return access_; }
+
+  ibv_mr* native() const noexcept { return mr_; }
+
+ private:
+  int release() noexcept;
+
+  ibv_mr* mr_ = nullptr;
+  void* addr_;
+  std::size_t length_;
+  std::uint32_t lkey_ = 0;
+  std::uint32_t rkey_ = 0;
+  Access access_;
+};
+
+class IbvChannel final : public CompletionChannel {
+ public:
+  explicit IbvChannel(IbvContext& context);  // ibv_create_comp_channel
+  ~IbvChannel() override;
+
+  void destroy() override;
+  std::error_code get_cq_event(CompletionQueue*& cq, Wait wait) override;
+  int fd() const noexcept override { return channel_ != nullptr ? channel_->fd : -1; }
+
+  ibv_comp_channel* native() const noexcept { return channel_; }
+
+ private:
+  int release() noexcept;
+
+  IbvContext& context_;
+  ibv_comp_channel* channel_ = nullptr;
+};
+
+class IbvCq final : public CompletionQueue {
+ public:
+  // ibv_create_cq; cq_context points back at this wrapper.
+  IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector);
+  ~IbvCq() override;
+
+  void destroy() override;
+  PollResult poll(std::span<WorkCompletion> out) noexcept override;
+  std::error_code req_notify(bool solicited_only) noexcept override;
+  void ack_events(unsigned n) noexcept override;
+  int cqe() const noexcept override { return cqe_; }
+  int requested_cqe() const noexcept override { return requested_cqe_; }
+  CompletionChannel* channel() const noexcept override { return channel_; }
+
+  ibv_cq* native() const noexcept { return cq_; }
+
+ private:
+  int release() noexcept;
+
+  IbvContext& context_;
+  ibv_cq* cq_ = nullptr;
+  CompletionChannel* channel_;
+  int cqe_ = 0;
+  int requested_cqe_;
+};
+
+class IbvQp final : public QueuePair {
+ public:
+  IbvQp(ibv_pd* pd, const QpInitAttr& attr);  // ibv_create_qp; qp_context points back here
+  ~IbvQp() override;
+
+  void destroy() override;
+  std::uint32_t qp_num() const noexcept override { return qp_num_; }
+  QpType type() const noexcept override { return type_; }
+  const QpCap& cap() const noexcept override { return cap_; }
+  const QpCap& requested_cap() const noexcept override { return requested_cap_; }
+  PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  void modify(const QpAttr& attr, QpAttrMask mask) override;
+  QpAttr query(QpAttrMask mask) const override;
+  // Asks the device (ibv_query_qp), as the QP may have moved to ERR or SQE on its own.
+  QpState state() const noexcept override;
+
+  using QueuePair::post_recv;
+  using QueuePair::post_send;
+
+  ibv_qp* native() const noexcept { return qp_; }
+
+ private:
+  int release() noexcept;
+
+  ibv_qp* qp_ = nullptr;
+  std::uint32_t qp_num_ = 0;
+  QpType type_;
+  bool has_srq_;
+  QpCap cap_;
+  QpCap requested_cap_;
+};
+
+class IbvSrq final : public SharedReceiveQueue {
+ public:
+  IbvSrq(ibv_pd* pd, const SrqInitAttr& attr);  // ibv_create_srq; srq_context points back here
+  ~IbvSrq() override;
+
+  void destroy() override;
+  PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  void modify(const SrqAttr& attr, SrqAttrMask mask) override;
+  SrqAttr query() const override;
+
+  using SharedReceiveQueue::post_recv;
+
+  ibv_srq* native() const noexcept { return srq_; }
+
+ private:
+  int release() noexcept;
+
+  ibv_srq* srq_ = nullptr;
+};
+
+class IbvAh final : public AddressHandle {
+ public:
+  IbvAh(ibv_pd* pd, const AhAttr& attr);  // ibv_create_ah
+  ~IbvAh() override;
+
+  void destroy() override;
+  const AhAttr& attr() const noexcept override { return attr_; }
+
+  ibv_ah* native() const noexcept { return ah_; }
+
+ private:
+  int release() noexcept;
+
+  ibv_ah* ah_ = nullptr;
+  AhAttr attr_;
+};
+
+}  // namespace verbsim::ibverbs

@@ -1,0 +1,236 @@
+// QueuePair over ibv_qp: posting without allocation, modify/query through QpAttr.
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "objects.hpp"
+#include "post.hpp"
+#include "translate.hpp"
+#include "verbsim/ibverbs/backend.hpp"
+
+namespace verbsim::ibverbs {
+
+namespace {
+
+std::string describe(const QpInitAttr& a) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "type=%s max_send_wr=%u max_recv_wr=%u max_send_sge=%u max_recv_sge=%u "
+                "max_inline_data=%u%s",
+                std::string(to_string(a.type)).c_str(), a.cap.max_send_wr, a.cap.max_recv_wr,
+                a.cap.max_send_sge, a.cap.max_recv_sge, a.cap.max_inline_data,
+                a.srq != nullptr ? " srq" : "");
+  return buf;
+}
+
+// "qp 0x11 RESET->RTR mask=state|av|path_mtu", for a failed modify.
+std::string describe_modify(std::uint32_t qp_num, QpState from, const QpAttr& attr,
+                            QpAttrMask mask) {
+  // clang-format off
+  static constexpr std::array<const char*, 21> names{
+      "state",         "cur_state",        "en_sqd_async_notify", "access_flags",
+      "pkey_index",    "port",             "qkey",                "av",
+      "path_mtu",      "timeout",          "retry_cnt",           "rnr_retry",
+      "rq_psn",        "max_qp_rd_atomic", "alt_path",            "min_rnr_timer",
+      "sq_psn",        "max_dest_rd_atomic", "path_mig_state",    "cap",
+      "dest_qpn"};
+  // clang-format on
+  char head[48];
+  std::snprintf(head, sizeof head, "qp 0x%x ", qp_num);
+  std::string out = head;
+  out += to_string(from);
+  if (any(mask, QpAttrMask::state)) {
+    out += "->";
+    out += to_string(attr.qp_state);
+  }
+  out += " mask=";
+  const auto bits = to_underlying(mask);
+  bool first = true;
+  for (std::size_t i = 0; i < 32; ++i) {
+    if ((bits & (1u << i)) == 0) continue;
+    if (!first) out += '|';
+    first = false;
+    if (i < names.size()) {
+      out += names[i];
+    } else {
+      out += "bit" + std::to_string(i);
+    }
+  }
+  if (first) out += "none";
+  return out;
+}
+
+}  // namespace
+
+IbvQp::IbvQp(ibv_pd* pd, const QpInitAttr& attr)
+    : type_(attr.type), has_srq_(attr.srq != nullptr), requested_cap_(attr.cap) {
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+    throw_verb_error("ibv_create_qp", EINVAL, "send_cq and recv_cq are required");
+  }
+  auto* send_cq = dynamic_cast<IbvCq*>(attr.send_cq);
+  auto* recv_cq = dynamic_cast<IbvCq*>(attr.recv_cq);
+  if (send_cq == nullptr || recv_cq == nullptr) {
+    throw_verb_error("ibv_create_qp", EINVAL, "CQ from another backend");
+  }
+  IbvSrq* srq = nullptr;
+  if (attr.srq != nullptr) {
+    srq = dynamic_cast<IbvSrq*>(attr.srq);
+    if (srq == nullptr) throw_verb_error("ibv_create_qp", EINVAL, "SRQ from another backend");
+  }
+
+  ibv_qp_init_attr init{};
+  init.qp_context = static_cast<QueuePair*>(this);
+  init.send_cq = send_cq->native();
+  init.recv_cq = recv_cq->native();
+  init.srq = srq != nullptr ? srq->native() : nullptr;
+  init.cap = to_ibv(attr.cap);
+  if (srq != nullptr) {
+    // Ignored by ibv_create_qp with an SRQ; zero so no provider validates them.
+    init.cap.max_recv_wr = 0;
+    init.cap.max_recv_sge = 0;
+  }
+  init.qp_type = to_ibv(attr.type);
+  init.sq_sig_all = attr.sq_sig_all ? 1 : 0;
+  errno = 0;
+  qp_ = ::ibv_create_qp(pd, &init);
+  if (qp_ == nullptr) {
+    const int err = creator_errno();
+    throw_verb_error("ibv_create_qp", err, describe(attr));
+  }
+  qp_num_ = qp_->qp_num;
+  cap_ = from_ibv(init.cap);  // ibv_create_qp wrote back what it gave
+}
+
+IbvQp::~IbvQp() {
+  if (const int err = release(); err != 0) warn_leak("ibv_destroy_qp", err, "QP");
+}
+
+int IbvQp::release() noexcept {
+  if (qp_ == nullptr) return 0;
+  if (const int ret = ::ibv_destroy_qp(qp_); ret != 0) return returned_errno(ret);
+  qp_ = nullptr;
+  return 0;
+}
+
+void IbvQp::destroy() {
+  if (const int err = release(); err != 0) throw_verb_error("ibv_destroy_qp", err);
+}
+
+PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
+  std::array<ibv_send_wr, kChunkWrs> chain;
+  std::array<ibv_sge, kChunkSges> sges;
+  const bool ud = type_ == QpType::ud;
+  std::size_t base = 0;
+  while (base < wrs.size()) {
+    std::size_t n = 0;
+    std::size_t used = 0;
+    // Set when WR base + n is refused before the provider sees it; the WRs before it go first.
+    int refused = 0;
+    const char* why = "";
+    for (; base + n < wrs.size() && n < kChunkWrs; ++n) {
+      const SendWr& wr = wrs[base + n];
+      if (wr.sg_list.size() > kChunkSges - used) {
+        if (n == 0) {
+          refused = ENOMEM;
+          why = "too many SGEs";
+        }
+        break;  // otherwise it starts the next chunk
+      }
+      ibv_send_wr& out = chain[n];
+      out = ibv_send_wr{};
+      if (ud) {
+        // Checked here: providers dereference the AH without looking.
+        if (wr.ah == nullptr) {
+          refused = EINVAL;
+          why = "UD send without address handle";
+          break;
+        }
+        const auto* ah = dynamic_cast<const IbvAh*>(wr.ah);
+        if (ah == nullptr) {
+          refused = EINVAL;
+          why = "address handle from another backend";
+          break;
+        }
+        out.wr.ud.ah = ah->native();
+        out.wr.ud.remote_qpn = wr.remote_qpn;
+        out.wr.ud.remote_qkey = wr.remote_qkey;
+      } else if (wr.opcode == WrOpcode::atomic_cmp_and_swp ||
+                 wr.opcode == WrOpcode::atomic_fetch_and_add) {
+        out.wr.atomic.remote_addr = wr.remote_addr;
+        out.wr.atomic.compare_add = wr.compare_add;
+        out.wr.atomic.swap = wr.swap;
+        out.wr.atomic.rkey = wr.rkey;
+      } else {
+        out.wr.rdma.remote_addr = wr.remote_addr;
+        out.wr.rdma.rkey = wr.rkey;
+      }
+      for (std::size_t i = 0; i < wr.sg_list.size(); ++i) sges[used + i] = to_ibv(wr.sg_list[i]);
+      out.wr_id = wr.wr_id;
+      out.sg_list = sges.data() + used;
+      out.num_sge = static_cast<int>(wr.sg_list.size());
+      out.opcode = to_ibv(wr.opcode);
+      out.send_flags = to_ibv(wr.flags);
+      out.imm_data = htonl(wr.imm_data);
+      if (n > 0) chain[n - 1].next = &out;
+      used += wr.sg_list.size();
+    }
+    if (n > 0) {
+      ibv_send_wr* bad = nullptr;
+      if (const int ret = ::ibv_post_send(qp_, chain.data(), &bad); ret != 0) {
+        const int err = returned_errno(ret);
+        return {errno_code(err),
+                static_cast<std::uint32_t>(base) + bad_index(chain.data(), n, bad),
+                post_reason(err, true)};
+      }
+      base += n;
+    }
+    if (refused != 0) return {errno_code(refused), static_cast<std::uint32_t>(base), why};
+  }
+  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+}
+
+PostResult IbvQp::post_recv(std::span<const RecvWr> wrs) noexcept {
+  // Checked here: not every provider refuses it.
+  if (has_srq_ && !wrs.empty()) return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
+  return post_recv_chunks(wrs, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
+    return ::ibv_post_recv(qp_, first, bad);
+  });
+}
+
+void IbvQp::modify(const QpAttr& attr, QpAttrMask mask) {
+  ibv_qp_attr a = to_ibv(attr);
+  if (const int ret = ::ibv_modify_qp(qp_, &a, to_ibv(mask)); ret != 0) {
+    // qp_->state is libibverbs' record of the last state set through ibv_modify_qp.
+    throw_verb_error("ibv_modify_qp", returned_errno(ret),
+                     describe_modify(qp_num_, from_ibv(qp_->state), attr, mask));
+  }
+}
+
+QpAttr IbvQp::query(QpAttrMask mask) const {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  const int ibv_mask = to_ibv(mask | QpAttrMask::state);
+  if (const int ret = ::ibv_query_qp(qp_, &a, ibv_mask, &init); ret != 0) {
+    char detail[32];
+    std::snprintf(detail, sizeof detail, "qp 0x%x", qp_num_);
+    throw_verb_error("ibv_query_qp", returned_errno(ret), detail);
+  }
+  return from_ibv(a);
+}
+
+QpState IbvQp::state() const noexcept {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  if (::ibv_query_qp(qp_, &a, IBV_QP_STATE, &init) != 0) return from_ibv(qp_->state);
+  return from_ibv(a.qp_state);
+}
+
+ibv_qp* native(verbsim::QueuePair& qp) noexcept {
+  auto* q = dynamic_cast<IbvQp*>(&qp);
+  return q != nullptr ? q->native() : nullptr;
+}
+
+}  // namespace verbsim::ibverbs
