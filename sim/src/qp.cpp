@@ -253,6 +253,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
       complete_send(sq_done_, WcStatus::wr_flush_err);
       ++sq_done_;
       sq_sent_ = sq_done_;
+      if (!t.retire_on_poll) sq_retired_ = sq_done_;  // rxe: the slot frees on completion
     }
   }
   if (early && t.post_send_needs_rts) {
