@@ -1,0 +1,227 @@
+// Test support for simulator scenarios: profile-parameterised suites, free-form nodes (a device
+// with a PD and a registered buffer) for setups SimPair does not cover, VerbError checks, async
+// event collection and a Ledger that checks every posted WR ends in exactly one completion.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim_pair.hpp"
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
+
+namespace verbsim::testing {
+
+// Test-name suffix for a profile parameter ("strict", "rxe", "mlx5").
+inline std::string profile_name(const ::testing::TestParamInfo<sim::Profile>& info) {
+  return std::string(sim::to_string(info.param));
+}
+
+inline sim::Config config_for(sim::Profile p, std::uint64_t seed = 1) {
+  sim::Config c;
+  c.profile = p;
+  c.seed = seed;
+  return c;
+}
+
+// A suite whose tests run once per simulator profile they are instantiated with.
+class ProfileTest : public ::testing::TestWithParam<sim::Profile> {
+ protected:
+  sim::Config config() const { return config_for(GetParam()); }
+  bool is(sim::Profile p) const { return GetParam() == p; }
+};
+
+// One device of a world with a PD and a registered buffer; CQs and QPs are made by the test.
+struct Node {
+  Node(sim::World& world, const char* dev, std::size_t buf_size = 64 * 1024)
+      : ctx(world.open(dev)), pd(ctx->alloc_pd()), buf(buf_size, 0) {
+    mr = pd->reg_mr(buf.data(), buf.size(),
+                    Access::local_write | Access::remote_write | Access::remote_read |
+                        Access::remote_atomic);
+  }
+
+  std::unique_ptr<QueuePair> make_qp(CompletionQueue& scq, CompletionQueue& rcq, QpCap cap,
+                                     QpType type = QpType::rc, bool sig_all = false,
+                                     SharedReceiveQueue* srq = nullptr) const {
+    QpInitAttr init;
+    init.type = type;
+    init.send_cq = &scq;
+    init.recv_cq = &rcq;
+    init.srq = srq;
+    init.cap = cap;
+    init.sq_sig_all = sig_all;
+    return pd->create_qp(init);
+  }
+  Endpoint endpoint(const QueuePair& qp, std::uint32_t psn) const {
+    return {ctx->query_gid(1, 1), qp.qp_num(), psn};
+  }
+  Sge sge(std::size_t offset, std::uint32_t length) const { return mr->sge(offset, length); }
+
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::vector<char> buf;
+  std::unique_ptr<MemoryRegion> mr;
+};
+
+// RESET -> RTS for both QPs of a connection (PSNs 100 for `x`, 200 for `y`).
+inline void connect_qps(const Node& nx, QueuePair& x, const Node& ny, QueuePair& y,
+                        const ConnectOptions& ox = {}, const ConnectOptions& oy = {}) {
+  connect(x, 100, ny.endpoint(y, 200), ox);
+  connect(y, 200, nx.endpoint(x, 100), oy);
+}
+
+inline SendWr send_wr(std::uint64_t wr_id, const Sge& sge, WrOpcode op = WrOpcode::send,
+                      SendFlags flags = SendFlags::signaled) {
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.flags = flags;
+  wr.sg_list = {&sge, 1};
+  return wr;
+}
+
+// An RDMA WRITE/READ of `local` to/from `remote_offset` in `remote`'s MR.
+inline SendWr rdma_wr(std::uint64_t wr_id, WrOpcode op, const Sge& local, const MemoryRegion& remote,
+                      std::size_t remote_offset, SendFlags flags = SendFlags::signaled) {
+  SendWr wr = send_wr(wr_id, local, op, flags);
+  wr.remote_addr = remote.address(remote_offset);
+  wr.rkey = remote.rkey();
+  return wr;
+}
+
+inline RecvWr recv_wr(std::uint64_t wr_id, const Sge& sge) { return {wr_id, {&sge, 1}}; }
+
+// Succeeds when `f()` throws a VerbError from `verb` with errno `err`, whose message names the
+// verb. Stores the message in `*what` if given.
+template <class F>
+::testing::AssertionResult throws_verb_error(F&& f, std::string_view verb, int err,
+                                             std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const VerbError& e) {
+    if (what != nullptr) *what = e.what();
+    if (e.code().category() != std::generic_category() || e.code().value() != err) {
+      return ::testing::AssertionFailure()
+             << "errno " << e.code().value() << " (" << e.code().message() << "), expected "
+             << err << "; what(): " << e.what();
+    }
+    if (e.verb() != verb || std::string_view(e.what()).find(verb) == std::string_view::npos) {
+      return ::testing::AssertionFailure()
+             << "verb '" << e.verb() << "', what(): " << e.what() << "; expected " << verb;
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-VerbError: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "no exception; expected " << verb << " to fail";
+}
+
+// Takes every async event pending on `ctx`. Like any non-blocking wait on the simulator this may
+// run one step of the world when none is pending; call it once the world is idle for exact
+// counts.
+inline std::vector<AsyncEvent> async_events(Context& ctx) {
+  std::vector<AsyncEvent> out;
+  AsyncEvent ev;
+  while (!ctx.get_async_event(ev, Wait::nonblocking)) out.push_back(ev);
+  return out;
+}
+
+// Accounting of posted work: every signaled send and every receive the device accepted ends in
+// exactly one completion; an unsignaled send completes at most once and only with an error.
+// Post and poll through the ledger, then EXPECT_TRUE(ledger.balanced()) at the end.
+class Ledger {
+ public:
+  PostResult post_send(QueuePair& qp, std::span<const SendWr> wrs, bool sig_all = false) {
+    const PostResult r = qp.post_send(wrs);
+    for (std::uint32_t i = 0; i < r.posted; ++i) add_send(qp, wrs[i], sig_all);
+    return r;
+  }
+  PostResult post_send(QueuePair& qp, const SendWr& wr, bool sig_all = false) {
+    return post_send(qp, std::span(&wr, 1), sig_all);
+  }
+  PostResult post_recv(QueuePair& qp, std::span<const RecvWr> wrs) {
+    const PostResult r = qp.post_recv(wrs);
+    for (std::uint32_t i = 0; i < r.posted; ++i) add_recv(qp, wrs[i]);
+    return r;
+  }
+  PostResult post_recv(QueuePair& qp, const RecvWr& wr) { return post_recv(qp, std::span(&wr, 1)); }
+  PostResult post_recv(SharedReceiveQueue& srq, std::span<const RecvWr> wrs) {
+    const PostResult r = srq.post_recv(wrs);
+    for (std::uint32_t i = 0; i < r.posted; ++i) add({kSrqOwner, wrs[i].wr_id}, true);
+    return r;
+  }
+
+  // For WRs that run although their post reported an error (the rxe quirk).
+  void add_send(const QueuePair& qp, const SendWr& wr, bool sig_all = false) {
+    add({qp.qp_num(), wr.wr_id}, sig_all || any(wr.flags, SendFlags::signaled));
+  }
+  void add_recv(const QueuePair& qp, const RecvWr& wr) { add({qp.qp_num(), wr.wr_id}, true); }
+
+  void record(std::span<const WorkCompletion> wcs) {
+    for (const WorkCompletion& wc : wcs) {
+      auto it = owed_.find({wc.qp_num, wc.wr_id});
+      if (it == owed_.end()) it = owed_.find({kSrqOwner, wc.wr_id});
+      if (it == owed_.end()) {
+        problem() << "completion for wr_id " << wc.wr_id << " on QP " << wc.qp_num
+                  << " that was never posted (" << to_string(wc.status) << ")\n";
+        continue;
+      }
+      ++it->second.seen;
+      if (!it->second.required && wc.status == WcStatus::success) {
+        problem() << "unsignaled wr_id " << wc.wr_id << " completed successfully\n";
+      }
+    }
+  }
+  std::vector<WorkCompletion> poll_n(sim::World& world, CompletionQueue& cq, std::size_t n) {
+    auto wcs = testing::poll_n(world, cq, n);
+    record(wcs);
+    return wcs;
+  }
+  std::vector<WorkCompletion> drain(sim::World& world, CompletionQueue& cq) {
+    auto wcs = testing::drain(world, cq);
+    record(wcs);
+    return wcs;
+  }
+
+  ::testing::AssertionResult balanced() const {
+    std::ostringstream out;
+    out << problems_.str();
+    for (const auto& [key, owed] : owed_) {
+      if (owed.seen > 1 || (owed.required && owed.seen == 0)) {
+        out << "wr_id " << key.second << " on "
+            << (key.first == kSrqOwner ? std::string("an SRQ") : "QP " + std::to_string(key.first))
+            << ": " << owed.seen << " completions\n";
+      }
+    }
+    if (out.str().empty()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << out.str();
+  }
+
+ private:
+  static constexpr std::uint64_t kSrqOwner = ~0ull;
+  using Key = std::pair<std::uint64_t, std::uint64_t>;  // (QP number or kSrqOwner, wr_id)
+  struct Owed {
+    bool required;
+    int seen = 0;
+  };
+
+  void add(Key key, bool required) {
+    if (!owed_.emplace(key, Owed{required}).second) {
+      problem() << "wr_id " << key.second << " posted twice on one queue (ledger needs unique ids)\n";
+    }
+  }
+  std::ostringstream& problem() { return problems_; }
+
+  std::map<Key, Owed> owed_;
+  std::ostringstream problems_;
+};
+
+}  // namespace verbsim::testing
