@@ -1,0 +1,40 @@
+# Runs pingpong (EXE) three times on the simulator with seed 42: twice with --seed, once with
+# VERBSIM_SEED. The last line of each run, "digest: <hex>", must be the same.
+#   cmake -DEXE=path/to/pingpong -P check_digest.cmake
+if(NOT EXE)
+  message(FATAL_ERROR "usage: cmake -DEXE=<pingpong> -P check_digest.cmake")
+endif()
+
+function(run_pingpong out)
+  string(REPLACE ";" " " args "${ARGN}")
+  execute_process(COMMAND ${EXE} --backend sim --iters 100 --size 256 ${ARGN}
+                  OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pingpong ${args} failed (${rc}):\n${stdout}${stderr}")
+  endif()
+  string(STRIP "${stdout}" stdout)
+  string(REGEX MATCH "[^\n]*$" last "${stdout}")
+  if(NOT last MATCHES "^digest: [0-9a-f]+$")
+    message(FATAL_ERROR "pingpong ${args}: the last line is not a digest:\n${stdout}")
+  endif()
+  set(${out} "${last}" PARENT_SCOPE)
+endfunction()
+
+unset(ENV{VERBSIM_SEED})
+run_pingpong(first --seed 42)
+run_pingpong(second --seed 42)
+set(ENV{VERBSIM_SEED} 42)
+run_pingpong(from_env)
+unset(ENV{VERBSIM_SEED})
+run_pingpong(other_seed --seed 43)
+
+if(NOT first STREQUAL second)
+  message(FATAL_ERROR "two runs with --seed 42 differ: '${first}' then '${second}'")
+endif()
+if(NOT first STREQUAL from_env)
+  message(FATAL_ERROR "--seed 42 gave '${first}' but VERBSIM_SEED=42 gave '${from_env}'")
+endif()
+if(first STREQUAL other_seed)
+  message(FATAL_ERROR "seeds 42 and 43 gave the same '${first}': is the seed used at all?")
+endif()
+message(STATUS "deterministic: ${first}")

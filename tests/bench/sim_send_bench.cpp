@@ -1,0 +1,131 @@
+// BM_SimSend: what one 64-byte RC SEND costs on the simulator, end to end: post_send, the
+// simulated wire (transmission, delivery into the receive buffer, the ACK) and the polls of both
+// CQs, in batches of 16.
+//
+// Each iteration takes the next of `qps` connected QP pairs (round robin), posts 16 SENDs on it
+// in one post_send call and polls until their 16 send and 16 receive completions are in. Every
+// SEND is signaled: the simplest choice; signaling only the last of a batch would save the
+// simulator 15 CQEs per batch. Each receiving QP keeps two batches (32) of receives posted and
+// tops up by one batch (one post_recv call) after each batch it consumed.
+//
+// Counter wr_per_s: SEND WRs completed per second of CPU time (each with its receive).
+// World, QPs and MRs are set up outside the timed loop.
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
+
+namespace verbsim {
+namespace {
+
+constexpr std::uint32_t kBatch = 16;
+constexpr std::uint32_t kMsgBytes = 64;
+constexpr std::uint32_t kRqDepth = 2 * kBatch;
+constexpr Access kAccess = Access::local_write;
+
+// One device's side: a context, PD and CQ shared by `pairs` QPs, and one MR holding every
+// QP's `slots` message buffers.
+struct Side {
+  Side(sim::World& world, const char* device, int pairs, std::uint32_t slots) {
+    ctx = world.open(device);
+    pd = ctx->alloc_pd();
+    cq = ctx->create_cq(4 * kBatch);
+    buf.assign(static_cast<std::size_t>(pairs) * slots * kMsgBytes, std::byte{0x5a});
+    mr = pd->reg_mr(buf.data(), buf.size(), kAccess);
+    QpInitAttr init;
+    init.type = QpType::rc;
+    init.send_cq = cq.get();
+    init.recv_cq = cq.get();
+    init.cap = {
+        .max_send_wr = kBatch, .max_recv_wr = kRqDepth, .max_send_sge = 1, .max_recv_sge = 1};
+    for (int i = 0; i < pairs; ++i) qps.push_back(pd->create_qp(init));
+    sges.resize(static_cast<std::size_t>(pairs) * slots);
+    for (std::size_t s = 0; s < sges.size(); ++s) sges[s] = mr->sge(s * kMsgBytes, kMsgBytes);
+  }
+
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  std::vector<std::byte> buf;
+  std::unique_ptr<MemoryRegion> mr;
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  std::vector<Sge> sges;  // slot s of QP q: sges[q * slots + s]
+};
+
+// Polls `cq` until `n` completions arrived; false on an error completion or a stuck world.
+bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
+  WorkCompletion wc[kBatch];
+  while (n > 0) {
+    const PollResult r = cq.poll(std::span(wc, n < kBatch ? n : kBatch));
+    for (std::uint32_t i = 0; i < r.count; ++i) {
+      if (wc[i].status != WcStatus::success) return false;
+    }
+    n -= r.count;
+    if (r.count == 0 && world.pending_events() == 0) return false;
+  }
+  return true;
+}
+
+void BM_SimSend(benchmark::State& state) {
+  const int pairs = static_cast<int>(state.range(0));
+  sim::World world(sim::Config{});  // strict profile, seed 1, sim0 and sim1
+  Side tx(world, "sim0", pairs, kBatch);
+  Side rx(world, "sim1", pairs, kRqDepth);
+
+  // Work requests built once: a batch of SENDs per sending QP, two batches of receives per
+  // receiving QP. wr_id is the slot.
+  std::vector<SendWr> sends(tx.sges.size());
+  for (std::size_t s = 0; s < sends.size(); ++s) {
+    sends[s].wr_id = s % kBatch;
+    sends[s].opcode = WrOpcode::send;
+    sends[s].flags = SendFlags::signaled;
+    sends[s].sg_list = {&tx.sges[s], 1};
+  }
+  std::vector<RecvWr> recvs(rx.sges.size());
+  for (std::size_t s = 0; s < recvs.size(); ++s) recvs[s] = {s % kRqDepth, {&rx.sges[s], 1}};
+
+  for (int q = 0; q < pairs; ++q) {
+    const Endpoint a{tx.ctx->query_gid(1, 1), tx.qps[q]->qp_num(), 0};
+    const Endpoint b{rx.ctx->query_gid(1, 1), rx.qps[q]->qp_num(), 0};
+    connect(*tx.qps[q], a.psn, b);
+    connect(*rx.qps[q], b.psn, a);
+    const auto all = std::span(recvs).subspan(static_cast<std::size_t>(q) * kRqDepth, kRqDepth);
+    if (!rx.qps[q]->post_recv(all)) {
+      state.SkipWithError("post_recv failed during setup");
+      return;
+    }
+  }
+
+  std::vector<std::uint8_t> half(static_cast<std::size_t>(pairs), 0);  // next batch to refill
+  std::size_t q = 0;
+  for (auto _ : state) {
+    const auto batch = std::span(sends).subspan(q * kBatch, kBatch);
+    if (!tx.qps[q]->post_send(batch)) {
+      state.SkipWithError("post_send failed");
+      break;
+    }
+    if (!await(world, *tx.cq, kBatch) || !await(world, *rx.cq, kBatch)) {
+      state.SkipWithError("a batch did not complete successfully");
+      break;
+    }
+    const auto refill = std::span(recvs).subspan((q * 2 + half[q]) * kBatch, kBatch);
+    if (!rx.qps[q]->post_recv(refill)) {
+      state.SkipWithError("post_recv failed");
+      break;
+    }
+    half[q] ^= 1;
+    q = q + 1 == static_cast<std::size_t>(pairs) ? 0 : q + 1;
+  }
+  state.counters["wr_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()) * kBatch,
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimSend)->ArgName("qps")->Arg(1)->Arg(64)->Arg(1024);
+
+}  // namespace
+}  // namespace verbsim
