@@ -176,7 +176,10 @@ class SimQp : public QueuePair {
   void enqueue_send(const SendWr& wr) noexcept;
   void transmit();
   void arm_timer();
+  void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);
+  // Completes the oldest incomplete send WQE (sq_done_).
+  void complete_next(WcStatus status);
   void complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                      std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
   void enter_error(bool raise_fatal);
@@ -219,7 +222,9 @@ class SimQp : public QueuePair {
 
   // Requester
   std::uint32_t epoch_ = 0;
-  std::uint64_t timer_gen_ = 0;
+  std::uint64_t timer_gen_ = 0;       // changes on RESET/ERR: older timer events are void
+  std::uint64_t timer_deadline_ = 0;  // local ACK timeout of the oldest outstanding WQE
+  bool timer_armed_ = false;          // one timer event per QP is in the heap
   std::uint8_t retry_left_ = 0;
   std::uint8_t rnr_left_ = 0;
   bool rnr_wait_ = false;

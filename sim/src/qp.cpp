@@ -250,8 +250,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
     }
     enqueue_send(wrs[i]);
     if (s == QpState::err) {
-      complete_send(sq_done_, WcStatus::wr_flush_err);
-      ++sq_done_;
+      complete_next(WcStatus::wr_flush_err);
       sq_sent_ = sq_done_;
       if (!t.retire_on_poll) sq_retired_ = sq_done_;  // rxe: the slot frees on completion
     }
@@ -290,6 +289,13 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 // Completions
+
+void SimQp::complete_next(WcStatus status) {
+  // Advance first: pushing the completion may overrun the CQ, which (strict profile) takes
+  // this QP to ERR and flushes from sq_done_ on, re-entrantly.
+  const std::uint32_t index = sq_done_++;
+  complete_send(index, status);
+}
 
 void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   const SendWqe& w = sq_at(index);
@@ -350,7 +356,7 @@ void SimQp::raise(AsyncEventType type) {
 }
 
 void SimQp::flush_all() {
-  for (; sq_done_ != sq_post_; ++sq_done_) complete_send(sq_done_, WcStatus::wr_flush_err);
+  while (sq_done_ != sq_post_) complete_next(WcStatus::wr_flush_err);
   sq_sent_ = sq_done_;
   rd_atomic_outstanding_ = 0;
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
@@ -367,6 +373,7 @@ void SimQp::enter_error(bool raise_fatal) {
   attr_.qp_state = QpState::err;
   ++epoch_;
   ++timer_gen_;
+  timer_armed_ = false;
   rnr_wait_ = false;
   flush_all();
   if (raise_fatal) raise(AsyncEventType::qp_fatal);
@@ -389,6 +396,7 @@ void SimQp::reset_queues() {
   rq_.clear();
   ++epoch_;
   ++timer_gen_;
+  timer_armed_ = false;
   rnr_wait_ = false;
   rd_atomic_outstanding_ = 0;
   comm_est_raised_ = false;

@@ -105,8 +105,8 @@ void SimQp::transmit() {
     const Access need = rd ? Access::local_write : Access::none;
     if (!wq.inlined && !sges_valid(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge, need)) {
       if (sq_done_ != sq_sent_) break;
-      complete_send(sq_sent_, WcStatus::loc_prot_err);
-      sq_done_ = ++sq_sent_;
+      ++sq_sent_;
+      complete_next(WcStatus::loc_prot_err);
       enter_error(false);
       return;
     }
@@ -142,36 +142,40 @@ void SimQp::transmit() {
   if (type_ == QpType::rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
 }
 
+// Restarts the local ACK timer. At most one timer event per QP is in the heap: when it fires
+// before the (since pushed back) deadline, it re-arms itself for the deadline.
 void SimQp::arm_timer() {
   if (attr_.timeout == 0) return;  // infinite: a lost message waits forever, as on hardware
+  timer_deadline_ = world().now + ack_timeout_ns(attr_.timeout);
+  if (!timer_armed_) schedule_timer();
+}
+
+void SimQp::schedule_timer() {
   World::Impl& w = world();
+  timer_armed_ = true;
   Event e{};
-  e.time = w.now + ack_timeout_ns(attr_.timeout);
+  e.time = timer_deadline_;
   e.kind = EvKind::timeout;
   e.dev = static_cast<std::uint16_t>(dev_->index);
   e.qpn = qpn_;
-  e.index = sq_done_;
-  e.epoch = epoch_;
-  e.value = ++timer_gen_;
+  e.value = timer_gen_;
   w.schedule(e);
 }
 
 void SimQp::on_ack(const Event& e) {
   if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
-  for (; static_cast<std::int32_t>(e.index - sq_done_) >= 0; ++sq_done_) {
+  while (static_cast<std::int32_t>(e.index - sq_done_) >= 0) {
     if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
       --rd_atomic_outstanding_;
     }
-    complete_send(sq_done_, WcStatus::success);
+    complete_next(WcStatus::success);
+    if (attr_.qp_state == QpState::err) return;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
   retry_left_ = attr_.retry_cnt;
   rnr_left_ = attr_.rnr_retry;
-  if (type_ == QpType::rc) {
-    ++timer_gen_;
-    if (sq_done_ != sq_sent_) arm_timer();
-  }
+  if (type_ == QpType::rc && sq_done_ != sq_sent_) arm_timer();
   if (attr_.qp_state == QpState::sqd && sq_done_ == sq_sent_ && attr_.sq_draining) {
     attr_.sq_draining = 0;
     if (attr_.en_sqd_async_notify) raise(AsyncEventType::sq_drained);
@@ -183,14 +187,14 @@ void SimQp::on_nak(const Event& e) {
   if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
   // A NAK acknowledges everything before it.
-  for (; sq_done_ != e.index; ++sq_done_) {
+  while (sq_done_ != e.index) {
     if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
       --rd_atomic_outstanding_;
     }
-    complete_send(sq_done_, WcStatus::success);
+    complete_next(WcStatus::success);
+    if (attr_.qp_state == QpState::err) return;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
-  ++timer_gen_;
   WcStatus fatal = WcStatus::success;
   switch (static_cast<Nak>(e.code)) {
     case Nak::rnr:
@@ -221,17 +225,20 @@ void SimQp::on_nak(const Event& e) {
     case Nak::inv_req: fatal = WcStatus::rem_inv_req_err; break;
     case Nak::rem_op: fatal = WcStatus::rem_op_err; break;
   }
-  complete_send(sq_done_, fatal);
-  ++sq_done_;
+  complete_next(fatal);
   enter_error(false);
 }
 
 void SimQp::on_timeout(const Event& e) {
-  if (e.value != timer_gen_ || attr_.qp_state == QpState::err || rnr_wait_) return;
-  if (sq_done_ == sq_sent_) return;
+  if (e.value != timer_gen_) return;
+  timer_armed_ = false;
+  if (attr_.qp_state == QpState::err || rnr_wait_ || sq_done_ == sq_sent_) return;
+  if (world().now < timer_deadline_) {
+    schedule_timer();  // progress since it was armed: sleep until the current deadline
+    return;
+  }
   if (retry_left_ == 0) {
-    complete_send(sq_done_, WcStatus::retry_exc_err);
-    ++sq_done_;
+    complete_next(WcStatus::retry_exc_err);
     enter_error(false);
     return;
   }
@@ -331,7 +338,16 @@ void SimQp::on_deliver(const Event& e) {
       respond(EvKind::ack, Nak::rnr, 0, 0);  // duplicate: acknowledge again
       return;
     } else {
-      respond(EvKind::nak, Nak::psn_seq, 0, 0);  // a message before it was lost
+      // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.
+      Event r{};
+      r.time = w.transmit_time(*dev_, attr_.port_num, 0);
+      r.kind = EvKind::nak;
+      r.code = static_cast<std::uint8_t>(Nak::psn_seq);
+      r.dev = static_cast<std::uint16_t>(e.src_dev);
+      r.qpn = e.src_qpn;
+      r.index = e.index - diff;
+      r.epoch = e.epoch;
+      w.send_packet(r, kNoPsn);
       return;
     }
   }

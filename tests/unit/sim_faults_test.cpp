@@ -1,0 +1,297 @@
+// Fault plans: the text form, and each kind of fault produced through the public API.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "../support/sim_pair.hpp"
+#include "verbsim/sim/faults.hpp"
+#include "verbsim/sim/scenario.hpp"
+
+namespace verbsim {
+namespace {
+
+using sim::FaultPlan;
+using testing::drain;
+using testing::PairOptions;
+using testing::poll_n;
+using testing::SimPair;
+
+sim::Config with_faults(const char* text, std::uint64_t seed = 1) {
+  sim::Config c;
+  c.seed = seed;
+  c.faults = FaultPlan::parse(text);
+  return c;
+}
+
+SendWr send_wr(const testing::Side& s, const Sge& sge, std::uint64_t id) {
+  (void)s;
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = WrOpcode::send;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&sge, 1};
+  return wr;
+}
+
+// Posts `n` receives on b and `n` SENDs on a (n <= 16, the queues' depth), returns a's `n`
+// send completions, polling as they come unless `poll` is false.
+std::vector<WorkCompletion> exchange(SimPair& p, int n, bool poll = true) {
+  const Sge rs = p.b.sge(0, 256);
+  const Sge ss = p.a.sge(0, 64);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_FALSE(p.b.qp->post_recv(RecvWr{static_cast<std::uint64_t>(100 + i), {&rs, 1}}).error);
+  }
+  for (int i = 0; i < n; ++i) {
+    const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, static_cast<std::uint64_t>(i)));
+    EXPECT_FALSE(r.error) << r.reason;
+  }
+  if (!poll) return {};
+  return poll_n(p.world, *p.a.cq, static_cast<std::size_t>(n));
+}
+
+TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
+  const char* text =
+      "post_send nth=3 errno=ENOMEM; poll_cq every=10 errno=EAGAIN qp=17\n"
+      "ibv_get_cq_event p=0.25 errno=11 dev=sim1  # comment\n"
+      "drop p=0.01; drop psn=5 qp=17; delay p=0.5 by=20us; duplicate every=7; reorder p=0.1 by=5us\n"
+      "link_down dev=sim1 port=1 at=2ms for=5ms; qp_fatal qp=18 at=1ms; device_fatal dev=sim0 at=3s\n"
+      "srq_limit dev=sim1 at=10us; cq_overrun depth=4";
+  const FaultPlan plan = FaultPlan::parse(text);
+  ASSERT_EQ(plan.verbs.size(), 3u);
+  EXPECT_EQ(plan.verbs[0].verb, sim::Verb::post_send);
+  EXPECT_EQ(plan.verbs[0].when.nth, 3u);
+  EXPECT_EQ(plan.verbs[0].err, ENOMEM);
+  EXPECT_EQ(plan.verbs[1].where.qpn, 17u);
+  EXPECT_EQ(plan.verbs[2].verb, sim::Verb::get_cq_event);
+  EXPECT_EQ(plan.verbs[2].err, EAGAIN);
+  EXPECT_DOUBLE_EQ(plan.verbs[2].when.probability, 0.25);
+  ASSERT_EQ(plan.packets.size(), 5u);
+  EXPECT_EQ(plan.packets[1].psn, 5u);
+  EXPECT_EQ(plan.packets[1].when.nth, 1u);
+  EXPECT_EQ(plan.packets[2].by_ns, 20000u);
+  ASSERT_EQ(plan.timed.size(), 4u);
+  EXPECT_EQ(plan.timed[0].at_ns, 2000000u);
+  EXPECT_EQ(plan.timed[0].for_ns, 5000000u);
+  EXPECT_EQ(plan.timed[2].at_ns, 3000000000u);
+  EXPECT_EQ(plan.cq_depth, 4u);
+  const FaultPlan again = FaultPlan::parse(plan.to_string());
+  EXPECT_EQ(again.to_string(), plan.to_string());
+}
+
+TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
+  for (const char* bad : {"post_send errno=ENOMEM", "post_send nth=1", "post_send nth=0 errno=EIO",
+                          "frobnicate p=1", "drop p=2", "delay p=0.1 by=3parsecs",
+                          "post_send nth=1 errno=ENOMEM colour=red", "link_down at=1ms",
+                          "qp_fatal at=1ms", "cq_overrun", "post_send nth=1 every=2 errno=EIO"}) {
+    try {
+      (void)FaultPlan::parse(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::strstr(e.what(), "fault plan:"), nullptr) << e.what();
+    }
+  }
+}
+
+TEST(VerbFaults, NthPostSendFailsWithTheErrnoAndNothingIsPosted) {
+  SimPair p(with_faults("post_send nth=2 errno=ENOMEM"));
+  const Sge ss = p.a.sge(0, 8);
+  const Sge rs = p.b.sge(0, 64);
+  for (int i = 0; i < 3; ++i) ASSERT_FALSE(p.b.qp->post_recv(RecvWr{1, {&rs, 1}}).error);
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 1)).error);
+  const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 2));
+  EXPECT_EQ(r.error.value(), ENOMEM);
+  EXPECT_EQ(r.error, Condition::queue_full);
+  EXPECT_EQ(r.posted, 0u);
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 3)).error);
+  const auto wcs = drain(p.world, *p.a.cq);
+  std::vector<std::uint64_t> send_ids;
+  for (const auto& wc : wcs) {
+    if (wc.opcode == WcOpcode::send) send_ids.push_back(wc.wr_id);
+  }
+  EXPECT_EQ(send_ids, (std::vector<std::uint64_t>{1, 3}));
+}
+
+TEST(VerbFaults, EveryNthPollReturnsTheErrnoOnTheFilteredDeviceOnly) {
+  SimPair p(with_faults("poll_cq every=2 errno=EAGAIN dev=sim0"));
+  WorkCompletion wc[4];
+  EXPECT_FALSE(p.a.cq->poll(wc).error);
+  EXPECT_EQ(p.a.cq->poll(wc).error.value(), EAGAIN);
+  EXPECT_FALSE(p.a.cq->poll(wc).error);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(p.b.cq->poll(wc).error);
+}
+
+TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {
+  sim::World world(with_faults("create_qp nth=1 errno=ENOMEM; reg_mr nth=1 errno=EFAULT"));
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  auto cq = ctx->create_cq(8);
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = cq.get();
+  init.cap = {4, 4, 1, 1, 0};
+  try {
+    (void)pd->create_qp(init);
+    FAIL() << "create_qp did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), ENOMEM);
+    EXPECT_EQ(e.verb(), "ibv_create_qp");
+  }
+  EXPECT_NE(pd->create_qp(init), nullptr);
+  char buf[64];
+  try {
+    (void)pd->reg_mr(buf, sizeof buf, Access::local_write);
+    FAIL() << "reg_mr did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EFAULT);
+    EXPECT_EQ(e.verb(), "ibv_reg_mr");
+  }
+}
+
+TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
+  for (const char* plan : {"drop p=0.2", "duplicate p=0.3", "reorder p=0.5 by=3us",
+                           "delay p=0.3 by=2us; drop p=0.1; duplicate p=0.1"}) {
+    SimPair p(with_faults(plan, 7));
+    const auto wcs = exchange(p, 16);
+    ASSERT_EQ(wcs.size(), 16u) << plan;
+    std::uint64_t next_send = 0;
+    std::uint64_t next_recv = 100;
+    for (const auto& wc : wcs) {
+      EXPECT_EQ(wc.status, WcStatus::success) << plan << ": " << to_string(wc.status);
+      if (wc.opcode == WcOpcode::send) {
+        EXPECT_EQ(wc.wr_id, next_send++) << plan;
+      }
+    }
+    // Receives complete in order on b (its own CQ is shared with its sends: none here).
+    const auto recvs = drain(p.world, *p.b.cq);
+    ASSERT_EQ(recvs.size(), 16u) << plan;
+    for (const auto& wc : recvs) EXPECT_EQ(wc.wr_id, next_recv++) << plan;
+  }
+}
+
+TEST(PacketFaults, DroppingTheLastPacketCostsOneTimeout) {
+  PairOptions o;
+  o.connect_options.timeout = 10;  // 4.2 ms
+  SimPair p(with_faults("drop psn=103"), o);  // a's last message: nothing follows to expose it
+  const auto wcs = exchange(p, 4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (const auto& wc : wcs) EXPECT_EQ(wc.status, WcStatus::success);
+  EXPECT_GE(p.world.now(), ack_timeout_ns(10));
+  EXPECT_LT(p.world.now(), 2 * ack_timeout_ns(10));
+}
+
+TEST(PacketFaults, DroppingOnePacketInTheMiddleCostsOneSequenceNak) {
+  PairOptions o;
+  o.connect_options.timeout = 10;  // 4.2 ms
+  SimPair p(with_faults("drop psn=102"), o);  // a's third message (a starts at PSN 100)
+  const auto wcs = exchange(p, 4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (const auto& wc : wcs) EXPECT_EQ(wc.status, WcStatus::success);
+  // The next message arrives out of sequence: a sequence NAK makes a go back at once.
+  EXPECT_LT(p.world.now(), ack_timeout_ns(10));
+  EXPECT_EQ(drain(p.world, *p.b.cq).size(), 4u);
+}
+
+TEST(PacketFaults, LosingEveryPacketEndsInRetryExceededThenFlush) {
+  PairOptions o;
+  o.connect_options.timeout = 12;
+  o.connect_options.retry_cnt = 2;
+  SimPair p(with_faults("drop p=1 dev=sim0"), o);
+  const auto wcs = exchange(p, 3);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].status, WcStatus::retry_exc_err);
+  EXPECT_EQ(wcs[1].status, WcStatus::wr_flush_err);
+  EXPECT_EQ(wcs[2].status, WcStatus::wr_flush_err);
+  EXPECT_EQ(p.a.qp->state(), QpState::err);
+  EXPECT_EQ(p.b.qp->state(), QpState::rts);
+  // (retry_cnt + 1) local ACK timeouts of 4.096 us * 2^12.
+  EXPECT_GE(p.world.now(), 3 * ack_timeout_ns(12));
+  EXPECT_LT(p.world.now(), 4 * ack_timeout_ns(12));
+}
+
+TEST(TimedFaults, LinkDownRaisesPortErrThenPortActiveAndRcRidesThrough) {
+  SimPair p(with_faults("link_down dev=sim1 port=1 at=1us for=2ms"));
+  const auto wcs = exchange(p, 5);
+  ASSERT_EQ(wcs.size(), 5u);
+  for (const auto& wc : wcs) EXPECT_EQ(wc.status, WcStatus::success);
+  AsyncEvent ev;
+  ASSERT_FALSE(p.b.ctx->get_async_event(ev, Wait::nonblocking));
+  EXPECT_EQ(ev.type, AsyncEventType::port_err);
+  EXPECT_EQ(ev.port_num, 1);
+  ASSERT_FALSE(p.b.ctx->get_async_event(ev, Wait::nonblocking));
+  EXPECT_EQ(ev.type, AsyncEventType::port_active);
+  EXPECT_EQ(p.a.ctx->get_async_event(ev, Wait::nonblocking).value(), EAGAIN);
+  EXPECT_GE(p.world.now(), 2'000'000u);
+}
+
+TEST(TimedFaults, QpFatalFlushesAndRaisesQpFatal) {
+  SimPair p;  // connected first, so we know b's QP number
+  const std::string rule = "qp_fatal qp=" + std::to_string(p.b.qp->qp_num()) + " dev=sim1 at=0";
+  sim::World world(with_faults(rule.c_str()));
+  testing::PairOptions o;
+  testing::Side b = testing::make_side(world, "sim1", o);
+  ASSERT_EQ(b.qp->qp_num(), p.b.qp->qp_num());
+  modify_to_init(*b.qp);
+  const Sge rs = b.sge(0, 64);
+  ASSERT_FALSE(b.qp->post_recv(RecvWr{5, {&rs, 1}}).error);
+  world.run_until_idle();
+  EXPECT_EQ(b.qp->state(), QpState::err);
+  AsyncEvent ev;
+  ASSERT_FALSE(b.ctx->get_async_event(ev, Wait::nonblocking));
+  EXPECT_EQ(ev.type, AsyncEventType::qp_fatal);
+  EXPECT_EQ(ev.qp, b.qp.get());
+  const auto wcs = drain(world, *b.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::wr_flush_err);
+}
+
+TEST(TimedFaults, DeviceFatalTakesEveryQpOfTheDeviceDown) {
+  SimPair p(with_faults("device_fatal dev=sim0 at=5us"));
+  const auto wcs = exchange(p, 2);
+  AsyncEvent ev;
+  ASSERT_FALSE(p.a.ctx->get_async_event(ev, Wait::nonblocking));
+  EXPECT_EQ(ev.type, AsyncEventType::device_fatal);
+  EXPECT_EQ(p.a.qp->state(), QpState::err);
+  for (const auto& wc : wcs) EXPECT_NE(wc.status, WcStatus::rem_access_err);
+}
+
+TEST(ResourceFaults, CqOverrunDepthShrinksTheCqButNotItsReportedSize) {
+  sim::Config c = with_faults("cq_overrun depth=2");
+  PairOptions o;
+  SimPair p(c, o);
+  EXPECT_EQ(p.a.cq->cqe(), 127);  // 64 rounded as a real provider would
+  (void)exchange(p, 4, /*poll=*/false);  // 4 send completions into a CQ that holds 2
+  p.world.run_until_idle();
+  AsyncEvent ev;
+  ASSERT_FALSE(p.a.ctx->get_async_event(ev, Wait::nonblocking));
+  EXPECT_EQ(ev.type, AsyncEventType::cq_err);
+  EXPECT_EQ(ev.cq, p.a.cq.get());
+}
+
+TEST(Determinism, SameSeedSameDigestUnderRandomFaults) {
+  auto scenario = [](sim::World& world) {
+    PairOptions o;
+    testing::Side a = testing::make_side(world, "sim0", o);
+    testing::Side b = testing::make_side(world, "sim1", o);
+    connect(*a.qp, 1, testing::endpoint_of(b, 2));
+    connect(*b.qp, 2, testing::endpoint_of(a, 1));
+    const Sge rs = b.sge(0, 128);
+    const Sge ss = a.sge(0, 100);
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_FALSE(b.qp->post_recv(RecvWr{1, {&rs, 1}}).error);
+      SendWr wr;
+      wr.flags = SendFlags::signaled;
+      wr.sg_list = {&ss, 1};
+      ASSERT_FALSE(a.qp->post_send(wr).error);
+    }
+    (void)poll_n(world, *a.cq, 20);
+  };
+  const sim::Config c = with_faults("drop p=0.2; reorder p=0.3 by=4us; duplicate p=0.1", 99);
+  const sim::ScenarioResult r = sim::run_scenario(c, scenario, /*check=*/true);
+  EXPECT_TRUE(r.deterministic) << r.message;
+  EXPECT_EQ(r.seed, 99u);
+  const sim::ScenarioResult other = sim::run_scenario(with_faults("drop p=0.2; reorder p=0.3 by=4us; duplicate p=0.1", 100), scenario);
+  EXPECT_NE(other.digest, r.digest);
+}
+
+}  // namespace
+}  // namespace verbsim
