@@ -78,6 +78,13 @@ inline void connect_qps(const Node& nx, QueuePair& x, const Node& ny, QueuePair&
   connect(y, 200, nx.endpoint(x, 100), oy);
 }
 
+// modify() with the STATE attribute alone (to ERR, RESET, SQD or back to RTS).
+inline void move_to(QueuePair& qp, QpState state) {
+  QpAttr a;
+  a.qp_state = state;
+  qp.modify(a, QpAttrMask::state);
+}
+
 inline SendWr send_wr(std::uint64_t wr_id, const Sge& sge, WrOpcode op = WrOpcode::send,
                       SendFlags flags = SendFlags::signaled) {
   SendWr wr;
@@ -134,6 +141,33 @@ inline std::vector<AsyncEvent> async_events(Context& ctx) {
   return out;
 }
 
+inline constexpr std::uint64_t kMaxPolls = 1'000'000;
+
+// Polls `cq` until `n` completions arrived or the world is idle and the CQ empty; fails the
+// test after kMaxPolls empty polls.
+inline std::vector<WorkCompletion> bounded_poll(sim::World& world, CompletionQueue& cq,
+                                                std::size_t n) {
+  std::vector<WorkCompletion> out;
+  WorkCompletion wc[16];
+  for (std::uint64_t polls = 0; out.size() < n; ++polls) {
+    if (polls == kMaxPolls) {
+      ADD_FAILURE() << "the world never went idle (" << world.pending_events() << " events pending)";
+      break;
+    }
+    const PollResult r = cq.poll(wc);
+    EXPECT_FALSE(r.error);
+    out.insert(out.end(), wc, wc + r.count);
+    if (r.count == 0 && world.pending_events() == 0) break;
+  }
+  return out;
+}
+
+// Runs the world until nothing is pending; fails the test if that takes kMaxPolls events.
+inline void run_idle(sim::World& world) {
+  world.run_until_idle(kMaxPolls);
+  EXPECT_EQ(world.pending_events(), 0u) << "the world never went idle";
+}
+
 // Accounting of posted work: every signaled send and every receive the device accepted ends in
 // exactly one completion; an unsignaled send completes at most once and only with an error.
 // Post and poll through the ledger, then EXPECT_TRUE(ledger.balanced()) at the end.
@@ -180,13 +214,15 @@ class Ledger {
       }
     }
   }
+  // Like testing::poll_n and testing::drain, but a world that never goes idle (an RNR loop
+  // with rnr_retry=7) fails the test instead of hanging it.
   std::vector<WorkCompletion> poll_n(sim::World& world, CompletionQueue& cq, std::size_t n) {
-    auto wcs = testing::poll_n(world, cq, n);
+    auto wcs = bounded_poll(world, cq, n);
     record(wcs);
     return wcs;
   }
   std::vector<WorkCompletion> drain(sim::World& world, CompletionQueue& cq) {
-    auto wcs = testing::drain(world, cq);
+    auto wcs = bounded_poll(world, cq, SIZE_MAX);
     record(wcs);
     return wcs;
   }
