@@ -76,6 +76,47 @@ void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns)
   }
 }
 
+bool is_ipv4_mapped(const Gid& g) noexcept {
+  for (int i = 0; i < 10; ++i) {
+    if (g.raw[i] != 0) return false;
+  }
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
+// The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
+// rxe's build_rdma_network_hdr and mlx5 lay it out: 20 unused bytes, then the IPv4 header;
+// otherwise an IPv6 header (RoCE v2 over IPv6, next header UDP).
+void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid, std::uint32_t length) noexcept {
+  std::memset(out, 0, 40);
+  // UDP (8) + BTH (12) + DETH (8) + payload + ICRC (4)
+  const std::uint32_t udp_len = 8 + 12 + 8 + length + 4;
+  if (is_ipv4_mapped(sgid) && is_ipv4_mapped(dgid)) {
+    std::uint8_t* ip = out + 20;
+    const std::uint32_t total = 20 + udp_len;
+    ip[0] = 0x45;  // version 4, 5 words
+    ip[2] = static_cast<std::uint8_t>(total >> 8);
+    ip[3] = static_cast<std::uint8_t>(total);
+    ip[6] = 0x40;  // don't fragment
+    ip[8] = 64;    // TTL
+    ip[9] = 17;    // UDP
+    std::memcpy(ip + 12, sgid.raw.data() + 12, 4);
+    std::memcpy(ip + 16, dgid.raw.data() + 12, 4);
+    std::uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(ip[i] << 8 | ip[i + 1]);
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
+    ip[10] = static_cast<std::uint8_t>(~sum >> 8);
+    ip[11] = static_cast<std::uint8_t>(~sum);
+    return;
+  }
+  out[0] = 0x60;
+  out[4] = static_cast<std::uint8_t>(udp_len >> 8);
+  out[5] = static_cast<std::uint8_t>(udp_len);
+  out[6] = 17;  // UDP
+  out[7] = 64;  // hop limit
+  std::memcpy(out + 8, sgid.raw.data(), 16);
+  std::memcpy(out + 24, dgid.raw.data(), 16);
+}
+
 // Gathers from an SGE list into a plain buffer (for the GRH-prefixed UD receive path).
 void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
   for (std::uint32_t i = 0; i < ns; ++i) {
@@ -291,19 +332,9 @@ void SimQp::on_deliver(const Event& e) {
       enter_error(false);
       return;
     }
-    // 40-byte GRH, then the payload.
-    std::uint8_t grh[40] = {};
-    grh[0] = 0x60;
-    grh[4] = static_cast<std::uint8_t>(wq.length >> 8);
-    grh[5] = static_cast<std::uint8_t>(wq.length);
-    grh[6] = 0x1b;
-    grh[7] = 64;
-    const auto& sgid = req->dev_->ports[0].gids.back();
-    const auto& dgid = dev_->ports[0].gids.back();
-    std::memcpy(grh + 8, sgid.raw.data(), 16);
-    std::memcpy(grh + 24, dgid.raw.data(), 16);
+    // 40 bytes of network header, then the payload.
     std::uint8_t payload[4096 + 40];
-    std::memcpy(payload, grh, 40);
+    build_grh(payload, req->dev_->ports[0].gids.back(), dev_->ports[0].gids.back(), wq.length);
     if (wq.inlined) {
       std::memcpy(payload + 40, src_inline, wq.length);
     } else {
