@@ -1,0 +1,464 @@
+// Every operation the simulator carries, checked end to end through the public API: what lands
+// in memory and what each side's completion says. Run under every profile (they must agree).
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../support/sim_checks.hpp"
+
+namespace verbsim {
+namespace {
+
+using sim::Profile;
+using testing::async_events;
+using testing::Ledger;
+using testing::Node;
+using testing::PairOptions;
+using testing::ProfileTest;
+using testing::rdma_wr;
+using testing::recv_wr;
+using testing::send_wr;
+using testing::SimPair;
+
+class Ops : public ProfileTest {};
+
+WorkCompletion only(const std::vector<WorkCompletion>& wcs) {
+  EXPECT_EQ(wcs.size(), 1u);
+  return wcs.empty() ? WorkCompletion{} : wcs[0];
+}
+
+TEST_P(Ops, SendWithImmCarriesTheImmediateAndSetsWithImm) {
+  SimPair p(config());
+  Ledger led;
+  const Sge rs[2] = {p.b.sge(0, 64), p.b.sge(64, 64)};
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs[0])));
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(202, rs[1])));
+  std::memcpy(p.a.buf.data(), "with imm", 9);
+  const Sge ss = p.a.sge(0, 9);
+  SendWr imm = send_wr(1, ss, WrOpcode::send_with_imm);
+  imm.imm_data = 0xdeadbeef;
+  ASSERT_TRUE(led.post_send(*p.a.qp, imm));
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(2, ss)));
+  const auto recvs = led.poll_n(p.world, *p.b.cq, 2);
+  ASSERT_EQ(recvs.size(), 2u);
+  EXPECT_EQ(recvs[0].wr_id, 201u);
+  EXPECT_EQ(recvs[0].status, WcStatus::success);
+  EXPECT_EQ(recvs[0].opcode, WcOpcode::recv);
+  EXPECT_EQ(recvs[0].byte_len, 9u);
+  EXPECT_EQ(recvs[0].wc_flags, WcFlags::with_imm);
+  EXPECT_EQ(recvs[0].imm_data, 0xdeadbeefu);
+  EXPECT_EQ(recvs[0].qp_num, p.b.qp->qp_num());
+  EXPECT_STREQ(p.b.buf.data(), "with imm");
+  EXPECT_EQ(recvs[1].wr_id, 202u);
+  EXPECT_EQ(recvs[1].wc_flags, WcFlags::none);
+  const auto sends = led.poll_n(p.world, *p.a.cq, 2);
+  ASSERT_EQ(sends.size(), 2u);
+  EXPECT_EQ(sends[0].opcode, WcOpcode::send);
+  EXPECT_EQ(sends[0].status, WcStatus::success);
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, RdmaWriteLandsSilentlyAndWriteWithImmConsumesAReceive) {
+  SimPair p(config());
+  Ledger led;
+  for (int i = 0; i < 100; ++i) p.a.buf[static_cast<std::size_t>(i)] = static_cast<char>(i + 1);
+  const Sge ls = p.a.sge(0, 32);
+  ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, WrOpcode::rdma_write, ls, *p.b.mr, 256)));
+  const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+  EXPECT_EQ(w.status, WcStatus::success);
+  EXPECT_EQ(w.opcode, WcOpcode::rdma_write);
+  EXPECT_EQ(std::memcmp(p.b.buf.data() + 256, p.a.buf.data(), 32), 0);
+  EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "a plain WRITE is invisible to the target";
+
+  ASSERT_TRUE(led.post_recv(*p.b.qp, RecvWr{201, {}}));  // no SGE needed for WRITE_WITH_IMM
+  const Sge ls100 = p.a.sge(0, 100);
+  SendWr wi = rdma_wr(2, WrOpcode::rdma_write_with_imm, ls100, *p.b.mr, 1024);
+  wi.imm_data = 0x1234;
+  ASSERT_TRUE(led.post_send(*p.a.qp, wi));
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.wr_id, 201u);
+  EXPECT_EQ(r.status, WcStatus::success);
+  EXPECT_EQ(r.opcode, WcOpcode::recv_rdma_with_imm);
+  EXPECT_EQ(r.byte_len, 100u);
+  EXPECT_EQ(r.wc_flags, WcFlags::with_imm);
+  EXPECT_EQ(r.imm_data, 0x1234u);
+  EXPECT_EQ(std::memcmp(p.b.buf.data() + 1024, p.a.buf.data(), 100), 0);
+  const WorkCompletion s = only(led.poll_n(p.world, *p.a.cq, 1));
+  EXPECT_EQ(s.wr_id, 2u);
+  EXPECT_EQ(s.opcode, WcOpcode::rdma_write);
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, RdmaReadFetchesRemoteMemory) {
+  SimPair p(config());
+  Ledger led;
+  for (int i = 0; i < 48; ++i) p.b.buf[300 + static_cast<std::size_t>(i)] = static_cast<char>('a' + i % 26);
+  const Sge ls = p.a.sge(512, 48);
+  ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, WrOpcode::rdma_read, ls, *p.b.mr, 300)));
+  const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+  EXPECT_EQ(w.status, WcStatus::success);
+  EXPECT_EQ(w.opcode, WcOpcode::rdma_read);
+  EXPECT_EQ(w.byte_len, 48u);
+  EXPECT_EQ(std::memcmp(p.a.buf.data() + 512, p.b.buf.data() + 300, 48), 0);
+  EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty());
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, AtomicsReturnTheOriginalValue) {
+  SimPair p(config());
+  Ledger led;
+  auto remote = [&] {
+    std::uint64_t v;
+    std::memcpy(&v, p.b.buf.data() + 1024, 8);
+    return v;
+  };
+  auto local = [&] {
+    std::uint64_t v;
+    std::memcpy(&v, p.a.buf.data() + 2048, 8);
+    return v;
+  };
+  const std::uint64_t five = 5;
+  std::memcpy(p.b.buf.data() + 1024, &five, 8);
+  const Sge ls = p.a.sge(2048, 8);
+  struct Step {
+    WrOpcode op;
+    std::uint64_t compare_add, swap, returned, after;
+    WcOpcode wc;
+  };
+  const Step steps[] = {
+      {WrOpcode::atomic_cmp_and_swp, 5, 9, 5, 9, WcOpcode::comp_swap},    // matches: swapped
+      {WrOpcode::atomic_cmp_and_swp, 5, 11, 9, 9, WcOpcode::comp_swap},   // no match: unchanged
+      {WrOpcode::atomic_fetch_and_add, 3, 0, 9, 12, WcOpcode::fetch_add},
+  };
+  std::uint64_t id = 1;
+  for (const Step& st : steps) {
+    SCOPED_TRACE("step " + std::to_string(id));
+    SendWr wr = rdma_wr(id, st.op, ls, *p.b.mr, 1024);
+    wr.compare_add = st.compare_add;
+    wr.swap = st.swap;
+    ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+    const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+    EXPECT_EQ(w.wr_id, id);
+    EXPECT_EQ(w.status, WcStatus::success);
+    EXPECT_EQ(w.opcode, st.wc);
+    EXPECT_EQ(w.byte_len, 8u);
+    EXPECT_EQ(local(), st.returned);
+    EXPECT_EQ(remote(), st.after);
+    ++id;
+  }
+  // Operands must be one aligned 8-byte word.
+  SendWr odd = rdma_wr(9, WrOpcode::atomic_fetch_and_add, ls, *p.b.mr, 1028);
+  EXPECT_EQ(p.a.qp->post_send(odd).error, errno_code(EINVAL));
+  const Sge four = p.a.sge(2048, 4);
+  EXPECT_EQ(p.a.qp->post_send(rdma_wr(9, WrOpcode::atomic_cmp_and_swp, four, *p.b.mr, 1024)).error,
+            errno_code(EINVAL));
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, InlineDataIsCopiedWhenPosted) {
+  SimPair p(config());
+  Ledger led;
+  const Sge rs = p.b.sge(0, 64);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+  std::memcpy(p.a.buf.data(), "inline payload", 15);
+  const Sge ss = p.a.sge(0, 15);
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(1, ss, WrOpcode::send,
+                                             SendFlags::signaled | SendFlags::inline_data)));
+  std::memset(p.a.buf.data(), 'X', 15);  // the buffer is the caller's again at once
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.byte_len, 15u);
+  EXPECT_STREQ(p.b.buf.data(), "inline payload");
+  led.drain(p.world, *p.a.cq);
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, SgesGatherOnSendAndScatterOnReceive) {
+  SimPair p(config());
+  Ledger led;
+  std::memcpy(p.a.buf.data() + 0, "0123456789", 10);
+  std::memcpy(p.a.buf.data() + 100, "abcde", 5);
+  std::memcpy(p.a.buf.data() + 200, "ABCDEFGHIJKLMNOPQ", 17);
+  const Sge gather[3] = {p.a.sge(0, 10), p.a.sge(100, 5), p.a.sge(200, 17)};
+  const Sge scatter[2] = {p.b.sge(0, 20), p.b.sge(1000, 40)};
+  ASSERT_TRUE(led.post_recv(*p.b.qp, RecvWr{201, {scatter, 2}}));
+  SendWr wr = send_wr(1, gather[0]);
+  wr.sg_list = {gather, 3};
+  ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.status, WcStatus::success);
+  EXPECT_EQ(r.byte_len, 32u);
+  EXPECT_EQ(std::string(p.b.buf.data(), 20), "0123456789abcdeABCDE");
+  EXPECT_EQ(std::string(p.b.buf.data() + 1000, 12), "FGHIJKLMNOPQ");
+  EXPECT_EQ(p.b.buf[1012], 0);
+  led.drain(p.world, *p.a.cq);
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, UnsignaledSuccessesLeaveNoCompletionUnlessSqSigAll) {
+  for (const bool sig_all : {false, true}) {
+    SCOPED_TRACE(sig_all ? "sq_sig_all" : "selective signaling");
+    sim::World world(config());
+    Node a(world, "sim0"), b(world, "sim1");
+    auto acq = a.ctx->create_cq(64), bcq = b.ctx->create_cq(64);
+    auto aqp = a.make_qp(*acq, *acq, QpCap{16, 16, 1, 1, 0}, QpType::rc, sig_all);
+    auto bqp = b.make_qp(*bcq, *bcq, QpCap{16, 16, 1, 1, 0});
+    testing::connect_qps(a, *aqp, b, *bqp);
+    Ledger led;
+    const Sge ls = a.sge(0, 8);
+    for (std::uint64_t id = 1; id <= 4; ++id) {
+      ASSERT_TRUE(led.post_send(*aqp, rdma_wr(id, WrOpcode::rdma_write, ls, *b.mr, 0,
+                                              SendFlags::none), sig_all));
+    }
+    ASSERT_TRUE(led.post_send(*aqp, rdma_wr(5, WrOpcode::rdma_write, ls, *b.mr, 0), sig_all));
+    const auto wcs = led.drain(world, *acq);
+    std::vector<std::uint64_t> ids;
+    for (const auto& w : wcs) ids.push_back(w.wr_id);
+    const std::vector<std::uint64_t> want =
+        sig_all ? std::vector<std::uint64_t>{1, 2, 3, 4, 5} : std::vector<std::uint64_t>{5};
+    EXPECT_EQ(ids, want);
+    EXPECT_TRUE(led.balanced());
+  }
+}
+
+TEST_P(Ops, ThirtyTwoSendsCompleteInOrderOnBothSides) {
+  PairOptions o;
+  o.cap = QpCap{32, 32, 1, 1, 0};
+  o.cqe = 64;
+  SimPair p(config(), o);
+  Ledger led;
+  for (std::uint64_t i = 0; i < 32; ++i) {
+    const Sge rs = p.b.sge(i * 128, 128);
+    ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(1000 + i, rs)));
+  }
+  for (std::uint64_t i = 0; i < 32; ++i) {
+    std::memset(p.a.buf.data() + i * 128, static_cast<int>('A' + i), i + 1);
+    const Sge ss = p.a.sge(i * 128, static_cast<std::uint32_t>(i + 1));
+    ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(i, ss)));
+  }
+  const auto recvs = led.poll_n(p.world, *p.b.cq, 32);
+  const auto sends = led.poll_n(p.world, *p.a.cq, 32);
+  ASSERT_EQ(recvs.size(), 32u);
+  ASSERT_EQ(sends.size(), 32u);
+  for (std::uint64_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(sends[i].wr_id, i);
+    EXPECT_EQ(sends[i].status, WcStatus::success);
+    EXPECT_EQ(recvs[i].wr_id, 1000 + i);
+    EXPECT_EQ(recvs[i].byte_len, i + 1);
+    EXPECT_EQ(p.b.buf[i * 128 + i], static_cast<char>('A' + i));
+  }
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, OpcodesAQpTypeCannotCarryAreEinval) {
+  for (const QpType t : {QpType::uc, QpType::ud}) {
+    PairOptions o;
+    o.type = t;
+    SimPair p(config(), o);
+    const Sge ls = p.a.sge(0, 8);
+    for (const WrOpcode op : {WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add,
+                              WrOpcode::rdma_write}) {
+      if (t == QpType::uc && op == WrOpcode::rdma_write) continue;
+      const PostResult r = p.a.qp->post_send(rdma_wr(1, op, ls, *p.b.mr, 0));
+      EXPECT_EQ(r.error, errno_code(EINVAL)) << to_string(t) << " " << to_string(op);
+      EXPECT_EQ(r.posted, 0u);
+    }
+  }
+}
+
+TEST_P(Ops, UcWriteLandsAndASendWithoutReceiveIsLostWithoutRnr) {
+  PairOptions o;
+  o.type = QpType::uc;
+  SimPair p(config(), o);
+  Ledger led;
+  std::memcpy(p.a.buf.data(), "uc write", 9);
+  const Sge ls = p.a.sge(0, 9);
+  ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, WrOpcode::rdma_write, ls, *p.b.mr, 512)));
+  const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+  EXPECT_EQ(w.status, WcStatus::success);
+  EXPECT_EQ(w.opcode, WcOpcode::rdma_write);
+  EXPECT_STREQ(p.b.buf.data() + 512, "uc write");
+
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(2, ls)));  // no receive posted: dropped
+  EXPECT_EQ(only(led.poll_n(p.world, *p.a.cq, 1)).status, WcStatus::success);
+  EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty());
+  const Sge rs = p.b.sge(0, 64);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(3, ls)));
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.wr_id, 201u);
+  EXPECT_EQ(r.byte_len, 9u);
+  led.drain(p.world, *p.a.cq);
+  EXPECT_EQ(p.a.qp->state(), QpState::rts);
+  EXPECT_EQ(p.b.qp->state(), QpState::rts);
+  EXPECT_TRUE(led.balanced());
+}
+
+// ---------------------------------------------------------------------------------------------
+// UD
+
+struct UdPair : SimPair {
+  explicit UdPair(sim::Config c) : SimPair(c, [] {
+    PairOptions o;
+    o.type = QpType::ud;
+    return o;
+  }()) {
+    AhAttr ah;
+    ah.is_global = true;
+    ah.grh.dgid = b.ctx->query_gid(1, 1);
+    ah.grh.sgid_index = 1;
+    ah.port_num = 1;
+    to_b = a.pd->create_ah(ah);
+  }
+  SendWr ud_send(std::uint64_t id, const Sge& sge, std::uint32_t qkey = 0x11111111) const {
+    SendWr wr = send_wr(id, sge);
+    wr.ah = to_b.get();
+    wr.remote_qpn = b.qp->qp_num();
+    wr.remote_qkey = qkey;
+    return wr;
+  }
+  std::unique_ptr<AddressHandle> to_b;
+};
+
+TEST_P(Ops, UdReceiveStartsWithA40ByteGrh) {
+  UdPair p(config());
+  Ledger led;
+  const Sge rs = p.b.sge(0, 40 + 100);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+  for (int i = 0; i < 100; ++i) p.a.buf[static_cast<std::size_t>(i)] = static_cast<char>(i);
+  const Sge ss = p.a.sge(0, 100);
+  SendWr wr = p.ud_send(1, ss);
+  wr.opcode = WrOpcode::send_with_imm;
+  wr.imm_data = 77;
+  ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.status, WcStatus::success);
+  EXPECT_EQ(r.opcode, WcOpcode::recv);
+  EXPECT_EQ(r.byte_len, 140u) << "byte_len counts the GRH";
+  EXPECT_EQ(r.src_qp, p.a.qp->qp_num());
+  EXPECT_EQ(r.wc_flags, WcFlags::grh | WcFlags::with_imm);
+  EXPECT_EQ(r.imm_data, 77u);
+  EXPECT_EQ(std::memcmp(p.b.buf.data() + 40, p.a.buf.data(), 100), 0);
+  // RoCE v2 over IPv4: the first 20 bytes are unused, the IPv4 header follows.
+  const auto* grh = reinterpret_cast<const unsigned char*>(p.b.buf.data());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(grh[i], 0) << "byte " << i;
+  EXPECT_EQ(grh[20], 0x45) << "IPv4, 20-byte header";
+  EXPECT_EQ(grh[20 + 9], 17) << "UDP";
+  const unsigned char src[4] = {10, 0, 0, 1}, dst[4] = {10, 0, 1, 1};
+  EXPECT_EQ(std::memcmp(grh + 20 + 12, src, 4), 0);
+  EXPECT_EQ(std::memcmp(grh + 20 + 16, dst, 4), 0);
+  std::uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(grh[20 + i] << 8 | grh[21 + i]);
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
+  EXPECT_EQ(sum, 0xffffu) << "IPv4 header checksum";
+  const WorkCompletion s = only(led.poll_n(p.world, *p.a.cq, 1));
+  EXPECT_EQ(s.status, WcStatus::success);
+  EXPECT_EQ(s.opcode, WcOpcode::send);
+  EXPECT_TRUE(led.balanced());
+}
+
+TEST_P(Ops, UdWithTheWrongQkeyIsDroppedSilently) {
+  UdPair p(config());
+  Ledger led;
+  const Sge rs = p.b.sge(0, 40 + 64);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+  std::memcpy(p.a.buf.data(), "wrong", 6);
+  std::memcpy(p.a.buf.data() + 64, "right", 6);
+  const Sge wrong = p.a.sge(0, 6), right = p.a.sge(64, 6);
+  ASSERT_TRUE(led.post_send(*p.a.qp, p.ud_send(1, wrong, 0x22222222)));
+  EXPECT_EQ(only(led.poll_n(p.world, *p.a.cq, 1)).status, WcStatus::success);
+  EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty());
+  ASSERT_TRUE(led.post_send(*p.a.qp, p.ud_send(2, right)));
+  const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
+  EXPECT_EQ(r.wr_id, 201u) << "the dropped message consumed no receive";
+  EXPECT_STREQ(p.b.buf.data() + 40, "right");
+  led.drain(p.world, *p.a.cq);
+  EXPECT_EQ(p.b.qp->state(), QpState::rts);
+  EXPECT_TRUE(led.balanced());
+}
+
+// ---------------------------------------------------------------------------------------------
+// SRQ
+
+TEST_P(Ops, SrqFeedsTwoQpsAndRaisesTheLimitEventOnce) {
+  sim::World world(config());
+  Node a(world, "sim0"), b(world, "sim1");
+  auto acq = a.ctx->create_cq(64), bcq = b.ctx->create_cq(64);
+  auto srq = b.pd->create_srq(SrqInitAttr{16, 1, 0});
+  const QpCap cap{16, 16, 1, 1, 0};
+  auto a1 = a.make_qp(*acq, *acq, cap), a2 = a.make_qp(*acq, *acq, cap);
+  auto b1 = b.make_qp(*bcq, *bcq, cap, QpType::rc, false, srq.get());
+  auto b2 = b.make_qp(*bcq, *bcq, cap, QpType::rc, false, srq.get());
+  testing::connect_qps(a, *a1, b, *b1);
+  testing::connect_qps(a, *a2, b, *b2);
+  EXPECT_EQ(b1->query().cap.max_recv_wr, 0u);
+  const Sge rs = b.sge(0, 64);
+  EXPECT_EQ(b1->post_recv(recv_wr(1, rs)).error, errno_code(EINVAL)) << "receives go to the SRQ";
+
+  Ledger led;
+  std::vector<RecvWr> recvs;
+  std::vector<Sge> sges;
+  for (std::uint64_t i = 0; i < 8; ++i) sges.push_back(b.sge(i * 64, 64));
+  for (std::uint64_t i = 0; i < 8; ++i) recvs.push_back(recv_wr(200 + i, sges[i]));
+  ASSERT_TRUE(led.post_recv(*srq, recvs));
+  srq->modify(SrqAttr{0, 0, 4}, SrqAttrMask::limit);
+  EXPECT_EQ(srq->query().srq_limit, 4u);
+  EXPECT_TRUE(async_events(*b.ctx).empty());
+
+  const Sge ss = a.sge(0, 8);
+  std::uint64_t id = 1;
+  auto send_from = [&](QueuePair& qp, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(led.post_send(qp, send_wr(id++, ss)));
+  };
+  send_from(*a1, 3);
+  send_from(*a2, 1);
+  auto got = led.poll_n(world, *bcq, 4);
+  EXPECT_TRUE(async_events(*b.ctx).empty()) << "4 left is not below the limit of 4";
+  send_from(*a2, 1);
+  auto more = led.poll_n(world, *bcq, 1);
+  got.insert(got.end(), more.begin(), more.end());
+  ASSERT_EQ(got.size(), 5u);
+  int on_b1 = 0, on_b2 = 0;
+  for (const auto& w : got) {
+    EXPECT_EQ(w.status, WcStatus::success);
+    on_b1 += w.qp_num == b1->qp_num();
+    on_b2 += w.qp_num == b2->qp_num();
+  }
+  EXPECT_EQ(on_b1, 3);
+  EXPECT_EQ(on_b2, 2);
+  auto events = async_events(*b.ctx);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, AsyncEventType::srq_limit_reached);
+  EXPECT_EQ(events[0].srq, srq.get());
+  EXPECT_EQ(srq->query().srq_limit, 0u) << "the limit disarms when it fires";
+
+  send_from(*a1, 2);  // 1 receive left: no second event while disarmed
+  EXPECT_EQ(led.poll_n(world, *bcq, 2).size(), 2u);
+  EXPECT_TRUE(async_events(*b.ctx).empty());
+  for (std::uint64_t i = 8; i < 12; ++i) {
+    sges.push_back(b.sge(i * 64, 64));
+  }
+  for (std::uint64_t i = 8; i < 12; ++i) {
+    ASSERT_TRUE(led.post_recv(*srq, std::span(&recvs.emplace_back(recv_wr(200 + i, sges[i])), 1)));
+  }
+  srq->modify(SrqAttr{0, 0, 4}, SrqAttrMask::limit);  // re-armed with 5 posted
+  send_from(*a2, 2);
+  EXPECT_EQ(led.poll_n(world, *bcq, 2).size(), 2u);
+  events = async_events(*b.ctx);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, AsyncEventType::srq_limit_reached);
+  send_from(*a1, 3);  // use up the rest
+  EXPECT_EQ(led.poll_n(world, *bcq, 3).size(), 3u);
+  EXPECT_TRUE(async_events(*b.ctx).empty());
+  led.drain(world, *acq);
+  EXPECT_TRUE(led.balanced());
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, Ops,
+                         ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5),
+                         testing::profile_name);
+
+}  // namespace
+}  // namespace verbsim
