@@ -7,6 +7,7 @@
 #include <string>
 
 #include "handles.hpp"
+#include "wait.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
@@ -36,6 +37,29 @@ void warn_leak(const char* verb, const char* what, int users) {
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
 
+// The blocking and non-blocking wait of get_cq_event / get_async_event. `take` takes a pending
+// event if there is one. Without fibers the wait runs the world itself; under a Simulation it
+// blocks the calling fiber. EDEADLK when nothing can ever arrive.
+template <class Take>
+std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take take) {
+  for (;;) {
+    if (take()) return {};
+    if (fibers_running(w)) {
+      if (w.deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+      if (wait == Wait::blocking) {
+        wait_on(w, waiters);
+        continue;
+      }
+      w.step();
+      if (take()) return {};
+      yield_fiber();
+      return errno_code(EAGAIN);
+    }
+    if (!w.step()) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+    if (wait == Wait::nonblocking) return take() ? std::error_code{} : errno_code(EAGAIN);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -45,6 +69,7 @@ void CtxCore::raise(const AsyncEvent& e) {
   world->digest.add(0xa5000000ull | static_cast<std::uint64_t>(e.type) << 16 | e.qp_num);
   async.push_back(e);
   signal_fd(async_efd);
+  notify_all(waiters);
 }
 
 CtxCore::~CtxCore() {
@@ -180,19 +205,13 @@ std::error_code SimContext::get_async_event(AsyncEvent& event, Wait wait) {
     return errno_code(err);
   }
   auto& q = core_->async;
-  for (;;) {
-    if (!q.empty()) {
-      event = q.front();
-      q.pop_front();
-      drain_fd(core_->async_efd);
-      return {};
-    }
-    const bool progressed = core_->world->step();
-    if (!progressed) {
-      return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
-    }
-    if (wait == Wait::nonblocking && q.empty()) return errno_code(EAGAIN);
-  }
+  return wait_for(*core_->world, core_->waiters, wait, [&] {
+    if (q.empty()) return false;
+    event = q.front();
+    q.pop_front();
+    drain_fd(core_->async_efd);
+    return true;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,17 +324,13 @@ void SimChannel::destroy() {
 
 std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
   auto& q = core_->events;
-  for (;;) {
-    if (!q.empty()) {
-      cq = q.front();
-      q.pop_front();
-      drain_fd(core_->efd);
-      return {};
-    }
-    const bool progressed = core_->ctx->world->step();
-    if (!progressed) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
-    if (wait == Wait::nonblocking && q.empty()) return errno_code(EAGAIN);
-  }
+  return wait_for(*core_->ctx->world, core_->waiters, wait, [&] {
+    if (q.empty()) return false;
+    cq = q.front();
+    q.pop_front();
+    drain_fd(core_->efd);
+    return true;
+  });
 }
 
 void CqCore::notify() {
@@ -324,6 +339,7 @@ void CqCore::notify() {
   ++unacked_events;
   channel->events.push_back(handle);
   signal_fd(channel->efd);
+  notify_all(channel->waiters);
   ctx->world->digest.add(0xc0ffee00ull);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "handles.hpp"
+#include "wait.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
@@ -85,7 +86,11 @@ void SimCq::destroy() {
 
 PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   CqCore& c = *core_;
-  if (c.count == 0) c.ctx->world->step();
+  if (c.count == 0) {
+    World::Impl& w = *c.ctx->world;
+    w.step();
+    if (c.count == 0 && fibers_running(w)) yield_fiber();  // a busy poller lets others run
+  }
   const bool retire = c.ctx->world->traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
   const auto size = static_cast<std::uint32_t>(c.ring.size());

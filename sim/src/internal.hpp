@@ -26,6 +26,13 @@ namespace verbsim::sim {
 class SimQp;
 struct CtxCore;
 
+// Fibers blocked in a verb (get_cq_event, get_async_event); see wait.hpp.
+struct WaitQueue;
+struct WaitQueueDeleter {
+  void operator()(WaitQueue* q) const noexcept;
+};
+using WaitQueuePtr = std::unique_ptr<WaitQueue, WaitQueueDeleter>;
+
 // Where the profiles differ, as data chosen once per world (no profile branches elsewhere).
 struct ProfileTraits {
   Profile profile;
@@ -75,7 +82,7 @@ struct DevCore {
   int live_cqs = 0;
 };
 
-enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault };
+enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake };
 
 // NAK codes carried by EvKind::nak (value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
@@ -118,6 +125,9 @@ struct World::Impl {
   int open_contexts = 0;
   FaultState faults;
   Accounting acct;
+  void* fibers = nullptr;  // the running Simulation::Impl, if any
+  bool deadlocked = false;  // every fiber blocked with nothing pending: waits return EDEADLK
+  std::vector<WaitQueue*> wait_queues;
   std::vector<Event> history;  // ring of the last kHistory events run
   std::size_t history_next = 0;
   static constexpr std::size_t kHistory = 64;
@@ -148,6 +158,7 @@ struct CtxCore {
   DeviceInfo info;
   std::deque<AsyncEvent> async;
   int async_efd = -1;
+  WaitQueuePtr waiters;
   void raise(const AsyncEvent& e);
   ~CtxCore();
 };
@@ -171,6 +182,7 @@ struct ChannelCore {
   std::shared_ptr<CtxCore> ctx;
   std::deque<CompletionQueue*> events;
   int efd = -1;
+  WaitQueuePtr waiters;
   int users = 0;  // CQs attached
   ~ChannelCore();
 };

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "handles.hpp"
+#include "wait.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
@@ -208,6 +209,10 @@ void World::Impl::dispatch(const Event& e) {
     run_timed_fault(config.faults.timed[e.index], e.code == 1);
     return;
   }
+  if (e.kind == EvKind::wake) {  // sim::sleep_for of a fiber
+    notify_all(*reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value)));
+    return;
+  }
   if (faults.packets && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
   SimQp* qp = find_qp(e.dev, e.qpn);
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
@@ -217,7 +222,8 @@ void World::Impl::dispatch(const Event& e) {
     case EvKind::nak: qp->on_nak(e); break;
     case EvKind::timeout: qp->on_timeout(e); break;
     case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
-    case EvKind::fault: break;
+    case EvKind::fault:
+    case EvKind::wake: break;
   }
 }
 
@@ -322,7 +328,7 @@ Accounting World::accounting() const noexcept {
 }
 
 std::string World::recent_history() const {
-  static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault"};
+  static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault", "wake"};
   std::string out;
   const std::size_t n = std::min(impl_->history_next, Impl::kHistory);
   for (std::size_t i = impl_->history_next - n; i < impl_->history_next; ++i) {

@@ -1,0 +1,199 @@
+// Boost.Fiber integration: a scheduling algorithm that picks among ready fibers with the
+// world's RNG and, when every fiber is blocked, advances virtual time instead of sleeping.
+#include "verbsim/sim/simulation.hpp"
+
+#include <boost/fiber/algo/algorithm.hpp>
+#include <boost/fiber/algo/round_robin.hpp>
+#include <boost/fiber/condition_variable.hpp>
+#include <boost/fiber/context.hpp>
+#include <boost/fiber/fiber.hpp>
+#include <boost/fiber/mutex.hpp>
+#include <boost/fiber/operations.hpp>
+#include <boost/fiber/scheduler.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "internal.hpp"
+#include "wait.hpp"
+
+namespace verbsim::sim {
+
+struct WaitQueue {
+  explicit WaitQueue(World::Impl& w) : world(w) { world.wait_queues.push_back(this); }
+  ~WaitQueue() { std::erase(world.wait_queues, this); }
+  World::Impl& world;
+  boost::fibers::mutex mutex;
+  boost::fibers::condition_variable_any cv;
+};
+
+void WaitQueueDeleter::operator()(WaitQueue* q) const noexcept { delete q; }
+
+void wait_on(World::Impl& world, WaitQueuePtr& queue) {
+  if (!queue) queue.reset(new WaitQueue(world));
+  std::unique_lock lock(queue->mutex);
+  queue->cv.wait(lock);
+}
+
+void notify_all(WaitQueuePtr& queue) noexcept {
+  if (queue) queue->cv.notify_all();
+}
+
+void yield_fiber() noexcept { boost::this_fiber::yield(); }
+
+namespace {
+
+// Ready fibers in a vector; the next one is drawn from the world's RNG.
+class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
+ public:
+  explicit VirtualTimeAlgorithm(World::Impl& world) : world_(world) {}
+
+  void awakened(boost::fibers::context* ctx) noexcept override { ready_.push_back(ctx); }
+
+  boost::fibers::context* pick_next() noexcept override {
+    if (ready_.empty()) return nullptr;
+    const std::size_t i = ready_.size() == 1 ? 0 : static_cast<std::size_t>(world_.rng.below(ready_.size()));
+    boost::fibers::context* ctx = ready_[i];
+    ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(i));
+    return ctx;
+  }
+
+  bool has_ready_fibers() const noexcept override { return !ready_.empty(); }
+
+  // A fiber other than the scheduler's own dispatcher is ready to run.
+  bool workers_ready() const noexcept {
+    for (const boost::fibers::context* c : ready_) {
+      if (!c->is_context(boost::fibers::type::dispatcher_context)) return true;
+    }
+    return false;
+  }
+
+  // Every fiber, the driver included, is blocked: run the world's next instant instead of
+  // sleeping. (Simulation::run normally does this itself and never lets it come to this.)
+  void suspend_until(const std::chrono::steady_clock::time_point&) noexcept override {
+    if (world_.step()) return;
+    if (!world_.deadlocked) {
+      world_.deadlocked = true;
+      for (WaitQueue* q : world_.wait_queues) q->cv.notify_all();
+      return;
+    }
+    std::fprintf(stderr,
+                 "verbsim: deadlock: every fiber is blocked and the simulated world (seed %llu) "
+                 "has nothing left to run\n",
+                 static_cast<unsigned long long>(world_.config.seed));
+    std::abort();
+  }
+
+  void notify() noexcept override {}
+
+ private:
+  World::Impl& world_;
+  std::vector<boost::fibers::context*> ready_;
+};
+
+}  // namespace
+
+struct Simulation::Impl {
+  struct Host {
+    std::string name;
+    boost::fibers::fiber fiber;
+    bool done = false;
+  };
+  std::vector<std::unique_ptr<Host>> hosts;
+  VirtualTimeAlgorithm* algo = nullptr;  // owned by the thread's fiber scheduler
+  int live = 0;
+  std::exception_ptr error;
+  std::string error_host;
+};
+
+Simulation::Simulation(World& world) : world_(world), impl_(std::make_unique<Impl>()) {
+  impl_->algo = new VirtualTimeAlgorithm(world_.impl());
+  boost::fibers::context::active()->get_scheduler()->set_algo(
+      boost::fibers::algo::algorithm::ptr_t(impl_->algo));
+}
+
+Simulation::~Simulation() {
+  for (auto& h : impl_->hosts) {
+    if (h->fiber.joinable()) h->fiber.detach();
+  }
+  world_.impl().fibers = nullptr;
+  boost::fibers::use_scheduling_algorithm<boost::fibers::algo::round_robin>();
+}
+
+void Simulation::spawn(std::string name, std::function<void()> body) {
+  auto host = std::make_unique<Impl::Host>();
+  host->name = std::move(name);
+  Impl::Host* h = host.get();
+  Impl* impl = impl_.get();
+  ++impl->live;
+  h->fiber = boost::fibers::fiber(boost::fibers::launch::post, [h, impl, body = std::move(body)] {
+    try {
+      body();
+    } catch (...) {
+      if (!impl->error) {
+        impl->error = std::current_exception();
+        impl->error_host = h->name;
+      }
+    }
+    h->done = true;
+    --impl->live;
+  });
+  impl_->hosts.push_back(std::move(host));
+}
+
+void Simulation::run() {
+  World::Impl& w = world_.impl();
+  w.fibers = impl_.get();
+  w.deadlocked = false;
+  std::string deadlock;
+  int grace = 0;
+  while (impl_->live > 0) {
+    boost::this_fiber::yield();
+    if (impl_->live == 0) break;
+    // Back in the driver with no host ready: every host is blocked, so the world must move.
+    if (!impl_->algo->workers_ready()) {
+      if (w.step()) continue;
+      if (!w.deadlocked) {
+        w.deadlocked = true;
+        std::string blocked;
+        for (const auto& h : impl_->hosts) {
+          if (!h->done) blocked += (blocked.empty() ? "" : ", ") + h->name;
+        }
+        deadlock = "deadlock: every fiber is blocked (" + blocked +
+                   ") and the simulated world has nothing left to run; seed " +
+                   std::to_string(w.config.seed) + ", virtual time " + std::to_string(w.now) +
+                   " ns; reproduce with VERBSIM_SEED=" + std::to_string(w.config.seed) +
+                   "\nrecent events:\n" + world_.recent_history();
+        for (WaitQueue* q : w.wait_queues) q->cv.notify_all();
+      } else if (++grace > 10000) {
+        break;  // hosts ignore EDEADLK: give up on them
+      }
+    }
+  }
+  for (auto& h : impl_->hosts) {
+    if (h->done && h->fiber.joinable()) h->fiber.join();
+  }
+  w.fibers = nullptr;
+  w.deadlocked = false;
+  if (impl_->error) std::rethrow_exception(impl_->error);
+  if (!deadlock.empty()) throw DeadlockError(deadlock);
+}
+
+void sleep_for(World& world, std::chrono::nanoseconds d) {
+  World::Impl& w = world.impl();
+  const std::uint64_t until = w.now + static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 0));
+  if (!fibers_running(w)) {
+    world.run_until(until);
+    return;
+  }
+  WaitQueuePtr queue;
+  Event e{};
+  e.time = until;
+  e.kind = EvKind::wake;
+  e.value = reinterpret_cast<std::uintptr_t>(&queue);
+  queue.reset(new WaitQueue(w));
+  w.schedule(e);
+  while (w.now < until && !w.deadlocked) wait_on(w, queue);
+}
+
+}  // namespace verbsim::sim
