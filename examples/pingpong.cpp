@@ -1,6 +1,6 @@
 // pingpong: the five steps of every verbs program, on the simulator or on an RDMA device.
 //
-//   pingpong [--backend SPEC] [--iters N] [--size BYTES] [--seed N]
+//   pingpong [--backend SPEC] [--iters N] [--size BYTES] [--seed N] [--faults PLAN]
 //
 // A client QP sends --size bytes to a server QP with an RC SEND and the server sends them back,
 // --iters times. Both QPs live in this process, so step 3's out-of-band "exchange" is a struct
@@ -40,15 +40,18 @@ struct Options {
   std::uint64_t iters = 1000;
   std::uint32_t size = 64;
   std::optional<std::uint64_t> seed;
+  std::optional<std::string> faults;
 };
 
 constexpr const char* kUsage =
-    "usage: pingpong [--backend SPEC] [--iters N] [--size BYTES] [--seed N]\n"
+    "usage: pingpong [--backend SPEC] [--iters N] [--size BYTES] [--seed N] [--faults PLAN]\n"
     "  --backend SPEC  sim, sim:sim1, ibverbs or ibverbs:rxe0 (default: $VERBSIM_BACKEND,\n"
     "                  $VERBSIM_DEVICE, else sim)\n"
     "  --iters N       round trips (default 1000)\n"
     "  --size BYTES    message size (default 64)\n"
-    "  --seed N        simulator seed (default: $VERBSIM_SEED, else 1)\n";
+    "  --seed N        simulator seed (default 1; $VERBSIM_SEED, when set, wins)\n"
+    "  --faults PLAN   simulator fault plan, e.g. 'drop p=0.01; post_send every=50 errno=EAGAIN'\n"
+    "                  (default: $VERBSIM_FAULTS; see the README)\n";
 
 std::uint64_t parse_number(std::string_view flag, std::string_view text, std::uint64_t max) {
   std::uint64_t v = 0;
@@ -86,6 +89,8 @@ Options parse_args(int argc, char** argv) {
           std::max<std::uint64_t>(1, parse_number(flag, value, 1u << 30)));
     } else if (flag == "--seed") {
       o.seed = parse_number(flag, value, UINT64_MAX);
+    } else if (flag == "--faults") {
+      o.faults = std::string(value);
     } else {
       throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
     }
@@ -221,6 +226,7 @@ int run(const Options& opt) {
   if (opt.spec.backend == "sim") {
     sim::Config config = sim::Config::from_env();
     if (opt.seed) config.seed = *opt.seed;
+    if (opt.faults) config.faults = sim::FaultPlan::parse(*opt.faults);
     config.devices = std::max(config.devices, 2);
     auto w = std::make_unique<sim::World>(config);
     world = w.get();
@@ -239,6 +245,9 @@ int run(const Options& opt) {
   server.ctx = backend->open(server_dev);
   std::printf("[1/5] init: backend %s", std::string(backend->name()).c_str());
   if (world != nullptr) std::printf(" (seed %llu)", static_cast<unsigned long long>(world->seed()));
+  if (world != nullptr && !world->config().faults.empty()) {
+    std::printf(", faults '%s'", world->config().faults.to_string().c_str());
+  }
   std::printf(", client on %s, server on %s\n", client.ctx->info().name.c_str(),
               server.ctx->info().name.c_str());
 

@@ -1,0 +1,21 @@
+# Every ```cpp block of README.md whose first line is "// <path>" must appear verbatim in that
+# file, so the docs quote the examples instead of drifting copies.
+file(READ ${ROOT}/README.md readme)
+string(REPLACE ";" "<semicolon>" readme "${readme}")  # keep CMake lists from splitting code
+string(REGEX MATCHALL "```cpp\n// [^\n]+\n[^`]*```" blocks "${readme}")
+set(checked 0)
+foreach(block IN LISTS blocks)
+  string(REGEX REPLACE "^```cpp\n// ([^\n]+)\n.*$" "\\1" path "${block}")
+  string(REGEX REPLACE "^```cpp\n// [^\n]+\n(.*)```$" "\\1" body "${block}")
+  file(READ ${ROOT}/${path} source)
+  string(REPLACE ";" "<semicolon>" source "${source}")
+  string(FIND "${source}" "${body}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "README.md quotes ${path}, but the quote is no longer in that file")
+  endif()
+  math(EXPR checked "${checked} + 1")
+endforeach()
+if(checked EQUAL 0)
+  message(FATAL_ERROR "README.md has no quoted example")
+endif()
+message("README.md: ${checked} quoted block(s) match their files")
