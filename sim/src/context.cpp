@@ -77,7 +77,10 @@ CtxCore::~CtxCore() {
   if (async_efd >= 0) ::close(async_efd);
 }
 
-SimContext::SimContext(World::Impl& world, DevCore& dev) : core_(std::make_shared<CtxCore>()) {
+std::uint64_t WorldClock::now_ns() const noexcept { return world_.now; }
+
+SimContext::SimContext(World::Impl& world, DevCore& dev)
+    : core_(std::make_shared<CtxCore>()), clock_(world) {
   core_->world = &world;
   core_->dev = &dev;
   core_->info = {"sim", dev.name, dev.guid};

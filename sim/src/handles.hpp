@@ -5,6 +5,16 @@
 
 namespace verbsim::sim {
 
+// The world's virtual clock.
+class WorldClock final : public Clock {
+ public:
+  explicit WorldClock(const World::Impl& world) : world_(world) {}
+  std::uint64_t now_ns() const noexcept override;
+
+ private:
+  const World::Impl& world_;
+};
+
 class SimContext final : public Context {
  public:
   SimContext(World::Impl& world, DevCore& dev);
@@ -20,11 +30,13 @@ class SimContext final : public Context {
                                              int comp_vector) override;
   std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
   int async_fd() const noexcept override { return core_->async_efd; }
+  const Clock& clock() const noexcept override { return clock_; }
 
   const std::shared_ptr<CtxCore>& core() const noexcept { return core_; }
 
  private:
   std::shared_ptr<CtxCore> core_;
+  WorldClock clock_;
   bool destroyed_ = false;
 };
 

@@ -66,6 +66,7 @@ class IbvContext final : public Context {
                                              int comp_vector) override;
   std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
   int async_fd() const noexcept override { return ctx_ != nullptr ? ctx_->async_fd : -1; }
+  const Clock& clock() const noexcept override { return clock_; }
 
   ibv_context* native() const noexcept { return ctx_; }
 
@@ -81,6 +82,7 @@ class IbvContext final : public Context {
   ibv_context* ctx_;
   DeviceInfo info_;
   std::atomic<int> children_{0};
+  SteadyClock clock_;
 };
 
 class IbvPd final : public ProtectionDomain {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <system_error>
 
+#include "verbsim/clock.hpp"
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/resource.hpp"
 #include "verbsim/types.hpp"
@@ -35,6 +36,10 @@ class Context : public Resource {
                                                         Wait wait = Wait::blocking) = 0;
   // File descriptor that polls readable while an async event is pending, or -1.
   virtual int async_fd() const noexcept = 0;
+
+  // The device's clock: steady_clock on hardware, virtual time on the simulator. Lives as long
+  // as the context.
+  virtual const Clock& clock() const noexcept = 0;
 };
 
 }  // namespace verbsim

@@ -89,6 +89,7 @@ class MockContext : public Context {
               (int cqe, CompletionChannel* channel, int comp_vector), (override));
   MOCK_METHOD(std::error_code, get_async_event, (AsyncEvent & event, Wait wait), (override));
   MOCK_METHOD(int, async_fd, (), (const, noexcept, override));
+  MOCK_METHOD(const Clock&, clock, (), (const, noexcept, override));
 };
 
 }  // namespace verbsim::testing
