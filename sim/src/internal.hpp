@@ -51,6 +51,7 @@ struct ProfileTraits {
   std::uint32_t max_sge;
   std::uint32_t max_inline;
   std::uint32_t min_inline_per_sge;  // rxe reports at least 16 bytes per SGE as inline room
+  int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
 
   static const ProfileTraits& of(Profile p) noexcept;
   std::uint32_t round_wq(std::uint32_t n) const noexcept;  // SQ/RQ depth given for `n`

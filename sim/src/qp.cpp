@@ -174,12 +174,13 @@ PostResult SimQp::check_send(const SendWr& wr) const noexcept {
   if (!opcode_allowed(type_, wr.opcode)) {
     return {errno_code(EINVAL), 0, "opcode not supported on this QP type"};
   }
-  if (wr.sg_list.size() > max_send_sge_) return {errno_code(ENOMEM), 0, "too many SGEs"};
+  const int limit_err = traits().send_limit_errno;
+  if (wr.sg_list.size() > max_send_sge_) return {errno_code(limit_err), 0, "too many SGEs"};
   std::uint64_t length = 0;
   for (const Sge& s : wr.sg_list) length += s.length;
   if (any(wr.flags, SendFlags::inline_data)) {
     if (length > actual_cap_.max_inline_data) {
-      return {errno_code(ENOMEM), 0, "inline data larger than max_inline_data"};
+      return {errno_code(limit_err), 0, "inline data larger than max_inline_data"};
     }
     if (wr.opcode == WrOpcode::rdma_read || is_atomic(wr.opcode)) {
       return {errno_code(EINVAL), 0, "inline is only for SEND and RDMA WRITE"};

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -35,6 +36,7 @@ constexpr ProfileTraits kStrict{
     .max_sge = 30,
     .max_inline = 512,
     .min_inline_per_sge = 0,
+    .send_limit_errno = ENOMEM,
 };
 
 constexpr ProfileTraits kRxe{
@@ -54,6 +56,7 @@ constexpr ProfileTraits kRxe{
     .max_sge = 32,
     .max_inline = 512,
     .min_inline_per_sge = 16,
+    .send_limit_errno = EINVAL,  // librxe validate_send_wr
 };
 
 constexpr ProfileTraits kMlx5 = [] {

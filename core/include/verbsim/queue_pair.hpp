@@ -18,7 +18,8 @@ class QueuePair : public Resource {
   virtual const QpCap& requested_cap() const noexcept = 0;
 
   // ibv_post_send. Errors (the errno real providers return): ENOMEM when the send queue is
-  // full, there are more SGEs than max_send_sge, or inline data exceeds max_inline_data;
+  // full, there are more SGEs than max_send_sge, or inline data exceeds max_inline_data (rxe
+  // says EINVAL for these two);
   // EINVAL for a QP in RESET, INIT or RTR on providers that check (rxe), a bad opcode for the
   // QP type, or a missing address handle on UD.
   virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
