@@ -57,6 +57,14 @@ void expect_qp_event(Context& ctx, const QueuePair& qp, AsyncEventType type, boo
   EXPECT_EQ(events[0].qp_num, qp.qp_num());
 }
 
+// Where real rxe was measured to differ from what the simulator's rxe profile does (see
+// tests/conformance/expect.cpp, kRxe), the rxe instance is skipped rather than pinned to the
+// simulator's current answer.
+#define SKIP_RXE_UNMODELLED(profile, measured)                                                \
+  if ((profile) == Profile::rxe) {                                                            \
+    GTEST_SKIP() << "the simulator's rxe profile does not model this yet; real rxe: " measured; \
+  }
+
 // ---------------------------------------------------------------------------------------------
 // Receiver not ready
 
@@ -138,6 +146,9 @@ class RemoteAccess : public ::testing::TestWithParam<std::tuple<Profile, Violati
 
 TEST_P(RemoteAccess, FailsTheRequestAndTakesBothQpsToErr) {
   const auto [profile, violation] = GetParam();
+  if (violation == Violation::qp_without_remote_write) {
+    SKIP_RXE_UNMODELLED(profile, "REM_INV_REQ_ERR (check_op_valid: a NAK invalid request)");
+  }
   PairOptions o;
   o.connect = false;
   SimPair p(testing::config_for(profile), o);
@@ -208,6 +219,7 @@ INSTANTIATE_TEST_SUITE_P(
 class ResponderErrors : public ProfileTest {};
 
 TEST_P(ResponderErrors, ReceiveBufferTooSmallIsLocLenErrThereAndRemInvReqErrAtTheSender) {
+  SKIP_RXE_UNMODELLED(GetParam(), "LOC_QP_OP_ERR on the receiver, REM_OP_ERR on the sender");
   SimPair p(config());
   Ledger led;
   const Sge tiny = p.b.sge(0, 4);
@@ -224,15 +236,13 @@ TEST_P(ResponderErrors, ReceiveBufferTooSmallIsLocLenErrThereAndRemInvReqErrAtTh
   expect_state(*p.a.qp, QpState::err);
   expect_state(*p.b.qp, QpState::err);
   EXPECT_TRUE(async_events(*p.a.ctx).empty());
-  // rxe raises nothing. Whether hardware raises an affiliated event on the responder when the
-  // error is already reported in a receive completion is not pinned down here.
-  if (is(Profile::rxe)) {
-    EXPECT_TRUE(async_events(*p.b.ctx).empty());
-  }
+  // Whether hardware raises an affiliated event on the responder when the error is already
+  // reported in a receive completion is not pinned down here.
   EXPECT_TRUE(led.balanced());
 }
 
 TEST_P(ResponderErrors, ReceiveWithABadLkeyIsLocProtErrThereAndRemOpErrAtTheSender) {
+  SKIP_RXE_UNMODELLED(GetParam(), "LOC_QP_OP_ERR on the receiver (malformed WQE)");
   SimPair p(config());
   Ledger led;
   Sge bad = p.b.sge(0, 64);
@@ -244,9 +254,6 @@ TEST_P(ResponderErrors, ReceiveWithABadLkeyIsLocProtErrThereAndRemOpErrAtTheSend
   expect_completions(led.drain(p.world, *p.b.cq), *p.b.qp, {{201, WcStatus::loc_prot_err}});
   expect_state(*p.a.qp, QpState::err);
   expect_state(*p.b.qp, QpState::err);
-  if (is(Profile::rxe)) {
-    EXPECT_TRUE(async_events(*p.b.ctx).empty());
-  }
   EXPECT_TRUE(led.balanced());
 }
 
@@ -304,6 +311,7 @@ TEST_P(RequesterErrors, SendToAQpThatNoLongerExistsIsRetryExcErrAfterRetryCntPlu
 }
 
 TEST_P(RequesterErrors, BadLkeyOnASendSgeIsLocProtErr) {
+  SKIP_RXE_UNMODELLED(GetParam(), "LOC_QP_OP_ERR");
   for (int variant = 0; variant < 3; ++variant) {
     SimPair p(config());
     auto other_pd = p.a.ctx->alloc_pd();

