@@ -139,11 +139,13 @@ Gid SimContext::query_gid(std::uint8_t port_num, int index) const {
   if (port_num < 1 || port_num > core_->dev->ports.size()) {
     fail("ibv_query_gid", EINVAL, "port " + str(port_num) + " does not exist");
   }
-  const auto& gids = core_->dev->ports[port_num - 1u].gids;
-  if (index < 0 || static_cast<std::size_t>(index) >= gids.size()) {
+  const PortCore& port = core_->dev->ports[port_num - 1u];
+  if (index < 0 || index >= port.attr.gid_tbl_len) {
     fail("ibv_query_gid", EINVAL, "GID index " + std::to_string(index) + " out of range");
   }
-  return gids[static_cast<std::size_t>(index)];
+  // An unused entry of the table reads as the zero GID, as libibverbs reports it.
+  if (static_cast<std::size_t>(index) >= port.gids.size()) return Gid{};
+  return port.gids[static_cast<std::size_t>(index)];
 }
 
 std::unique_ptr<ProtectionDomain> SimContext::alloc_pd() {
@@ -243,7 +245,8 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   const auto known = Access::local_write | Access::remote_write | Access::remote_read |
                      Access::remote_atomic;
   if (any(access, ~known)) fail("ibv_reg_mr", EINVAL, "unknown access flags");
-  if (addr == nullptr && length != 0) fail("ibv_reg_mr", EINVAL, "null address");
+  // The core API refuses an empty range on every backend (kernels differ on length 0).
+  if (addr == nullptr || length == 0) fail("ibv_reg_mr", EINVAL, "null address or empty range");
   DevCore& dev = *core_->ctx->dev;
   MrCore mr;
   mr.pd = core_;
@@ -280,7 +283,7 @@ std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
 
 SimMr::SimMr(MrCore core) : core_(std::move(core)) {
   ++core_.pd->users;
-  core_.dev->mrs.emplace(core_.key, &core_);
+  core_.dev->mrs.insert(core_.key >> 8, &core_);
 }
 
 SimMr::~SimMr() {
@@ -289,7 +292,7 @@ SimMr::~SimMr() {
 
 void SimMr::destroy() {
   if (destroyed_) return;
-  core_.dev->mrs.erase(core_.key);
+  core_.dev->mrs.erase(core_.key >> 8);
   --core_.pd->users;
   destroyed_ = true;
 }

@@ -10,7 +10,7 @@
 
 namespace verbsim::sim {
 
-void CqCore::push(const CqEntry& e, bool solicited) {
+bool CqCore::push(const CqEntry& e, bool solicited) {
   World::Impl& w = *ctx->world;
   w.digest.add(e.wc.wr_id);
   w.digest.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
@@ -19,7 +19,7 @@ void CqCore::push(const CqEntry& e, bool solicited) {
   if (error) {
     ++dropped;
     ++w.acct.lost_to_overrun;
-    return;
+    return false;
   }
   if (count == ring.size()) {
     ++dropped;
@@ -37,13 +37,18 @@ void CqCore::push(const CqEntry& e, bool solicited) {
       // rxe: the completion is dropped, one CQ_ERR per dropped completion, QPs carry on.
       ctx->raise(ev);
     }
-    return;
+    return false;
   }
   ring[(head + count) % ring.size()] = e;
   ++count;
-  if (arm == Arm::any || (arm == Arm::solicited && (solicited || e.wc.status != WcStatus::success))) {
+  // An error completion counts as solicited, except a send's where rxe posts it unsolicited
+  // (its flushed receives do count).
+  const bool failed = e.wc.status != WcStatus::success &&
+                      (!e.send || w.traits->send_error_is_solicited);
+  if (arm == Arm::any || (arm == Arm::solicited && (solicited || failed))) {
     notify();
   }
+  return true;
 }
 
 SimCq::SimCq(std::shared_ptr<CqCore> core) : core_(std::move(core)) { core_->handle = this; }

@@ -47,7 +47,9 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
 
 std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
   if (!faults.packets) {
-    schedule(e);
+    e.seq = seq++;
+    wires[e.wire].events.push_back(e);
+    ++in_flight;
     return e.time;
   }
   const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
@@ -129,9 +131,7 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
       ev.type = AsyncEventType::device_fatal;
       for (CtxCore* c : d->contexts) c->raise(ev);
       std::vector<SimQp*> qps;
-      for (auto& [qpn, qp] : d->qps) qps.push_back(qp);
-      std::sort(qps.begin(), qps.end(),
-                [](SimQp* a, SimQp* b) { return a->qp_num() < b->qp_num(); });
+      d->qps.for_each([&qps](SimQp& qp) { qps.push_back(&qp); });
       for (SimQp* qp : qps) qp->fatal();
       for (auto& port : d->ports) port.attr.state = PortState::down;
       faults.packets = true;

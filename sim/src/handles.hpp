@@ -67,6 +67,7 @@ class SimMr final : public MemoryRegion {
   std::uint32_t lkey() const noexcept override { return core_.key; }
   std::uint32_t rkey() const noexcept override { return core_.key; }
   Access access() const noexcept override { return core_.access; }
+  MrCore& core() noexcept { return core_; }
 
  private:
   MrCore core_;
@@ -192,7 +193,8 @@ class SimQp : public QueuePair {
   void complete_send(std::uint32_t index, WcStatus status);
   // Completes the oldest incomplete send WQE (sq_done_).
   void complete_next(WcStatus status);
-  void complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+  // False when the receive CQ dropped the completion.
+  bool complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                      std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
   void enter_error(bool raise_fatal);
   void flush_all();

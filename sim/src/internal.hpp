@@ -7,7 +7,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "rng.hpp"
@@ -37,20 +36,38 @@ using WaitQueuePtr = std::unique_ptr<WaitQueue, WaitQueueDeleter>;
 struct ProfileTraits {
   Profile profile;
   bool pow2_minus_one_depths;     // rxe: 2^n - 1; strict/mlx5: SQ/RQ 2^n, CQ/SRQ 2^n - 1
+  bool post_checks_opcode;        // false on rxe: an opcode the QP type lacks fails later, in
+                                  // its completion (LOC_QP_OP_ERR)
+  bool ud_oversize_refused;       // false on rxe: a UD send above the MTU completes unsent
   bool create_reports_requested;  // rxe: create's cap echoes the request, query tells the truth
   bool retire_on_poll;            // send slot frees when its completion is polled (hardware)
   bool cq_overrun_is_error;       // strict: CQ error + QPs to ERR; rxe: drop + event per entry
+  bool recv_cq_overrun_errors_qp;  // rxe: a receive lost to a full CQ takes the responder to
+                                   // ERR unacknowledged (the requester runs out of retries)
   bool post_send_needs_rts;       // EINVAL for post_send in RESET/INIT/RTR
   bool rejected_send_stays_queued;  // rxe quirk: the EINVAL'd WR still runs once in RTS
+  bool rts_starts_send_queue;     // false on rxe: WRs queued before RTS wait for a doorbell
   bool post_recv_in_err_completes;  // false on rxe: the receive is never completed
+  bool modify_trusts_cur_state;   // rxe checks the transition from IBV_QP_CUR_STATE as given
+  bool pkey_index_checked;        // false on rxe: any pkey_index is accepted
   bool clean_cq_on_qp_destroy;    // mlx5 removes a destroyed/reset QP's CQEs
+  bool last_wqe_reached_event;    // QP_LAST_WQE_REACHED when a QP on an SRQ goes to ERR
+  bool send_error_is_solicited;   // a send completing in error fires a solicited-only arm
   bool responder_error_events;    // QP_ACCESS_ERR / QP_REQ_ERR on the responder
+  bool responder_errors_are_qp_op;  // rxe: a receive that cannot take the data (too small,
+                                    // no LOCAL_WRITE) is LOC_QP_OP_ERR, NAK "remote op error"
+  bool qp_access_nak_inv_req;     // rxe: a request the QP's access flags forbid is NAKed as
+                                  // an invalid request (REM_INV_REQ_ERR), not an access error
   bool comm_est_event;            // COMM_EST when a QP in RTR receives its first packet
+  bool error_wc_zeroed;           // rxe: an error completion has opcode 0 and byte_len 0
+  bool recv_wc_grh;               // rxe: every receive completion says IBV_WC_GRH (RoCE)
   std::uint32_t max_qp_wr;
   std::uint32_t max_cqe;
   std::uint32_t max_sge;
   std::uint32_t max_inline;
   std::uint32_t min_inline_per_sge;  // rxe reports at least 16 bytes per SGE as inline room
+  int gid_tbl_len;          // port's GID table size; entries past the two in use are empty
+  std::uint32_t max_msg_sz;  // port's max_msg_sz
   int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
 
   static const ProfileTraits& of(Profile p) noexcept;
@@ -67,13 +84,45 @@ struct PortCore {
 struct MrCore;
 struct SrqCore;
 
+// Objects of a device by number (QPN, MR index): a vector indexed by `id - base`, since the
+// simulator hands out numbers in sequence. O(1) on the data path, no hashing.
+template <class T>
+class IdTable {
+ public:
+  explicit IdTable(std::uint32_t base) : base_(base) {}
+  T* find(std::uint32_t id) const noexcept {
+    const std::uint32_t i = id - base_;
+    return i < slots_.size() ? slots_[i] : nullptr;
+  }
+  void insert(std::uint32_t id, T* p) {
+    const std::uint32_t i = id - base_;
+    if (i >= slots_.size()) slots_.resize(i + 1, nullptr);
+    slots_[i] = p;
+  }
+  void erase(std::uint32_t id) noexcept {
+    const std::uint32_t i = id - base_;
+    if (i < slots_.size()) slots_[i] = nullptr;
+  }
+  // Live objects in id order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (T* p : slots_) {
+      if (p != nullptr) f(*p);
+    }
+  }
+
+ private:
+  std::uint32_t base_;
+  std::vector<T*> slots_;
+};
+
 struct DevCore {
   int index = 0;
   std::string name;
   std::uint64_t guid = 0;
   std::vector<PortCore> ports;  // ports[0] is port 1
-  std::unordered_map<std::uint32_t, SimQp*> qps;
-  std::unordered_map<std::uint32_t, MrCore*> mrs;  // by lkey (== rkey)
+  IdTable<SimQp> qps{0x11};  // by QPN (rxe starts at 17 too)
+  IdTable<MrCore> mrs{0};    // by key >> 8 (the MR's index); the low byte is a random key
   std::vector<CtxCore*> contexts;  // for device and port async events
   std::vector<SrqCore*> srqs;      // for the srq_limit fault
   std::uint32_t next_qpn = 0x11;
@@ -97,7 +146,8 @@ struct Event {
   std::uint8_t code;        // Nak
   std::uint16_t dev;        // device of the QP the event is for
   std::uint32_t qpn;        // QP the event is for
-  std::uint32_t src_dev;    // deliver: sender
+  std::uint16_t src_dev;    // deliver: sender
+  std::uint16_t wire;       // packets: the egress port they left by (its FIFO)
   std::uint32_t src_qpn;
   std::uint32_t index;      // send-queue index of the WQE concerned
   std::uint32_t epoch;      // requester epoch when the event was made (stale events drop)
@@ -121,7 +171,26 @@ struct World::Impl {
   Digest digest;
   std::uint64_t now = 0;
   std::uint64_t seq = 0;
-  std::vector<Event> heap;
+  // Pending events: a binary heap of 16-byte keys (time, then sequence) over a slab of
+  // payloads, so sifting moves keys, not whole events.
+  struct HeapKey {
+    std::uint64_t time;
+    std::uint64_t seq_slot;  // sequence << 24 | slab slot: unique, ordered by sequence
+  };
+  std::vector<HeapKey> heap;
+  std::vector<Event> slab;
+  std::vector<std::uint32_t> free_slots;
+  // Packets in flight, one FIFO per egress port: a port serialises, so what leaves it arrives
+  // in order (time is non-decreasing) and needs no heap. Packets a fault delays or reorders go
+  // through the heap instead.
+  struct Fifo {
+    std::vector<Event> events;
+    std::size_t head = 0;
+    bool empty() const noexcept { return head == events.size(); }
+    const Event& front() const noexcept { return events[head]; }
+  };
+  std::vector<Fifo> wires;
+  std::size_t in_flight = 0;  // events in all wires
   std::vector<std::unique_ptr<DevCore>> devs;
   int open_contexts = 0;
   FaultState faults;
@@ -149,6 +218,8 @@ struct World::Impl {
   int route(const Gid& gid) const noexcept;
   // Time a message of `bytes` leaving `port` of `dev` now arrives at the far end.
   std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept;
+  std::uint16_t wire_of(const DevCore& dev, std::uint8_t port) const noexcept;
+  std::size_t pending() const noexcept { return heap.size() + in_flight; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -211,8 +282,9 @@ struct CqCore {
   unsigned unacked_events = 0;
   std::uint64_t dropped = 0;  // completions lost to overrun or to a CQ in error
 
-  // Adds a completion; `solicited` marks a receive of a solicited SEND.
-  void push(const CqEntry& e, bool solicited);
+  // Adds a completion; `solicited` marks a receive of a solicited SEND. False when the CQ
+  // dropped it (overrun, or a CQ in error).
+  bool push(const CqEntry& e, bool solicited);
   void notify();
 };
 

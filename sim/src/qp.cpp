@@ -77,8 +77,8 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
   if (const int err = w.verb_fault(Verb::create_qp, 0, &dev)) {
     fail("ibv_create_qp", err, "injected by the fault plan");
   }
-  const std::uint32_t qpn = dev.next_qpn;
-  dev.next_qpn = (dev.next_qpn + 1) & 0xffffff;
+  if (dev.next_qpn > 0xffffff) fail("ibv_create_qp", ENOMEM, "QP numbers exhausted");
+  const std::uint32_t qpn = dev.next_qpn++;
   if (w.faults.verbs[static_cast<int>(Verb::post_send)] ||
       w.faults.verbs[static_cast<int>(Verb::post_recv)]) {
     return std::make_unique<FaultyQp>(core_, init, qpn);
@@ -106,7 +106,19 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   actual_cap_.max_recv_sge = std::max<std::uint32_t>(requested_cap_.max_recv_sge, 1);
   actual_cap_.max_inline_data =
       std::max(requested_cap_.max_inline_data, t.min_inline_per_sge * actual_cap_.max_send_sge);
-  reported_cap_ = t.create_reports_requested ? requested_cap_ : actual_cap_;
+  if (t.min_inline_per_sge != 0) {
+    // rxe sizes a send WQE for max(16 bytes per SGE, inline data) and gives every SGE that
+    // fits in it: max_send_sge=1 with max_inline_data=64 gets 4 SGEs.
+    actual_cap_.max_send_sge =
+        std::max(actual_cap_.max_send_sge, actual_cap_.max_inline_data / t.min_inline_per_sge);
+  }
+  reported_cap_ = actual_cap_;
+  if (t.create_reports_requested) {
+    // rxe's kernel writes back the SGE and inline sizes it chose, not the rounded depths.
+    reported_cap_.max_send_wr = requested_cap_.max_send_wr;
+    reported_cap_.max_recv_wr = requested_cap_.max_recv_wr;
+    reported_cap_.max_recv_sge = requested_cap_.max_recv_sge;
+  }
 
   const std::uint32_t slots = pow2_at_least(std::max<std::uint32_t>(actual_cap_.max_send_wr, 1));
   sq_.resize(slots);
@@ -123,7 +135,7 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   ++rcq_->users;
   if (rcq_ != scq_) rcq_->qps.push_back(this);
   if (srq_) ++srq_->users;
-  dev_->qps.emplace(qpn_, this);
+  dev_->qps.insert(qpn_, this);
   ++dev_->live_qps;
 }
 
@@ -171,7 +183,7 @@ PostResult SimQp::check_send(const SendWr& wr) const noexcept {
   if (sq_post_ - sq_retired_ >= actual_cap_.max_send_wr) {
     return {errno_code(ENOMEM), 0, "send queue full"};
   }
-  if (!opcode_allowed(type_, wr.opcode)) {
+  if (!opcode_allowed(type_, wr.opcode) && traits().post_checks_opcode) {
     return {errno_code(EINVAL), 0, "opcode not supported on this QP type"};
   }
   const int limit_err = traits().send_limit_errno;
@@ -194,7 +206,7 @@ PostResult SimQp::check_send(const SendWr& wr) const noexcept {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
     if (ah == nullptr) return {errno_code(EINVAL), 0, "UD send without an address handle"};
     const auto& port = dev_->ports[0];
-    if (length > mtu_bytes(port.attr.active_mtu)) {
+    if (length > mtu_bytes(port.attr.active_mtu) && traits().ud_oversize_refused) {
       return {errno_code(EINVAL), 0, "UD message larger than the path MTU"};
     }
   }
@@ -258,7 +270,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   }
   if (early && t.post_send_needs_rts) {
     // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
-    // once the QP reaches RTS.
+    // once the QP is in RTS and a later post_send rings the doorbell.
     return {errno_code(EINVAL), 0, "QP is not in RTS"};
   }
   if (s == QpState::rts) transmit();
@@ -315,6 +327,10 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
     case WrOpcode::atomic_fetch_and_add: e.wc.opcode = WcOpcode::fetch_add; break;
   }
   e.wc.byte_len = w.length;
+  if (status != WcStatus::success && traits().error_wc_zeroed) {
+    e.wc.opcode = WcOpcode::send;  // 0: rxe fills in the opcode and length only on success
+    e.wc.byte_len = 0;
+  }
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = index;
@@ -322,7 +338,7 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   scq_->push(e, false);
 }
 
-void SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                           std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
   ++world().acct.completed;
   CqEntry e{};
@@ -337,8 +353,16 @@ void SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::ui
     e.wc.wc_flags |= WcFlags::with_imm;
   }
   if (type_ == QpType::ud && status == WcStatus::success) e.wc.wc_flags |= WcFlags::grh;
+  if (status == WcStatus::success && traits().recv_wc_grh) e.wc.wc_flags |= WcFlags::grh;
+  if (status != WcStatus::success && traits().error_wc_zeroed) {
+    const std::uint64_t wr_id = e.wc.wr_id;
+    e.wc = WorkCompletion{};  // rxe: only wr_id, status and qp_num
+    e.wc.wr_id = wr_id;
+    e.wc.status = status;
+    e.wc.qp_num = qpn_;
+  }
   e.qp = this;
-  rcq_->push(e, solicited);
+  return rcq_->push(e, solicited);
 }
 
 void SimQp::retire_through(std::uint32_t index) noexcept {
@@ -378,7 +402,7 @@ void SimQp::enter_error(bool raise_fatal) {
   rnr_wait_ = false;
   flush_all();
   if (raise_fatal) raise(AsyncEventType::qp_fatal);
-  if (srq_) raise(AsyncEventType::qp_last_wqe_reached);
+  if (srq_ && traits().last_wqe_reached_event) raise(AsyncEventType::qp_last_wqe_reached);
 }
 
 void SimQp::cq_failed() { enter_error(false); }
@@ -414,20 +438,23 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     fail("ibv_modify_qp", EINVAL,
          std::string(to_string(cur)) + "->" + std::string(to_string(next)) + ": " + why);
   };
-  if (any(mask, QpAttrMask::cur_state) && attr.cur_qp_state != cur) {
+  // rxe checks the transition from the cur_qp_state it is told, whatever the QP's state.
+  const bool trust_cur = any(mask, QpAttrMask::cur_state) && traits().modify_trusts_cur_state;
+  if (any(mask, QpAttrMask::cur_state) && attr.cur_qp_state != cur && !trust_cur) {
     bad("cur_qp_state " + std::string(to_string(attr.cur_qp_state)) + " is not the QP's state");
   }
   if (const int err = world().verb_fault(Verb::modify_qp, qpn_, dev_)) {
     fail("ibv_modify_qp", err, "injected by the fault plan");
   }
-  const TransitionCheck check = check_transition(type_, cur, next, mask);
+  const TransitionCheck check =
+      check_transition(type_, trust_cur ? attr.cur_qp_state : cur, next, mask);
   if (!check.ok) bad(check.reason);
 
   const DevCore& dev = *dev_;
   if (any(mask, QpAttrMask::port) && (attr.port_num < 1 || attr.port_num > dev.ports.size())) {
     bad("port " + str(attr.port_num) + " does not exist");
   }
-  if (any(mask, QpAttrMask::pkey_index) && attr.pkey_index >= 1) {
+  if (any(mask, QpAttrMask::pkey_index) && attr.pkey_index >= 1 && traits().pkey_index_checked) {
     bad("pkey_index " + str(attr.pkey_index) + " out of range");
   }
   if (any(mask, QpAttrMask::access_flags) &&
@@ -443,8 +470,14 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     const std::uint8_t port = attr.ah_attr.port_num != 0 ? attr.ah_attr.port_num : 1;
     if (port > dev.ports.size()) bad("ah_attr.port_num does not exist");
     if (!attr.ah_attr.is_global) bad("RoCE needs a GRH in the address vector (is_global)");
-    if (attr.ah_attr.grh.sgid_index >= dev.ports[port - 1u].gids.size()) {
+    const PortCore& p = dev.ports[port - 1u];
+    if (attr.ah_attr.grh.sgid_index >= p.attr.gid_tbl_len) {
       bad("sgid_index " + str(attr.ah_attr.grh.sgid_index) + " out of range");
+    }
+    if (attr.ah_attr.grh.sgid_index >= p.gids.size()) {
+      // The kernel finds no GID attribute there (rdma_get_gid_attr): ENODATA, not EINVAL.
+      fail("ibv_modify_qp", ENODATA,
+           "sgid_index " + str(attr.ah_attr.grh.sgid_index) + " names an empty GID entry");
     }
   }
   if (any(mask, QpAttrMask::timeout) && attr.timeout > 31) bad("timeout above 31");
@@ -484,7 +517,9 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
         rnr_left_ = attr_.rnr_retry;
       }
       attr_.sq_draining = 0;
-      transmit();
+      // WRs posted before (rxe: refused in RESET..RTR, or held in SQD) go now on hardware;
+      // rxe starts its requester only from post_send.
+      if (traits().rts_starts_send_queue) transmit();
       break;
     case QpState::sqd:
       attr_.qp_state = next;

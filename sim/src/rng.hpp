@@ -51,14 +51,12 @@ class Rng {
   std::uint64_t s_[4];
 };
 
-// FNV-1a over the world's history.
+// A running hash of the world's history: one multiply-xorshift per 64-bit word.
 class Digest {
  public:
   void add(std::uint64_t v) noexcept {
-    for (int i = 0; i < 8; ++i) {
-      h_ ^= (v >> (8 * i)) & 0xff;
-      h_ *= 0x100000001b3ull;
-    }
+    h_ = (h_ ^ v) * 0x9fb21c651e98df25ull;
+    h_ ^= h_ >> 29;
   }
   std::uint64_t value() const noexcept { return h_; }
 

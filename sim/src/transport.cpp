@@ -16,14 +16,19 @@ bool is_read_or_atomic(WrOpcode op) noexcept {
          op == WrOpcode::atomic_fetch_and_add;
 }
 
+// UD sends only SENDs; UC has no READ or atomics. (Profiles that check at post time never
+// let anything else into the queue.)
+bool opcode_supported(QpType type, WrOpcode op) noexcept {
+  if (type == QpType::ud) return op == WrOpcode::send || op == WrOpcode::send_with_imm;
+  return type == QpType::rc || !is_read_or_atomic(op);
+}
+
 // Is [addr, addr+len) inside a memory region of `dev`'s table under `key`, owned by `pd`, with
 // every access bit of `need`? Returns its MR or nullptr.
 const MrCore* lookup(const DevCore& dev, std::uint32_t key, const PdCore* pd, std::uint64_t addr,
                      std::uint64_t len, Access need) noexcept {
-  const auto it = dev.mrs.find(key);
-  if (it == dev.mrs.end()) return nullptr;
-  const MrCore* mr = it->second;
-  if (mr->pd.get() != pd) return nullptr;
+  const MrCore* mr = dev.mrs.find(key >> 8);
+  if (mr == nullptr || mr->key != key || mr->pd.get() != pd) return nullptr;
   if (need != Access::none && !all(mr->access, need)) return nullptr;
   const auto base = reinterpret_cast<std::uint64_t>(mr->addr);
   if (addr < base || addr + len > base + mr->length || addr + len < addr) return nullptr;
@@ -141,6 +146,14 @@ void SimQp::transmit() {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
+    if (!opcode_supported(type_, wq.opcode)) {
+      // rxe accepted it at post time; its requester finds no packet opcode for it.
+      if (sq_done_ != sq_sent_) break;
+      ++sq_sent_;
+      complete_next(WcStatus::loc_qp_op_err);
+      enter_error(false);
+      return;
+    }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
     // stay in order, so wait for everything before it first.
     const Access need = rd ? Access::local_write : Access::none;
@@ -157,14 +170,19 @@ void SimQp::transmit() {
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
     const std::uint8_t port = type_ == QpType::ud ? 1 : attr_.port_num;
     const std::uint64_t arrival = w.transmit_time(*dev_, port, bytes);
+    const std::uint16_t wire = w.wire_of(*dev_, port);
     if (rd) ++rd_atomic_outstanding_;
     Event e{};
     e.time = arrival;
-    e.src_dev = static_cast<std::uint32_t>(dev_->index);
+    e.src_dev = static_cast<std::uint16_t>(dev_->index);
+    e.wire = wire;
     e.src_qpn = qpn_;
     e.index = sq_sent_;
     e.epoch = epoch_;
-    if (dst >= 0) {
+    // rxe completes a UD send larger than the MTU without sending anything.
+    const bool oversize =
+        type_ == QpType::ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
+    if (dst >= 0 && !oversize) {
       e.kind = EvKind::deliver;
       e.dev = static_cast<std::uint16_t>(dst);
       e.qpn = dqpn;
@@ -327,7 +345,8 @@ void SimQp::on_deliver(const Event& e) {
     if (!take_recv(rw, rs)) return;
     const std::uint64_t room = sges_length(rs, rw.num_sge);
     if (room < 40u + wq.length || !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
-      const WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
+      WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
+      if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
       complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req->qpn_, false);
       enter_error(false);
       return;
@@ -342,8 +361,11 @@ void SimQp::on_deliver(const Event& e) {
     }
     scatter(rs, rw.num_sge, payload, 40u + wq.length);
     const bool imm = wq.opcode == WrOpcode::send_with_imm;
-    complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm, req->qpn_,
-                  any(wq.flags, SendFlags::solicited));
+    if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm,
+                       req->qpn_, any(wq.flags, SendFlags::solicited)) &&
+        traits().recv_cq_overrun_errors_qp) {
+      enter_error(false);
+    }
     return;
   }
 
@@ -353,6 +375,7 @@ void SimQp::on_deliver(const Event& e) {
     if (!rc) return;
     Event r{};
     r.time = w.transmit_time(*dev_, attr_.port_num, bytes);
+    r.wire = w.wire_of(*dev_, attr_.port_num);
     r.kind = kind;
     r.code = static_cast<std::uint8_t>(code);
     r.dev = static_cast<std::uint16_t>(e.src_dev);
@@ -372,6 +395,7 @@ void SimQp::on_deliver(const Event& e) {
       // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.
       Event r{};
       r.time = w.transmit_time(*dev_, attr_.port_num, 0);
+      r.wire = w.wire_of(*dev_, attr_.port_num);
       r.kind = EvKind::nak;
       r.code = static_cast<std::uint8_t>(Nak::psn_seq);
       r.dev = static_cast<std::uint16_t>(e.src_dev);
@@ -391,8 +415,14 @@ void SimQp::on_deliver(const Event& e) {
     enter_error(false);
     if (traits().responder_error_events) raise(event);
   };
+  // How a failed access check is NAKed: the QP's access flags (rxe: invalid request) or the
+  // MR's key, bounds or rights (remote access error).
+  Nak access_nak = Nak::rem_access;
   auto remote_ok = [&](Access qp_need, Access mr_need, std::uint64_t len) {
-    if (!all(attr_.qp_access_flags, qp_need)) return false;
+    if (!all(attr_.qp_access_flags, qp_need)) {
+      if (traits().qp_access_nak_inv_req) access_nak = Nak::inv_req;
+      return false;
+    }
     return len == 0 || lookup(*dev_, wq.rkey, pd_.get(), wq.remote_addr, len, mr_need) != nullptr;
   };
   const bool with_imm =
@@ -413,13 +443,16 @@ void SimQp::on_deliver(const Event& e) {
         }
         return;
       }
+      const bool qp_op = traits().responder_errors_are_qp_op;
       if (sges_length(rs, rw.num_sge) < wq.length) {
-        complete_recv(rw, WcStatus::loc_len_err, WcOpcode::recv, 0, 0, false, 0, false);
-        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_len_err, WcOpcode::recv,
+                      0, 0, false, 0, false);
+        responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
       if (!sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
-        complete_recv(rw, WcStatus::loc_prot_err, WcOpcode::recv, 0, 0, false, 0, false);
+        complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err,
+                      WcOpcode::recv, 0, 0, false, 0, false);
         responder_error(Nak::rem_op, AsyncEventType::qp_access_err);
         return;
       }
@@ -428,14 +461,18 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
       }
-      complete_recv(rw, WcStatus::success, WcOpcode::recv, wq.length, wq.imm, with_imm, 0,
-                    solicited);
+      if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, wq.length, wq.imm, with_imm, 0,
+                         solicited) &&
+          traits().recv_cq_overrun_errors_qp) {
+        enter_error(false);  // rxe: no ACK; the requester times out
+        return;
+      }
       break;
     }
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm: {
       if (!remote_ok(Access::remote_write, Access::remote_write, wq.length)) {
-        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        responder_error(access_nak, AsyncEventType::qp_access_err);
         return;
       }
       RecvWqe rw{};
@@ -454,9 +491,12 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(&target, 1, src_sges, wq.num_sge);
       }
-      if (with_imm) {
-        complete_recv(rw, WcStatus::success, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm, true,
-                      0, solicited);
+      if (with_imm &&
+          !complete_recv(rw, WcStatus::success, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm,
+                         true, 0, solicited) &&
+          traits().recv_cq_overrun_errors_qp) {
+        enter_error(false);  // rxe: no ACK; the requester times out
+        return;
       }
       break;
     }
@@ -466,7 +506,7 @@ void SimQp::on_deliver(const Event& e) {
         return;
       }
       if (!remote_ok(Access::remote_read, Access::remote_read, wq.length)) {
-        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        responder_error(access_nak, AsyncEventType::qp_access_err);
         return;
       }
       const Sge source{wq.remote_addr, wq.length, wq.rkey};
@@ -481,7 +521,7 @@ void SimQp::on_deliver(const Event& e) {
         return;
       }
       if (!remote_ok(Access::remote_atomic, Access::remote_atomic, 8)) {
-        responder_error(Nak::rem_access, AsyncEventType::qp_access_err);
+        responder_error(access_nak, AsyncEventType::qp_access_err);
         return;
       }
       auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);

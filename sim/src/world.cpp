@@ -22,40 +22,68 @@ std::uint32_t pow2_at_least(std::uint32_t n) noexcept {
 constexpr ProfileTraits kStrict{
     .profile = Profile::strict,
     .pow2_minus_one_depths = false,
+    .post_checks_opcode = true,
+    .ud_oversize_refused = true,
     .create_reports_requested = false,
     .retire_on_poll = true,
     .cq_overrun_is_error = true,
+    .recv_cq_overrun_errors_qp = false,
     .post_send_needs_rts = true,
     .rejected_send_stays_queued = false,
+    .rts_starts_send_queue = true,
     .post_recv_in_err_completes = true,
+    .modify_trusts_cur_state = false,
+    .pkey_index_checked = true,
     .clean_cq_on_qp_destroy = true,
+    .last_wqe_reached_event = true,
+    .send_error_is_solicited = true,
     .responder_error_events = true,
+    .responder_errors_are_qp_op = false,
+    .qp_access_nak_inv_req = false,
     .comm_est_event = true,
+    .error_wc_zeroed = false,
+    .recv_wc_grh = false,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
     .max_sge = 30,
     .max_inline = 512,
     .min_inline_per_sge = 0,
+    .gid_tbl_len = 2,
+    .max_msg_sz = 0x80000000u,
     .send_limit_errno = ENOMEM,
 };
 
 constexpr ProfileTraits kRxe{
     .profile = Profile::rxe,
     .pow2_minus_one_depths = true,
+    .post_checks_opcode = false,   // librxe validates SGEs, inline and atomics only
+    .ud_oversize_refused = false,  // rxe_requester drops it and reports success
     .create_reports_requested = true,
     .retire_on_poll = false,
     .cq_overrun_is_error = false,
+    .recv_cq_overrun_errors_qp = true,  // rxe_resp: RESPST_ERR_CQ_OVERFLOW -> RESPST_ERROR
     .post_send_needs_rts = true,
     .rejected_send_stays_queued = true,
+    .rts_starts_send_queue = false,  // modify rings no doorbell: the next post_send does
     .post_recv_in_err_completes = false,
+    .modify_trusts_cur_state = true,  // rxe_qp_chk_attr: cur_state = attr->cur_qp_state
+    .pkey_index_checked = false,
     .clean_cq_on_qp_destroy = false,
+    .last_wqe_reached_event = false,   // rxe raises no such event
+    .send_error_is_solicited = false,  // the completer posts send CQEs with solicited = 0
     .responder_error_events = false,
+    .responder_errors_are_qp_op = true,  // copy_data fails: RESPST_ERR_MALFORMED_WQE
+    .qp_access_nak_inv_req = true,       // check_op_valid: RESPST_ERR_UNSUPPORTED_OPCODE
     .comm_est_event = false,
+    .error_wc_zeroed = true,   // make_send_cqe and the responder fill only wr_id/status/qp_num
+    .recv_wc_grh = true,
     .max_qp_wr = 1048576,
     .max_cqe = 32767,
     .max_sge = 32,
     .max_inline = 512,
     .min_inline_per_sge = 16,
+    .gid_tbl_len = 1024,     // RXE_PORT_GID_TBL_LEN
+    .max_msg_sz = 0x800000,  // RXE_PORT_MAX_MSG_SZ: 8 MiB
     .send_limit_errno = EINVAL,  // librxe validate_send_wr
 };
 
@@ -122,6 +150,11 @@ Config Config::from_env() {
   c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
   c.faults = FaultPlan::from_env();
   if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
+  c.ports_per_device = static_cast<int>(
+      env_u64("VERBSIM_SIM_PORTS", static_cast<std::uint64_t>(c.ports_per_device)));
+  if (c.ports_per_device < 1 || c.ports_per_device > 16) {
+    throw std::invalid_argument("VERBSIM_SIM_PORTS must be 1..16");
+  }
   return c;
 }
 
@@ -140,9 +173,9 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
       port.attr.state = PortState::active;
       port.attr.max_mtu = Mtu::mtu_4096;
       port.attr.active_mtu = Mtu::mtu_1024;
-      port.attr.gid_tbl_len = 2;
+      port.attr.gid_tbl_len = traits->gid_tbl_len;
       port.attr.pkey_tbl_len = 1;
-      port.attr.max_msg_sz = 0x80000000u;
+      port.attr.max_msg_sz = traits->max_msg_sz;
       port.attr.port_cap_flags = 0x00010000;  // IsDeviceManagementNotSupported, as RoCE ports say
       port.attr.active_width = 2;  // 4x
       port.attr.active_speed = 32; // EDR-class; 4x -> 100 Gb/s
@@ -161,6 +194,7 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
     }
     devs.push_back(std::move(dev));
   }
+  wires.resize(devs.size() * static_cast<std::size_t>(config.ports_per_device));
   const FaultPlan& plan = config.faults;
   faults.verb_matches.assign(plan.verbs.size(), 0);
   faults.packet_matches.assign(plan.packets.size(), 0);
@@ -177,27 +211,71 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
 
 namespace {
 struct Later {
-  bool operator()(const Event& a, const Event& b) const noexcept {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  bool operator()(const World::Impl::HeapKey& a, const World::Impl::HeapKey& b) const noexcept {
+    return a.time != b.time ? a.time > b.time : a.seq_slot > b.seq_slot;
   }
 };
 }  // namespace
 
 void World::Impl::schedule(Event e) {
   e.seq = seq++;
-  heap.push_back(e);
+  std::uint32_t slot;
+  if (free_slots.empty()) {
+    slot = static_cast<std::uint32_t>(slab.size());
+    slab.push_back(e);
+  } else {
+    slot = free_slots.back();
+    free_slots.pop_back();
+    slab[slot] = e;
+  }
+  heap.push_back({e.time, (e.seq << 24) | slot});
   std::push_heap(heap.begin(), heap.end(), Later{});
 }
 
 bool World::Impl::step() {
-  if (heap.empty()) return false;
-  const std::uint64_t t = heap.front().time;
+  // The earliest pending event is the heap's top or the head of a wire.
+  auto earliest = [this](std::uint64_t& time) -> int {
+    int best = -2;  // -2: none, -1: heap, else a wire
+    std::uint64_t best_seq = 0;
+    if (!heap.empty()) {
+      best = -1;
+      time = heap.front().time;
+      best_seq = heap.front().seq_slot >> 24;
+    }
+    for (std::size_t i = 0; i < wires.size(); ++i) {
+      if (wires[i].empty()) continue;
+      const Event& e = wires[i].front();
+      if (best == -2 || e.time < time || (e.time == time && e.seq < best_seq)) {
+        best = static_cast<int>(i);
+        time = e.time;
+        best_seq = e.seq;
+      }
+    }
+    return best;
+  };
+  std::uint64_t t = 0;
+  int from = earliest(t);
+  if (from == -2) return false;
   if (t > now) now = t;
-  while (!heap.empty() && heap.front().time <= now) {
-    std::pop_heap(heap.begin(), heap.end(), Later{});
-    const Event e = heap.back();
-    heap.pop_back();
+  while (from != -2 && t <= now) {
+    Event e;
+    if (from == -1) {
+      std::pop_heap(heap.begin(), heap.end(), Later{});
+      const auto slot = static_cast<std::uint32_t>(heap.back().seq_slot & 0xffffff);
+      heap.pop_back();
+      e = slab[slot];
+      free_slots.push_back(slot);
+    } else {
+      Fifo& f = wires[static_cast<std::size_t>(from)];
+      e = f.events[f.head++];
+      --in_flight;
+      if (f.empty()) {
+        f.events.clear();
+        f.head = 0;
+      }
+    }
     dispatch(e);
+    from = earliest(t);
   }
   return true;
 }
@@ -232,9 +310,7 @@ void World::Impl::dispatch(const Event& e) {
 
 SimQp* World::Impl::find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
   if (dev >= devs.size()) return nullptr;
-  const auto& qps = devs[dev]->qps;
-  const auto it = qps.find(qpn);
-  return it == qps.end() ? nullptr : it->second;
+  return devs[dev]->qps.find(qpn);
 }
 
 int World::Impl::route(const Gid& gid) const noexcept {
@@ -246,6 +322,11 @@ int World::Impl::route(const Gid& gid) const noexcept {
     }
   }
   return -1;
+}
+
+std::uint16_t World::Impl::wire_of(const DevCore& dev, std::uint8_t port) const noexcept {
+  const std::size_t p = port > 0 && port <= dev.ports.size() ? port - 1u : 0;
+  return static_cast<std::uint16_t>(static_cast<std::size_t>(dev.index) * dev.ports.size() + p);
 }
 
 std::uint64_t World::Impl::transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
@@ -302,7 +383,16 @@ std::uint64_t World::now() const noexcept { return impl_->now; }
 bool World::step() { return impl_->step(); }
 
 void World::run_until(std::uint64_t deadline_ns) {
-  while (!impl_->heap.empty() && impl_->heap.front().time <= deadline_ns) impl_->step();
+  for (;;) {
+    // Stop before the first event later than the deadline.
+    std::uint64_t next = UINT64_MAX;
+    if (!impl_->heap.empty()) next = impl_->heap.front().time;
+    for (const auto& f : impl_->wires) {
+      if (!f.empty()) next = std::min(next, f.front().time);
+    }
+    if (next > deadline_ns) break;
+    impl_->step();
+  }
   if (deadline_ns > impl_->now) impl_->now = deadline_ns;
 }
 
@@ -312,7 +402,7 @@ std::uint64_t World::run_until_idle(std::uint64_t max_events) {
   return n;
 }
 
-std::size_t World::pending_events() const noexcept { return impl_->heap.size(); }
+std::size_t World::pending_events() const noexcept { return impl_->pending(); }
 std::uint64_t World::digest() const noexcept { return impl_->digest.value(); }
 
 std::string World::digest_hex() const {
@@ -324,7 +414,7 @@ std::string World::digest_hex() const {
 Accounting World::accounting() const noexcept {
   Accounting a = impl_->acct;
   for (const auto& d : impl_->devs) {
-    for (const auto& [qpn, qp] : d->qps) a.outstanding += qp->outstanding();
+    d->qps.for_each([&a](const SimQp& qp) { a.outstanding += qp.outstanding(); });
     for (const SrqCore* srq : d->srqs) a.outstanding += srq->rq.size();
   }
   return a;

@@ -43,9 +43,9 @@ class ProfileTest : public ::testing::TestWithParam<sim::Profile> {
 struct Node {
   Node(sim::World& world, const char* dev, std::size_t buf_size = 64 * 1024)
       : ctx(world.open(dev)), pd(ctx->alloc_pd()), buf(buf_size, 0) {
-    mr = pd->reg_mr(buf.data(), buf.size(),
-                    Access::local_write | Access::remote_write | Access::remote_read |
-                        Access::remote_atomic);
+    mr = pd->reg_mr(
+        buf.data(), buf.size(),
+        Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic);
   }
 
   std::unique_ptr<QueuePair> make_qp(CompletionQueue& scq, CompletionQueue& rcq, QpCap cap,
@@ -96,8 +96,9 @@ inline SendWr send_wr(std::uint64_t wr_id, const Sge& sge, WrOpcode op = WrOpcod
 }
 
 // An RDMA WRITE/READ of `local` to/from `remote_offset` in `remote`'s MR.
-inline SendWr rdma_wr(std::uint64_t wr_id, WrOpcode op, const Sge& local, const MemoryRegion& remote,
-                      std::size_t remote_offset, SendFlags flags = SendFlags::signaled) {
+inline SendWr rdma_wr(std::uint64_t wr_id, WrOpcode op, const Sge& local,
+                      const MemoryRegion& remote, std::size_t remote_offset,
+                      SendFlags flags = SendFlags::signaled) {
   SendWr wr = send_wr(wr_id, local, op, flags);
   wr.remote_addr = remote.address(remote_offset);
   wr.rkey = remote.rkey();
@@ -117,8 +118,8 @@ template <class F>
     if (what != nullptr) *what = e.what();
     if (e.code().category() != std::generic_category() || e.code().value() != err) {
       return ::testing::AssertionFailure()
-             << "errno " << e.code().value() << " (" << e.code().message() << "), expected "
-             << err << "; what(): " << e.what();
+             << "errno " << e.code().value() << " (" << e.code().message() << "), expected " << err
+             << "; what(): " << e.what();
     }
     if (e.verb() != verb || std::string_view(e.what()).find(verb) == std::string_view::npos) {
       return ::testing::AssertionFailure()
@@ -151,7 +152,8 @@ inline std::vector<WorkCompletion> bounded_poll(sim::World& world, CompletionQue
   WorkCompletion wc[16];
   for (std::uint64_t polls = 0; out.size() < n; ++polls) {
     if (polls == kMaxPolls) {
-      ADD_FAILURE() << "the world never went idle (" << world.pending_events() << " events pending)";
+      ADD_FAILURE() << "the world never went idle (" << world.pending_events()
+                    << " events pending)";
       break;
     }
     const PollResult r = cq.poll(wc);
@@ -251,7 +253,8 @@ class Ledger {
 
   void add(Key key, bool required) {
     if (!owed_.emplace(key, Owed{required}).second) {
-      problem() << "wr_id " << key.second << " posted twice on one queue (ledger needs unique ids)\n";
+      problem() << "wr_id " << key.second
+                << " posted twice on one queue (ledger needs unique ids)\n";
     }
   }
   std::ostringstream& problem() { return problems_; }

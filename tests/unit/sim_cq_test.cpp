@@ -39,8 +39,12 @@ bool is_eventfd(int fd) {
 // receive CQ is `scq` too; everything else is large.
 struct Overrun {
   explicit Overrun(Profile p)
-      : world(testing::config_for(p)), a(world, "sim0"), b(world, "sim1"),
-        scq(a.ctx->create_cq(4)), big_a(a.ctx->create_cq(256)), big_b(b.ctx->create_cq(256)),
+      : world(testing::config_for(p)),
+        a(world, "sim0"),
+        b(world, "sim1"),
+        scq(a.ctx->create_cq(4)),
+        big_a(a.ctx->create_cq(256)),
+        big_b(b.ctx->create_cq(256)),
         qp(a.make_qp(*scq, *big_a, QpCap{32, 4, 1, 1, 0})),
         a2(a.make_qp(*big_a, *scq, QpCap{4, 4, 1, 1, 0})),
         peer(b.make_qp(*big_b, *big_b, QpCap{32, 4, 1, 1, 0})),
@@ -52,8 +56,8 @@ struct Overrun {
   void writes(std::uint64_t first, int n) {
     const Sge ls = a.sge(0, 8);
     for (int i = 0; i < n; ++i) {
-      const PostResult r = qp->post_send(rdma_wr(first + static_cast<std::uint64_t>(i),
-                                                 WrOpcode::rdma_write, ls, *b.mr, 0));
+      const PostResult r = qp->post_send(
+          rdma_wr(first + static_cast<std::uint64_t>(i), WrOpcode::rdma_write, ls, *b.mr, 0));
       ASSERT_FALSE(r.error) << r.reason;
     }
   }
@@ -133,8 +137,12 @@ TEST(CqOverrun, RxeDropsEachExtraCompletionWithOneCqErrEventAndCarriesOn) {
 class Channel : public ProfileTest {
  protected:
   Channel()
-      : world(config()), a(world, "sim0"), b(world, "sim1"), ch(b.ctx->create_comp_channel()),
-        acq(a.ctx->create_cq(64)), bcq(b.ctx->create_cq(64, ch.get())),
+      : world(config()),
+        a(world, "sim0"),
+        b(world, "sim1"),
+        ch(b.ctx->create_comp_channel()),
+        acq(a.ctx->create_cq(64)),
+        bcq(b.ctx->create_cq(64, ch.get())),
         aqp(a.make_qp(*acq, *acq, QpCap{16, 16, 1, 1, 0})),
         bqp(b.make_qp(*bcq, *bcq, QpCap{16, 16, 1, 1, 0})) {
     testing::connect_qps(a, *aqp, b, *bqp);

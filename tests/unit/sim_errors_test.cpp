@@ -60,8 +60,8 @@ void expect_qp_event(Context& ctx, const QueuePair& qp, AsyncEventType type, boo
 // Where real rxe was measured to differ from what the simulator's rxe profile does (see
 // tests/conformance/expect.cpp, kRxe), the rxe instance is skipped rather than pinned to the
 // simulator's current answer.
-#define SKIP_RXE_UNMODELLED(profile, measured)                                                \
-  if ((profile) == Profile::rxe) {                                                            \
+#define SKIP_RXE_UNMODELLED(profile, measured)                                                  \
+  if ((profile) == Profile::rxe) {                                                              \
     GTEST_SKIP() << "the simulator's rxe profile does not model this yet; real rxe: " measured; \
   }
 
@@ -127,8 +127,14 @@ INSTANTIATE_TEST_SUITE_P(Profiles, Rnr, kAllProfiles, testing::profile_name);
 // Remote access errors: REM_ACCESS_ERR, both QPs to ERR, QP_ACCESS_ERR on the responder where
 // the profile raises responder events (not rxe).
 
-enum class Violation { wrong_rkey, past_mr_end, mr_without_remote_write, qp_without_remote_write,
-                       read_wrong_rkey, atomic_mr_without_remote_atomic };
+enum class Violation {
+  wrong_rkey,
+  past_mr_end,
+  mr_without_remote_write,
+  qp_without_remote_write,
+  read_wrong_rkey,
+  atomic_mr_without_remote_atomic
+};
 
 std::string name_of(Violation v) {
   switch (v) {
@@ -158,8 +164,8 @@ TEST_P(RemoteAccess, FailsTheRequestAndTakesBothQpsToErr) {
   }
   connect(*p.a.qp, 100, testing::endpoint_of(p.b, 200));
   connect(*p.b.qp, 200, testing::endpoint_of(p.a, 100), b_opt);
-  auto limited = p.b.pd->reg_mr(p.b.buf.data() + 4096, 4096, Access::local_write |
-                                                                  Access::remote_read);
+  auto limited =
+      p.b.pd->reg_mr(p.b.buf.data() + 4096, 4096, Access::local_write | Access::remote_read);
   Ledger led;
   for (std::uint64_t id = 201; id <= 203; ++id) {
     const Sge rs = p.b.sge(id * 64, 64);
@@ -171,7 +177,8 @@ TEST_P(RemoteAccess, FailsTheRequestAndTakesBothQpsToErr) {
   switch (violation) {
     case Violation::wrong_rkey: wr.rkey ^= 0x80; break;
     case Violation::past_mr_end: wr.remote_addr = p.b.mr->address(p.b.buf.size() - 32); break;
-    case Violation::mr_without_remote_write: wr = rdma_wr(1, WrOpcode::rdma_write, ls, *limited, 0);
+    case Violation::mr_without_remote_write:
+      wr = rdma_wr(1, WrOpcode::rdma_write, ls, *limited, 0);
       break;
     case Violation::qp_without_remote_write: break;
     case Violation::read_wrong_rkey:
@@ -355,8 +362,8 @@ TEST_P(RequesterErrors, InlineDataNeedsNoMemoryRegion) {
   ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
   const char text[] = "no lkey";
   const Sge raw{reinterpret_cast<std::uint64_t>(text), sizeof text, 0};
-  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(1, raw, WrOpcode::send,
-                                             SendFlags::signaled | SendFlags::inline_data)));
+  ASSERT_TRUE(led.post_send(
+      *p.a.qp, send_wr(1, raw, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)));
   expect_completions(led.poll_n(p.world, *p.a.cq, 1), *p.a.qp, {{1, WcStatus::success}});
   expect_completions(led.poll_n(p.world, *p.b.cq, 1), *p.b.qp, {{201, WcStatus::success}});
   EXPECT_STREQ(p.b.buf.data(), "no lkey");

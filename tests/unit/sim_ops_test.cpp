@@ -103,7 +103,8 @@ TEST_P(Ops, RdmaWriteLandsSilentlyAndWriteWithImmConsumesAReceive) {
 TEST_P(Ops, RdmaReadFetchesRemoteMemory) {
   SimPair p(config());
   Ledger led;
-  for (int i = 0; i < 48; ++i) p.b.buf[300 + static_cast<std::size_t>(i)] = static_cast<char>('a' + i % 26);
+  for (int i = 0; i < 48; ++i)
+    p.b.buf[300 + static_cast<std::size_t>(i)] = static_cast<char>('a' + i % 26);
   const Sge ls = p.a.sge(512, 48);
   ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, WrOpcode::rdma_read, ls, *p.b.mr, 300)));
   const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
@@ -137,8 +138,8 @@ TEST_P(Ops, AtomicsReturnTheOriginalValue) {
     WcOpcode wc;
   };
   const Step steps[] = {
-      {WrOpcode::atomic_cmp_and_swp, 5, 9, 5, 9, WcOpcode::comp_swap},    // matches: swapped
-      {WrOpcode::atomic_cmp_and_swp, 5, 11, 9, 9, WcOpcode::comp_swap},   // no match: unchanged
+      {WrOpcode::atomic_cmp_and_swp, 5, 9, 5, 9, WcOpcode::comp_swap},   // matches: swapped
+      {WrOpcode::atomic_cmp_and_swp, 5, 11, 9, 9, WcOpcode::comp_swap},  // no match: unchanged
       {WrOpcode::atomic_fetch_and_add, 3, 0, 9, 12, WcOpcode::fetch_add},
   };
   std::uint64_t id = 1;
@@ -173,8 +174,8 @@ TEST_P(Ops, InlineDataIsCopiedWhenPosted) {
   ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
   std::memcpy(p.a.buf.data(), "inline payload", 15);
   const Sge ss = p.a.sge(0, 15);
-  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(1, ss, WrOpcode::send,
-                                             SendFlags::signaled | SendFlags::inline_data)));
+  ASSERT_TRUE(led.post_send(
+      *p.a.qp, send_wr(1, ss, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)));
   std::memset(p.a.buf.data(), 'X', 15);  // the buffer is the caller's again at once
   const WorkCompletion r = only(led.poll_n(p.world, *p.b.cq, 1));
   EXPECT_EQ(r.byte_len, 15u);
@@ -217,8 +218,8 @@ TEST_P(Ops, UnsignaledSuccessesLeaveNoCompletionUnlessSqSigAll) {
     Ledger led;
     const Sge ls = a.sge(0, 8);
     for (std::uint64_t id = 1; id <= 4; ++id) {
-      ASSERT_TRUE(led.post_send(*aqp, rdma_wr(id, WrOpcode::rdma_write, ls, *b.mr, 0,
-                                              SendFlags::none), sig_all));
+      ASSERT_TRUE(led.post_send(
+          *aqp, rdma_wr(id, WrOpcode::rdma_write, ls, *b.mr, 0, SendFlags::none), sig_all));
     }
     ASSERT_TRUE(led.post_send(*aqp, rdma_wr(5, WrOpcode::rdma_write, ls, *b.mr, 0), sig_all));
     const auto wcs = led.drain(world, *acq);
@@ -270,8 +271,8 @@ TEST_P(Ops, OpcodesAQpTypeCannotCarryAreEinval) {
     o.type = t;
     SimPair p(config(), o);
     const Sge ls = p.a.sge(0, 8);
-    for (const WrOpcode op : {WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add,
-                              WrOpcode::rdma_write}) {
+    for (const WrOpcode op :
+         {WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add, WrOpcode::rdma_write}) {
       if (t == QpType::uc && op == WrOpcode::rdma_write) continue;
       const PostResult r = p.a.qp->post_send(rdma_wr(1, op, ls, *p.b.mr, 0));
       EXPECT_EQ(r.error, errno_code(EINVAL)) << to_string(t) << " " << to_string(op);
@@ -312,11 +313,12 @@ TEST_P(Ops, UcWriteLandsAndASendWithoutReceiveIsLostWithoutRnr) {
 // UD
 
 struct UdPair : SimPair {
-  explicit UdPair(sim::Config c) : SimPair(c, [] {
-    PairOptions o;
-    o.type = QpType::ud;
-    return o;
-  }()) {
+  explicit UdPair(sim::Config c)
+      : SimPair(c, [] {
+          PairOptions o;
+          o.type = QpType::ud;
+          return o;
+        }()) {
     AhAttr ah;
     ah.is_global = true;
     ah.grh.dgid = b.ctx->query_gid(1, 1);

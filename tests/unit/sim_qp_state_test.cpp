@@ -88,7 +88,10 @@ Step to_rts(QpType t) {
 // One QP on sim0 whose RTR address points at sim1; no traffic is exchanged.
 struct LoneQp {
   explicit LoneQp(QpType t, Profile p = Profile::strict)
-      : world(config_for(p)), a(world, "sim0"), b(world, "sim1"), cq(a.ctx->create_cq(16)),
+      : world(config_for(p)),
+        a(world, "sim0"),
+        b(world, "sim1"),
+        cq(a.ctx->create_cq(16)),
         qp(a.make_qp(*cq, *cq, QpCap{4, 4, 1, 1, 0}, t)),
         remote{b.ctx->query_gid(1, 1), 0x77, 500} {}
 
@@ -258,8 +261,7 @@ std::vector<BadModify> bad_modifies() {
       {"INIT->RTR without RQ_PSN", rc, S::init, without(to_rtr(rc, remote), M::rq_psn)},
       {"INIT->RTR without MAX_DEST_RD_ATOMIC", rc, S::init,
        without(to_rtr(rc, remote), M::max_dest_rd_atomic)},
-      {"UC INIT->RTR without AV", QpType::uc, S::init,
-       without(to_rtr(QpType::uc, remote), M::av)},
+      {"UC INIT->RTR without AV", QpType::uc, S::init, without(to_rtr(QpType::uc, remote), M::av)},
       {"RTR->RTS without TIMEOUT", rc, S::rtr, without(to_rts(rc), M::timeout)},
       {"RTR->RTS without SQ_PSN", rc, S::rtr, without(to_rts(rc), M::sq_psn)},
       {"RTR->RTS without RNR_RETRY", rc, S::rtr, without(to_rts(rc), M::rnr_retry)},
@@ -302,8 +304,8 @@ TEST(InvalidTransitions, FailWithEinvalNamingTheVerbAndLeaveTheQpUnchanged) {
     q.go_to(c.from);
     const QpAttr before = q.qp->query();
     std::string what;
-    EXPECT_TRUE(throws_verb_error([&] { q.qp->modify(c.step.attr, c.step.mask); },
-                                  "ibv_modify_qp", EINVAL, &what));
+    EXPECT_TRUE(throws_verb_error([&] { q.qp->modify(c.step.attr, c.step.mask); }, "ibv_modify_qp",
+                                  EINVAL, &what));
     EXPECT_EQ(q.qp->state(), c.from);
     const QpAttr after = q.qp->query();
     EXPECT_EQ(after.qp_state, c.from);

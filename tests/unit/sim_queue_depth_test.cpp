@@ -188,7 +188,8 @@ TEST_P(QueueDepth, TooManySgesOnSendIsEnomemOnHardwareEinvalOnRxeAndEinvalOnRece
   EXPECT_EQ(send_sge, 2u);
   EXPECT_EQ(recv_sge, 2u);
   std::vector<Sge> sges;
-  for (std::uint32_t i = 0; i <= std::max(send_sge, recv_sge); ++i) sges.push_back(p.a.sge(i * 8, 8));
+  for (std::uint32_t i = 0; i <= std::max(send_sge, recv_sge); ++i)
+    sges.push_back(p.a.sge(i * 8, 8));
   const Sge one = p.a.sge(0, 8);
   SendWr ok = send_wr(1, one);
   SendWr fat = send_wr(2, one);
@@ -221,8 +222,8 @@ TEST_P(QueueDepth, InlineDataLargerThanMaxInlineIsEnomemOnHardwareEinvalOnRxe) {
   Ledger led;
   if (room > 0) {
     const Sge fits = p.a.sge(0, room);
-    ASSERT_TRUE(led.post_send(*p.a.qp, write_wr(p, 1, fits,
-                                                  SendFlags::signaled | SendFlags::inline_data)));
+    ASSERT_TRUE(
+        led.post_send(*p.a.qp, write_wr(p, 1, fits, SendFlags::signaled | SendFlags::inline_data)));
   }
   const Sge big = p.a.sge(0, room + 1);
   const PostResult r =
@@ -245,8 +246,8 @@ TEST_P(QueueDepth, InlineDataLargerThanMaxInlineIsEnomemOnHardwareEinvalOnRxe) {
 TEST_P(QueueDepth, CqDepthRoundsUpTo2nMinus1) {
   sim::World world(config());
   auto ctx = world.open("sim0");
-  for (const auto& [asked, given] : std::vector<std::pair<int, int>>{{1, 1}, {4, 7}, {7, 7},
-                                                                     {8, 15}, {100, 127}}) {
+  for (const auto& [asked, given] :
+       std::vector<std::pair<int, int>>{{1, 1}, {4, 7}, {7, 7}, {8, 15}, {100, 127}}) {
     auto cq = ctx->create_cq(asked);
     EXPECT_EQ(cq->cqe(), given) << "cqe=" << asked;
     EXPECT_EQ(cq->requested_cqe(), asked);
@@ -281,10 +282,16 @@ TEST_P(QueueDepth, CreateBeyondTheDeviceLimitsIsEinval) {
   EXPECT_TRUE(attempt(QpCap{4, 4, 1, max_sge + 1, 0}, cq.get()));
   EXPECT_TRUE(attempt(QpCap{4, 4, 1, 1, 1u << 20}, cq.get()));
   EXPECT_TRUE(attempt(QpCap{4, 4, 1, 1, 0}, nullptr));
-  EXPECT_TRUE(throws_verb_error([&] { (void)pd->create_srq(SrqInitAttr{max_wr + 1, 1, 0}); },
-                                "ibv_create_srq", EINVAL));
-  EXPECT_TRUE(throws_verb_error([&] { (void)pd->create_srq(SrqInitAttr{0, 1, 0}); },
-                                "ibv_create_srq", EINVAL));
+  EXPECT_TRUE(throws_verb_error(
+      [&] {
+        (void)pd->create_srq(SrqInitAttr{max_wr + 1, 1, 0});
+      },
+      "ibv_create_srq", EINVAL));
+  EXPECT_TRUE(throws_verb_error(
+      [&] {
+        (void)pd->create_srq(SrqInitAttr{0, 1, 0});
+      },
+      "ibv_create_srq", EINVAL));
   // At the limits it works.
   QpInitAttr init;
   init.send_cq = cq.get();

@@ -100,8 +100,8 @@ TEST(Registration, RemoteWriteOrAtomicNeedsLocalWrite) {
   auto ctx = world.open("sim0");
   auto pd = ctx->alloc_pd();
   std::vector<char> buf(4096);
-  for (const Access bad : {Access::remote_write, Access::remote_atomic,
-                           Access::remote_write | Access::remote_read}) {
+  for (const Access bad :
+       {Access::remote_write, Access::remote_atomic, Access::remote_write | Access::remote_read}) {
     EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(buf.data(), buf.size(), bad); },
                                   "ibv_reg_mr", EINVAL));
   }
@@ -162,8 +162,8 @@ TEST(Devices, OpeningAnUnknownDeviceIsEnodevListingTheDevices) {
   sim::World world(c);
   EXPECT_EQ(world.devices().size(), 3u);
   std::string what;
-  EXPECT_TRUE(throws_verb_error([&] { (void)world.open("sim7"); }, "ibv_open_device", ENODEV,
-                                &what));
+  EXPECT_TRUE(
+      throws_verb_error([&] { (void)world.open("sim7"); }, "ibv_open_device", ENODEV, &what));
   EXPECT_NE(what.find("sim7"), std::string::npos) << what;
   EXPECT_NE(what.find("sim0, sim1, sim2"), std::string::npos) << what;
 }

@@ -38,8 +38,8 @@ struct Config {
   std::uint64_t link_gbps = 100;         // serialisation rate of every port
   FaultPlan faults;                      // see faults.hpp
 
-  // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES and
-  // VERBSIM_FAULTS.
+  // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
+  // VERBSIM_SIM_PORTS (ports per device) and VERBSIM_FAULTS.
   static Config from_env();
 };
 
