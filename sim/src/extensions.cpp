@@ -1,0 +1,71 @@
+// Simulator-only verbs (verbsim/sim/extensions.hpp).
+#include "verbsim/sim/extensions.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+#include "handles.hpp"
+
+namespace verbsim::sim {
+
+void rereg_mr(MemoryRegion& mr, const MrChange& change) {
+  auto* m = dynamic_cast<SimMr*>(&mr);
+  if (m == nullptr) fail("ibv_rereg_mr", EINVAL, "not a memory region of the simulator");
+  MrCore& core = m->core();
+  std::shared_ptr<PdCore> pd = core.pd;
+  if (change.pd != nullptr) {
+    auto* p = dynamic_cast<SimPd*>(change.pd);
+    if (p == nullptr || p->core()->ctx->dev != core.dev) {
+      fail("ibv_rereg_mr", EINVAL, "the new PD belongs to another device");
+    }
+    pd = p->core();
+  }
+  if (change.addr != nullptr || change.length != 0) {
+    if (change.addr == nullptr || change.length == 0) {
+      fail("ibv_rereg_mr", EINVAL, "null address or empty range");
+    }
+  }
+  const Access access = change.access.value_or(core.access);
+  if (any(access, Access::remote_write | Access::remote_atomic) && !any(access, Access::local_write)) {
+    fail("ibv_rereg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
+  }
+  if (pd != core.pd) {
+    --core.pd->users;
+    ++pd->users;
+    core.pd = std::move(pd);
+  }
+  if (change.addr != nullptr) {
+    core.addr = static_cast<char*>(change.addr);
+    core.length = change.length;
+  }
+  core.access = access;
+}
+
+void resize_cq(CompletionQueue& cq, int cqe) {
+  auto* c = dynamic_cast<SimCq*>(&cq);
+  if (c == nullptr) fail("ibv_resize_cq", EINVAL, "not a CQ of the simulator");
+  CqCore& core = *c->core();
+  const World::Impl& w = *core.ctx->world;
+  const ProfileTraits& t = *w.traits;
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
+    fail("ibv_resize_cq", EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
+  }
+  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
+  const std::uint32_t shrunk = w.config.faults.cq_depth;
+  const std::uint32_t ring = shrunk != 0 ? std::min(depth, shrunk) : depth;
+  if (core.count > ring) {
+    fail("ibv_resize_cq", EINVAL,
+         "the CQ holds " + std::to_string(core.count) + " completions, more than " + std::to_string(ring));
+  }
+  std::vector<CqEntry> entries(ring);
+  for (std::uint32_t i = 0; i < core.count; ++i) {
+    entries[i] = core.ring[(core.head + i) % core.ring.size()];
+  }
+  core.ring = std::move(entries);
+  core.head = 0;
+  core.requested = cqe;
+  core.reported = static_cast<int>(depth);
+}
+
+}  // namespace verbsim::sim
