@@ -1,0 +1,250 @@
+// Completion queues: ibv_create_cq and ibv_create_cq_ex (every CQ is an ibv_cq_ex), polling
+// (ibv_poll_cq and the ibv_start_poll family), completion events, resizing.
+#include <arpa/inet.h>
+
+#include <algorithm>
+
+#include "objects.hpp"
+#include "ops.hpp"
+#include "state.hpp"
+#include "symver.hpp"
+#include "verbsim/sim/extensions.hpp"
+
+using namespace verbsim;
+using namespace verbsim::dropin;
+
+namespace {
+
+constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+
+void to_ibv_wc(const WorkCompletion& w, ibv_wc& out) noexcept {
+  out.wr_id = w.wr_id;
+  out.status = static_cast<ibv_wc_status>(w.status);
+  out.opcode = static_cast<ibv_wc_opcode>(w.opcode);
+  out.vendor_err = w.vendor_err;
+  out.byte_len = w.byte_len;
+  const auto flags = static_cast<unsigned>(to_underlying(w.wc_flags));
+  out.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? htonl(w.imm_data) : 0;
+  out.qp_num = w.qp_num;
+  out.src_qp = w.src_qp;
+  out.wc_flags = flags;
+  out.pkey_index = w.pkey_index;
+  out.slid = w.slid;
+  out.sl = w.sl;
+  out.dlid_path_bits = w.dlid_path_bits;
+}
+
+// ibv_poll_cq: the number of completions (0..n), or a negative errno.
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
+  if (n < 0) return -EINVAL;
+  DCq* c = DCq::from(cq);
+  try {
+    auto held = lock();
+    constexpr int kChunk = 32;
+    WorkCompletion buf[kChunk];
+    int total = 0;
+    while (total < n) {
+      const int want = std::min(kChunk, n - total);
+      const PollResult r = c->impl->poll(std::span(buf, static_cast<std::size_t>(want)));
+      if (r.error) return total > 0 ? total : -r.error.value();
+      for (std::uint32_t i = 0; i < r.count; ++i) to_ibv_wc(buf[i], wc[total + static_cast<int>(i)]);
+      total += static_cast<int>(r.count);
+      if (static_cast<int>(r.count) < want) break;
+    }
+    return total;
+  } catch (...) {
+    return -errno_of_current_exception("ibv_poll_cq");
+  }
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
+  return with_errno("ibv_req_notify_cq", [&] {
+    return DCq::from(cq)->impl->req_notify(solicited_only != 0).value();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The extended polling interface: start_poll takes the oldest completion (ENOENT if none),
+// next_poll the next, the read_* functions read fields of the one taken.
+
+int poll_one(DCq* c) noexcept {
+  try {
+    auto held = lock();
+    const PollResult r = c->impl->poll(std::span(&c->cur, 1));
+    if (r.error) return r.error.value();
+    if (r.count == 0) return ENOENT;
+    c->status = static_cast<ibv_wc_status>(c->cur.status);
+    c->wr_id = c->cur.wr_id;
+    return 0;
+  } catch (...) {
+    return errno_of_current_exception("ibv_start_poll");
+  }
+}
+
+int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) noexcept {
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  return poll_one(DCq::from(cq));
+}
+int next_poll(ibv_cq_ex* cq) noexcept { return poll_one(DCq::from(cq)); }
+void end_poll(ibv_cq_ex*) noexcept {}
+
+const WorkCompletion& cur(ibv_cq_ex* cq) noexcept { return DCq::from(cq)->cur; }
+ibv_wc_opcode read_opcode(ibv_cq_ex* cq) noexcept {
+  return static_cast<ibv_wc_opcode>(cur(cq).opcode);
+}
+std::uint32_t read_vendor_err(ibv_cq_ex* cq) noexcept { return cur(cq).vendor_err; }
+std::uint32_t read_byte_len(ibv_cq_ex* cq) noexcept { return cur(cq).byte_len; }
+__be32 read_imm_data(ibv_cq_ex* cq) noexcept { return htonl(cur(cq).imm_data); }
+std::uint32_t read_qp_num(ibv_cq_ex* cq) noexcept { return cur(cq).qp_num; }
+std::uint32_t read_src_qp(ibv_cq_ex* cq) noexcept { return cur(cq).src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* cq) noexcept {
+  return static_cast<unsigned>(to_underlying(cur(cq).wc_flags));
+}
+std::uint32_t read_slid(ibv_cq_ex* cq) noexcept { return cur(cq).slid; }
+std::uint8_t read_sl(ibv_cq_ex* cq) noexcept { return cur(cq).sl; }
+std::uint8_t read_dlid_path_bits(ibv_cq_ex* cq) noexcept { return cur(cq).dlid_path_bits; }
+
+}  // namespace
+
+namespace verbsim::dropin {
+
+ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  if (attr.cqe > static_cast<std::uint32_t>(INT32_MAX)) return fail_null<ibv_cq_ex>(EINVAL);
+  if ((attr.wc_flags & ~kSupportedWcFlags) != 0) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  if ((attr.comp_mask & ~static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS |
+                                                     IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
+    return fail_null<ibv_cq_ex>(EINVAL);
+  }
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
+      (attr.flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
+    return fail_null<ibv_cq_ex>(EOPNOTSUPP);  // IGNORE_OVERRUN: overrun is always reported
+  }
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  if (attr.comp_vector >= static_cast<std::uint32_t>(context->num_comp_vectors)) {
+    return fail_null<ibv_cq_ex>(EINVAL);
+  }
+  auto cq = std::make_unique<DCq>();
+  DChannel* ch = attr.channel != nullptr ? DChannel::from(attr.channel) : nullptr;
+  cq->impl = DContext::from(context)->impl->create_cq(static_cast<int>(attr.cqe),
+                                                      ch != nullptr ? ch->impl.get() : nullptr, 0);
+  cq->context = context;
+  cq->channel = attr.channel;
+  cq->cq_context = attr.cq_context;
+  cq->handle = 0;
+  cq->cqe = cq->impl->cqe();
+  init_sync(cq->mutex, cq->cond);
+  cq->comp_events_completed = 0;
+  cq->async_events_completed = 0;
+  cq->wc_flags = attr.wc_flags;
+  cq->start_poll = start_poll;
+  cq->next_poll = next_poll;
+  cq->end_poll = end_poll;
+  cq->read_opcode = read_opcode;
+  cq->read_vendor_err = read_vendor_err;
+  cq->read_byte_len = read_byte_len;
+  cq->read_imm_data = read_imm_data;
+  cq->read_qp_num = read_qp_num;
+  cq->read_src_qp = read_src_qp;
+  cq->read_wc_flags = read_wc_flags;
+  cq->read_slid = read_slid;
+  cq->read_sl = read_sl;
+  cq->read_dlid_path_bits = read_dlid_path_bits;
+  if (ch != nullptr) ++ch->refcnt;
+  remember(cq->impl.get(), cq.get());
+  return cq.release();
+}
+
+int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept { return poll_cq(cq, n, wc); }
+int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept { return req_notify_cq(cq, solicited_only); }
+
+}  // namespace verbsim::dropin
+
+extern "C" {
+
+ibv_cq* ibv_create_cq_1_1(ibv_context* context, int cqe, void* cq_context,
+                          ibv_comp_channel* channel, int comp_vector) {
+  return with_null<ibv_cq>("ibv_create_cq", [&]() -> ibv_cq* {
+    if (cqe < 0 || comp_vector < 0) return fail_null<ibv_cq>(EINVAL);
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = static_cast<std::uint32_t>(cqe);
+    attr.cq_context = cq_context;
+    attr.channel = channel;
+    attr.comp_vector = static_cast<std::uint32_t>(comp_vector);
+    ibv_cq_ex* cq = make_cq(context, attr);
+    return cq != nullptr ? ibv_cq_ex_to_cq(cq) : nullptr;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_create_cq);
+VERBSIM_SAME_TYPE(ibv_create_cq);
+
+// 0, or EINVAL for a size outside 1..max_cqe or below the completions the CQ holds.
+int ibv_resize_cq_1_1(ibv_cq* cq, int cqe) {
+  return with_errno("ibv_resize_cq", [&] {
+    DCq* c = DCq::from(cq);
+    sim::resize_cq(*c->impl, cqe);
+    c->cqe = c->impl->cqe();
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_resize_cq);
+VERBSIM_SAME_TYPE(ibv_resize_cq);
+
+// 0, or EBUSY while QPs use the CQ (or completion events were not acknowledged).
+int ibv_destroy_cq_1_1(ibv_cq* cq) {
+  return with_errno("ibv_destroy_cq", [&] {
+    DCq* c = DCq::from(cq);
+    c->impl->destroy();
+    forget(c->impl.get());
+    if (c->channel != nullptr) --c->channel->refcnt;
+    destroy_sync(c->mutex, c->cond);
+    delete c;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_destroy_cq);
+VERBSIM_SAME_TYPE(ibv_destroy_cq);
+
+// Reads one event from the channel: blocks unless the program set O_NONBLOCK on channel->fd
+// (then -1 with errno EAGAIN when none is pending). 0, or -1 with errno.
+int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  DChannel* ch = DChannel::from(channel);
+  CompletionQueue* got = nullptr;
+  auto attempt = [&](Wait wait) { return ch->impl->get_cq_event(got, wait); };
+  int err = 0;
+  try {
+    if (is_nonblocking(channel->fd)) {
+      auto held = lock();
+      err = attempt(Wait::nonblocking).value();
+    } else {
+      err = blocking_wait("ibv_get_cq_event", channel->fd, attempt);
+    }
+  } catch (...) {
+    err = errno_of_current_exception("ibv_get_cq_event");
+  }
+  if (err == 0) {
+    auto held = lock();
+    DCq* c = wrapper_of<DCq>(got);
+    if (c == nullptr) {
+      err = EAGAIN;  // the CQ was destroyed after its event was queued
+    } else {
+      *cq = c->ibv();
+      *cq_context = c->cq_context;
+      return 0;
+    }
+  }
+  errno = err;
+  return -1;
+}
+VERBSIM_DEFAULT_1_1(ibv_get_cq_event);
+VERBSIM_SAME_TYPE(ibv_get_cq_event);
+
+void ibv_ack_cq_events_1_1(ibv_cq* cq, unsigned int nevents) {
+  auto held = lock();
+  DCq* c = DCq::from(cq);
+  c->impl->ack_events(nevents);
+  c->comp_events_completed += nevents;
+}
+VERBSIM_DEFAULT_1_1(ibv_ack_cq_events);
+VERBSIM_SAME_TYPE(ibv_ack_cq_events);
+
+}  // extern "C"

@@ -1,0 +1,36 @@
+// What the drop-in's source files share beyond the objects: the function tables a context
+// carries, and helpers one file defines for another.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "objects.hpp"
+
+namespace verbsim::dropin {
+
+// ibv_context::ops: the data path (post_send, post_recv, poll_cq, req_notify_cq,
+// post_srq_recv) that verbs.h's inline functions call. qp.cpp.
+const ibv_context_ops& data_path_ops() noexcept;
+
+// The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
+void fill_extended_ops(DContext& c) noexcept;
+
+// One GID table entry: 0, ENODATA for an empty entry, EINVAL outside the table. device.cpp.
+int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ibv_gid_entry& e);
+
+// Creates the ibv_cq_ex for a core CQ (cq.cpp); create_cq and create_cq_ex both end here.
+ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr);
+
+// Creates the ibv_qp_ex for an ibv_qp_init_attr_ex (qp.cpp).
+ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr);
+
+// After a post: runs the simulated world a little (at most 1 ms of virtual time, whatever is
+// due by then), so a program sees what a post does on rxe, which executes the work request
+// inside ibv_post_send: completions of local traffic are there before the next verb call.
+// Deterministic (same thread, same order). Call with the lock held. state.cpp.
+void settle() noexcept;
+
+}  // namespace verbsim::dropin

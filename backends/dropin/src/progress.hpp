@@ -1,0 +1,18 @@
+// Background progress. The simulator only moves when the program calls a verb (a poll, a wait);
+// a program that waits outside the library, in poll()/epoll_wait()/read() on a completion
+// channel's or the context's async fd, would wait forever. So once the program has made no call
+// for 2 ms (wall clock), a background thread runs the world's pending events, virtual time
+// going 1000 times as fast as the wall clock, until the program calls in again. A program that
+// drives the simulator itself (polls CQs, waits in ibv_get_cq_event) never hands it over, and
+// stays deterministic. VERBSIM_DROPIN_PROGRESS=0 turns the thread off.
+#pragma once
+
+namespace verbsim::dropin {
+
+// Every entry point: the program is active.
+void note_call() noexcept;
+// Starts the thread (once per process; again in a forked child).
+void start_progress() noexcept;
+void progress_after_fork() noexcept;
+
+}  // namespace verbsim::dropin

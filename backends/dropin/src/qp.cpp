@@ -1,0 +1,552 @@
+// Queue pairs: creation (ibv_create_qp, ibv_create_qp_ex), the state machine, queries, the data
+// path behind verbs.h's inline ibv_post_send / ibv_post_recv / ibv_post_srq_recv, and the
+// ibv_wr_* builder of ibv_qp_ex.
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <vector>
+
+#include "objects.hpp"
+#include "ops.hpp"
+#include "state.hpp"
+#include "symver.hpp"
+#include "translate.hpp"
+
+using namespace verbsim;
+using namespace verbsim::dropin;
+
+namespace verbsim::dropin {
+int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
+int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept;
+}  // namespace verbsim::dropin
+
+namespace {
+
+constexpr unsigned kSendFlags = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
+                                IBV_SEND_INLINE;
+
+// The send operations the simulator executes, as IBV_QP_EX_WITH_* bits.
+constexpr std::uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+
+// An ibv_send_wr as a core SendWr (its SGEs copied to `sges`). 0 or the errno to return.
+int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges) noexcept {
+  switch (in.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: break;
+    default: return EINVAL;  // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ...: not modelled
+  }
+  out = SendWr{};
+  out.wr_id = in.wr_id;
+  out.opcode = static_cast<WrOpcode>(in.opcode);
+  out.flags = static_cast<SendFlags>(in.send_flags & kSendFlags);
+  for (int i = 0; i < in.num_sge; ++i) {
+    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
+  }
+  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  if (in.opcode == IBV_WR_SEND_WITH_IMM || in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    out.imm_data = ntohl(in.imm_data);
+  }
+  if (q.qp_base.qp_type == IBV_QPT_UD) {
+    if (in.wr.ud.ah != nullptr) out.ah = DAh::from(in.wr.ud.ah)->impl.get();
+    out.remote_qpn = in.wr.ud.remote_qpn;
+    out.remote_qkey = in.wr.ud.remote_qkey;
+  } else if (in.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || in.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    out.remote_addr = in.wr.atomic.remote_addr;
+    out.rkey = in.wr.atomic.rkey;
+    out.compare_add = in.wr.atomic.compare_add;
+    out.swap = in.wr.atomic.swap;
+  } else {
+    out.remote_addr = in.wr.rdma.remote_addr;
+    out.rkey = in.wr.rdma.rkey;
+  }
+  return 0;
+}
+
+// Posts a list in batches of up to kWrs WRs / kSges SGEs from stack arrays (a WR with more SGEs
+// than that, far beyond any device's max_sge, goes alone from the heap so the simulator still
+// names the error). On failure *bad is the first WR not posted.
+template <class Wr, class Core, class Translate, class Post>
+int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
+  constexpr std::size_t kWrs = 16;
+  constexpr std::size_t kSges = 64;
+  Core batch[kWrs];
+  Sge sges[kSges];
+  Wr* src[kWrs];
+  while (wr != nullptr) {
+    std::size_t n = 0;
+    std::size_t used = 0;
+    int err = 0;
+    std::vector<Sge> big;
+    for (; wr != nullptr && n < kWrs; wr = wr->next) {
+      if (wr->num_sge < 0 || (wr->num_sge > 0 && wr->sg_list == nullptr)) {
+        err = EINVAL;
+        break;
+      }
+      const auto k = static_cast<std::size_t>(wr->num_sge);
+      Sge* room = sges + used;
+      if (used + k > kSges) {
+        if (n > 0) break;  // post what we have, then this one
+        big.resize(k);
+        room = big.data();
+      }
+      if ((err = translate(*wr, batch[n], room)) != 0) break;
+      src[n++] = wr;
+      used += k;
+      if (!big.empty()) {
+        wr = wr->next;
+        break;
+      }
+    }
+    if (n > 0) {
+      const PostResult r = post(std::span<const Core>(batch, n));
+      if (r.error) {
+        *bad = src[r.posted];
+        return r.error.value();
+      }
+    }
+    if (err != 0) {
+      *bad = wr;
+      return err;
+    }
+  }
+  return 0;
+}
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
+  DQp* q = DQp::from(qp);
+  try {
+    auto held = lock();
+    const int err = post_list<ibv_send_wr, SendWr>(
+        wr, bad, [q](const ibv_send_wr& in, SendWr& out, Sge* s) { return to_send_wr(*q, in, out, s); },
+        [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
+    settle();
+    return err;
+  } catch (...) {
+    *bad = wr;
+    return errno_of_current_exception("ibv_post_send");
+  }
+}
+
+int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, Sge* sges) noexcept {
+  for (int i = 0; i < in.num_sge; ++i) {
+    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
+  }
+  out.wr_id = in.wr_id;
+  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  return 0;
+}
+
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  DQp* q = DQp::from(qp);
+  try {
+    auto held = lock();
+    const int err = post_list<ibv_recv_wr, RecvWr>(
+        wr, bad, to_recv_wr, [q](std::span<const RecvWr> b) { return q->impl->post_recv(b); });
+    settle();
+    return err;
+  } catch (...) {
+    *bad = wr;
+    return errno_of_current_exception("ibv_post_recv");
+  }
+}
+
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  DSrq* s = DSrq::from(srq);
+  try {
+    auto held = lock();
+    const int err = post_list<ibv_recv_wr, RecvWr>(
+        wr, bad, to_recv_wr, [s](std::span<const RecvWr> b) { return s->impl->post_recv(b); });
+    settle();
+    return err;
+  } catch (...) {
+    *bad = wr;
+    return errno_of_current_exception("ibv_post_srq_recv");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ibv_wr_* builder. Each call appends to or edits the last work request of the batch; the
+// first invalid call is remembered and wr_complete returns it, posting nothing.
+
+DQp& bq(ibv_qp_ex* qp) noexcept { return *DQp::from(qp); }
+
+void wr_start(ibv_qp_ex* qp) noexcept {
+  DQp& q = bq(qp);
+  q.batch.clear();
+  q.sges.clear();
+  q.inline_bytes.clear();
+  q.batch_error = 0;
+  q.in_batch = true;
+}
+
+void add_wr(ibv_qp_ex* qp, WrOpcode op, std::uint64_t need) noexcept {
+  DQp& q = bq(qp);
+  if (!q.in_batch || (q.send_ops & need) == 0) {
+    if (q.batch_error == 0) q.batch_error = EINVAL;
+    return;
+  }
+  try {
+    DQp::Pending p;
+    p.wr.wr_id = qp->wr_id;
+    p.wr.opcode = op;
+    p.wr.flags = static_cast<SendFlags>(qp->wr_flags & kSendFlags);
+    p.sge_begin = q.sges.size();
+    q.batch.push_back(p);
+  } catch (...) {
+    if (q.batch_error == 0) q.batch_error = ENOMEM;
+  }
+}
+
+SendWr* last(ibv_qp_ex* qp) noexcept {
+  DQp& q = bq(qp);
+  if (q.batch.empty() || q.batch_error != 0) {
+    if (q.batch_error == 0) q.batch_error = EINVAL;
+    return nullptr;
+  }
+  return &q.batch.back().wr;
+}
+
+void wr_rdma_write(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr) noexcept {
+  add_wr(qp, WrOpcode::rdma_write, IBV_QP_EX_WITH_RDMA_WRITE);
+  if (SendWr* w = last(qp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+
+void wr_rdma_write_imm(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr, __be32 imm) noexcept {
+  add_wr(qp, WrOpcode::rdma_write_with_imm, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+  if (SendWr* w = last(qp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->imm_data = ntohl(imm);
+  }
+}
+
+void wr_rdma_read(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr) noexcept {
+  add_wr(qp, WrOpcode::rdma_read, IBV_QP_EX_WITH_RDMA_READ);
+  if (SendWr* w = last(qp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+
+void wr_send(ibv_qp_ex* qp) noexcept { add_wr(qp, WrOpcode::send, IBV_QP_EX_WITH_SEND); }
+
+void wr_send_imm(ibv_qp_ex* qp, __be32 imm) noexcept {
+  add_wr(qp, WrOpcode::send_with_imm, IBV_QP_EX_WITH_SEND_WITH_IMM);
+  if (SendWr* w = last(qp)) w->imm_data = ntohl(imm);
+}
+
+void wr_atomic_cmp_swp(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr, std::uint64_t compare,
+                       std::uint64_t swap) noexcept {
+  add_wr(qp, WrOpcode::atomic_cmp_and_swp, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP);
+  if (SendWr* w = last(qp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = compare;
+    w->swap = swap;
+  }
+}
+
+void wr_atomic_fetch_add(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr,
+                         std::uint64_t add) noexcept {
+  add_wr(qp, WrOpcode::atomic_fetch_and_add, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+  if (SendWr* w = last(qp)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = add;
+  }
+}
+
+void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
+                    std::uint32_t remote_qkey) noexcept {
+  if (SendWr* w = last(qp)) {
+    w->ah = ah != nullptr ? DAh::from(ah)->impl.get() : nullptr;
+    w->remote_qpn = remote_qpn;
+    w->remote_qkey = remote_qkey;
+  }
+}
+
+void set_sges(ibv_qp_ex* qp, std::size_t n, const ibv_sge* list) noexcept {
+  DQp& q = bq(qp);
+  if (last(qp) == nullptr) return;
+  try {
+    DQp::Pending& p = q.batch.back();
+    p.sge_begin = q.sges.size();
+    p.sge_count = n;
+    p.is_inline = false;
+    for (std::size_t i = 0; i < n; ++i) q.sges.push_back({list[i].addr, list[i].length, list[i].lkey});
+  } catch (...) {
+    q.batch_error = ENOMEM;
+  }
+}
+
+void wr_set_sge(ibv_qp_ex* qp, std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) noexcept {
+  const ibv_sge s{addr, length, lkey};
+  set_sges(qp, 1, &s);
+}
+
+void wr_set_sge_list(ibv_qp_ex* qp, size_t n, const ibv_sge* list) noexcept { set_sges(qp, n, list); }
+
+// Inline data is copied now, as providers copy it into the WQE: the buffer may be reused at once.
+void set_inline(ibv_qp_ex* qp, std::size_t n, const ibv_data_buf* bufs) noexcept {
+  DQp& q = bq(qp);
+  if (last(qp) == nullptr) return;
+  try {
+    DQp::Pending& p = q.batch.back();
+    p.is_inline = true;
+    p.inline_begin = q.inline_bytes.size();
+    p.inline_len = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto* b = static_cast<const std::uint8_t*>(bufs[i].addr);
+      q.inline_bytes.insert(q.inline_bytes.end(), b, b + bufs[i].length);
+      p.inline_len += bufs[i].length;
+    }
+    p.wr.flags |= SendFlags::inline_data;
+  } catch (...) {
+    q.batch_error = ENOMEM;
+  }
+}
+
+void wr_set_inline_data(ibv_qp_ex* qp, void* addr, size_t length) noexcept {
+  const ibv_data_buf b{addr, length};
+  set_inline(qp, 1, &b);
+}
+
+void wr_set_inline_data_list(ibv_qp_ex* qp, size_t n, const ibv_data_buf* bufs) noexcept {
+  set_inline(qp, n, bufs);
+}
+
+void wr_abort(ibv_qp_ex* qp) noexcept {
+  DQp& q = bq(qp);
+  q.batch.clear();
+  q.in_batch = false;
+  q.batch_error = 0;
+}
+
+int wr_complete(ibv_qp_ex* qp) noexcept {
+  DQp& q = bq(qp);
+  if (!q.in_batch) return EINVAL;
+  q.in_batch = false;
+  if (q.batch_error != 0) {
+    const int err = q.batch_error;
+    q.batch.clear();
+    return err;
+  }
+  try {
+    auto held = lock();
+    // The pending WRs point into sges / inline_bytes only now that both have stopped growing.
+    q.flat.clear();
+    q.inline_sges.assign(q.batch.size(), Sge{});
+    for (std::size_t i = 0; i < q.batch.size(); ++i) {
+      DQp::Pending& p = q.batch[i];
+      if (p.is_inline) {
+        q.inline_sges[i] = {reinterpret_cast<std::uint64_t>(q.inline_bytes.data() + p.inline_begin),
+                            static_cast<std::uint32_t>(p.inline_len), 0};
+        p.wr.sg_list = std::span<const Sge>(&q.inline_sges[i], p.inline_len > 0 ? 1 : 0);
+      } else {
+        p.wr.sg_list = std::span<const Sge>(q.sges.data() + p.sge_begin, p.sge_count);
+      }
+      q.flat.push_back(p.wr);
+    }
+    const PostResult r = q.impl->post_send(q.flat);
+    q.batch.clear();
+    settle();
+    return r.error.value();
+  } catch (...) {
+    q.batch.clear();
+    return errno_of_current_exception("ibv_wr_complete");
+  }
+}
+
+void fill_wr_ops(DQp& q) noexcept {
+  q.wr_start = wr_start;
+  q.wr_complete = wr_complete;
+  q.wr_abort = wr_abort;
+  q.wr_rdma_write = wr_rdma_write;
+  q.wr_rdma_write_imm = wr_rdma_write_imm;
+  q.wr_rdma_read = wr_rdma_read;
+  q.wr_send = wr_send;
+  q.wr_send_imm = wr_send_imm;
+  q.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+  q.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  q.wr_set_ud_addr = wr_set_ud_addr;
+  q.wr_set_sge = wr_set_sge;
+  q.wr_set_sge_list = wr_set_sge_list;
+  q.wr_set_inline_data = wr_set_inline_data;
+  q.wr_set_inline_data_list = wr_set_inline_data_list;
+}
+
+QpType qp_type_of(ibv_qp_type t, int& err) noexcept {
+  switch (t) {
+    case IBV_QPT_RC: return QpType::rc;
+    case IBV_QPT_UC: return QpType::uc;
+    case IBV_QPT_UD: return QpType::ud;
+    default: err = EOPNOTSUPP; return QpType::rc;  // RAW_PACKET, XRC, driver QPs
+  }
+}
+
+}  // namespace
+
+namespace verbsim::dropin {
+
+const ibv_context_ops& data_path_ops() noexcept {
+  static const ibv_context_ops ops = [] {
+    ibv_context_ops o{};
+    o.poll_cq = cq_poll_op;
+    o.req_notify_cq = cq_notify_op;
+    o.post_srq_recv = post_srq_recv;
+    o.post_send = post_send;
+    o.post_recv = post_recv;
+    return o;
+  }();
+  return ops;
+}
+
+ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
+  constexpr std::uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr.pd == nullptr) {
+    return fail_null<ibv_qp>(EINVAL);
+  }
+  if ((attr.comp_mask & ~kKnownMask) != 0) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr.create_flags != 0) {
+    return fail_null<ibv_qp>(EOPNOTSUPP);
+  }
+  const bool extended = (attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+  if (extended && (attr.send_ops_flags & ~kSupportedSendOps) != 0) {
+    return fail_null<ibv_qp>(EOPNOTSUPP);
+  }
+  int err = 0;
+  QpInitAttr init;
+  init.type = qp_type_of(attr.qp_type, err);
+  if (err != 0) return fail_null<ibv_qp>(err);
+  if (attr.send_cq == nullptr || attr.recv_cq == nullptr) return fail_null<ibv_qp>(EINVAL);
+  init.send_cq = DCq::from(attr.send_cq)->impl.get();
+  init.recv_cq = DCq::from(attr.recv_cq)->impl.get();
+  init.srq = attr.srq != nullptr ? DSrq::from(attr.srq)->impl.get() : nullptr;
+  init.cap = ibverbs::from_ibv(attr.cap);
+  init.sq_sig_all = attr.sq_sig_all != 0;
+
+  auto q = std::make_unique<DQp>();
+  q->impl = DPd::from(attr.pd)->real().create_qp(init);
+  attr.cap = ibverbs::to_ibv(q->impl->cap());
+  ibv_qp& b = q->qp_base;
+  b.context = context;
+  b.qp_context = attr.qp_context;
+  b.pd = attr.pd;
+  b.send_cq = attr.send_cq;
+  b.recv_cq = attr.recv_cq;
+  b.srq = attr.srq;
+  b.handle = q->impl->qp_num();
+  b.qp_num = q->impl->qp_num();
+  b.state = IBV_QPS_RESET;
+  b.qp_type = attr.qp_type;
+  init_sync(b.mutex, b.cond);
+  b.events_completed = 0;
+  q->extended = extended;
+  q->send_ops = extended ? attr.send_ops_flags : 0;
+  q->comp_mask = 0;
+  if (extended) fill_wr_ops(*q);
+  q->sq_sig_all = init.sq_sig_all;
+  remember(q->impl.get(), q.get());
+  return q.release()->ibv();
+}
+
+}  // namespace verbsim::dropin
+
+extern "C" {
+
+ibv_qp* ibv_create_qp_1_1(ibv_pd* pd, ibv_qp_init_attr* init) {
+  return with_null<ibv_qp>("ibv_create_qp", [&]() -> ibv_qp* {
+    ibv_qp_init_attr_ex ex{};
+    ex.qp_context = init->qp_context;
+    ex.send_cq = init->send_cq;
+    ex.recv_cq = init->recv_cq;
+    ex.srq = init->srq;
+    ex.cap = init->cap;
+    ex.qp_type = init->qp_type;
+    ex.sq_sig_all = init->sq_sig_all;
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ex.pd = pd;
+    ibv_qp* qp = make_qp(pd->context, ex);
+    if (qp != nullptr) init->cap = ex.cap;
+    return qp;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_create_qp);
+VERBSIM_SAME_TYPE(ibv_create_qp);
+
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  DQp* q = DQp::from(qp);
+  return q->extended ? q : nullptr;
+}
+
+// 0, or EINVAL for a transition the QP state table does not allow or a mask with missing or
+// disallowed attributes (the QP is then unchanged).
+int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  return with_errno("ibv_modify_qp", [&] {
+    DQp* q = DQp::from(qp);
+    q->impl->modify(ibverbs::from_ibv(*attr), static_cast<QpAttrMask>(mask));
+    if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+    settle();
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_modify_qp);
+VERBSIM_SAME_TYPE(ibv_modify_qp);
+
+int ibv_query_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
+  return with_errno("ibv_query_qp", [&] {
+    DQp* q = DQp::from(qp);
+    const QpAttr a = q->impl->query(static_cast<QpAttrMask>(mask));
+    *attr = ibverbs::to_ibv(a);
+    attr->qp_access_flags = ibverbs::to_ibv(a.qp_access_flags);
+    if (init != nullptr) {
+      *init = {};
+      init->qp_context = qp->qp_context;
+      init->send_cq = qp->send_cq;
+      init->recv_cq = qp->recv_cq;
+      init->srq = qp->srq;
+      init->cap = attr->cap;
+      init->qp_type = qp->qp_type;
+      init->sq_sig_all = q->sq_sig_all ? 1 : 0;
+    }
+    qp->state = attr->qp_state;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_query_qp);
+VERBSIM_SAME_TYPE(ibv_query_qp);
+
+// 0, or an errno.
+int ibv_destroy_qp_1_1(ibv_qp* qp) {
+  return with_errno("ibv_destroy_qp", [&] {
+    DQp* q = DQp::from(qp);
+    q->impl->destroy();
+    forget(q->impl.get());
+    destroy_sync(qp->mutex, qp->cond);
+    delete q;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_destroy_qp);
+VERBSIM_SAME_TYPE(ibv_destroy_qp);
+
+// The simulator delivers every message whole and in order: 1.
+int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, std::uint32_t) { return 1; }
+
+// Enhanced connection establishment is vendor specific: none here.
+int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+
+}  // extern "C"

@@ -1,0 +1,143 @@
+// The drop-in's process-wide state: the one simulated world, the lock around it, the devices,
+// and the conversions of C++ failures into libibverbs' error conventions.
+//
+// The deliberate global. Everywhere else verbsim passes sim::World& explicitly; here the C ABI
+// gives us nowhere to keep it (ibv_get_device_list takes no argument), so the process has exactly
+// one world, created on first use from sim::Config::from_env() (VERBSIM_SEED, VERBSIM_PROFILE,
+// VERBSIM_FAULTS, VERBSIM_SIM_DEVICES, VERBSIM_SIM_PORTS) and never destroyed (a program may call
+// verbs from atexit handlers or other threads while static destructors run).
+//
+// The simulator is single-threaded: every entry point, data path included, holds one recursive
+// mutex while it touches the world. A background thread (progress.cpp) takes the same lock to
+// let the world advance while the program waits outside the library (poll/epoll on an event fd).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+#include "verbsim/completion_channel.hpp"
+#include "verbsim/sim/world.hpp"
+
+namespace verbsim::dropin {
+
+struct DDevice;
+
+struct Global {
+  std::recursive_mutex mu;
+  std::unique_ptr<sim::World> world;
+  bool tried = false;           // world creation was attempted
+  std::string config_error;     // why it failed (bad VERBSIM_* variable)
+  std::vector<DDevice*> devices;  // one per simulated device, never freed
+  // Core resource -> the ibv_* object wrapping it, for the pointers completion and async events
+  // carry (CompletionQueue*, QueuePair*, SharedReceiveQueue*).
+  std::unordered_map<const void*, void*> wrappers;
+  bool trace = false;  // VERBSIM_DROPIN_TRACE=1: print why each verb failed
+};
+
+Global& global() noexcept;
+
+// Takes the world's lock and records the call for the progress thread.
+std::unique_lock<std::recursive_mutex> lock() noexcept;
+
+// The world, created on first use. Null when the configuration is invalid (the reason is
+// printed once; errno is set to EINVAL). Call with the lock held.
+sim::World* world() noexcept;
+
+// Prints "verbsim drop-in: <verb>: <what>" when VERBSIM_DROPIN_TRACE=1.
+void trace(const char* verb, const char* what) noexcept;
+
+// The errno a C++ failure stands for: VerbError/system_error carry it; bad_alloc is ENOMEM;
+// anything else is EIO (and is printed, it is a bug in the drop-in or the simulator).
+int errno_of_current_exception(const char* verb) noexcept;
+
+// Runs `body` (returning 0 or an errno) under the lock; exceptions become their errno.
+template <class F>
+int with_errno(const char* verb, F&& body) noexcept {
+  try {
+    auto held = lock();
+    return body();
+  } catch (...) {
+    return errno_of_current_exception(verb);
+  }
+}
+
+// Runs `body` (returning a pointer) under the lock; on failure returns NULL with errno set.
+template <class T, class F>
+T* with_null(const char* verb, F&& body) noexcept {
+  try {
+    auto held = lock();
+    T* out = body();
+    if (out == nullptr && errno == 0) errno = EINVAL;
+    return out;
+  } catch (...) {
+    errno = errno_of_current_exception(verb);
+    return nullptr;
+  }
+}
+
+// Sets errno and returns NULL, for creators that reject their arguments.
+template <class T = void>
+T* fail_null(int err) noexcept {
+  errno = err;
+  return nullptr;
+}
+
+// Registers / forgets the ibv object wrapping a core resource.
+void remember(const void* core, void* wrapper);
+void forget(const void* core) noexcept;
+template <class W>
+W* wrapper_of(const void* core) noexcept {
+  const auto& m = global().wrappers;
+  const auto it = m.find(core);
+  return it == m.end() ? nullptr : static_cast<W*>(it->second);
+}
+
+// Clears O_NONBLOCK on an event fd handed to the program: libibverbs' fds block until the
+// program sets O_NONBLOCK itself, and ibv_get_cq_event / ibv_get_async_event read the flag.
+void make_blocking(int fd) noexcept;
+bool is_nonblocking(int fd) noexcept;
+
+// A blocking ibv_get_cq_event / ibv_get_async_event. `attempt(Wait::blocking)` runs the
+// simulator's own wait, which runs the world until the event comes (deterministic). When the
+// world has nothing left to run (EDEADLK) a real device would block until another thread posts
+// work: wait on the fd with the lock released, and say once why a single-threaded program now
+// hangs. Returns 0 or an errno.
+template <class Attempt>
+int blocking_wait(const char* verb, int fd, Attempt attempt) {
+  bool warned = false;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::error_code ec;
+    {
+      auto held = lock();
+      ec = attempt(Wait::blocking);
+    }
+    if (!ec) return 0;
+    if (ec.value() != EDEADLK) return ec.value();
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 10);
+    if (!warned && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
+      warned = true;
+      std::fprintf(stderr,
+                   "verbsim drop-in: %s has waited 2 s and the simulated world has nothing left "
+                   "to do; it waits for another thread to post work (a device would block "
+                   "forever too)\n",
+                   verb);
+    }
+  }
+}
+
+}  // namespace verbsim::dropin

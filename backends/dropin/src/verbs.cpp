@@ -1,0 +1,374 @@
+// Protection domains, memory regions, address handles, completion channels and shared receive
+// queues.
+#include <arpa/inet.h>
+#include <endian.h>
+
+#include <cstring>
+
+#include "objects.hpp"
+#include "ops.hpp"
+#include "state.hpp"
+#include "symver.hpp"
+#include "translate.hpp"
+#include "verbsim/sim/extensions.hpp"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace verbsim;
+using namespace verbsim::dropin;
+
+namespace {
+
+constexpr unsigned kCoreAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+// Accepted and without effect on the simulator: binding memory windows needs no preparation,
+// huge pages are the program's business, relaxed ordering (an optional flag: providers that do
+// not know it ignore it) changes nothing in a simulation that delivers in order anyway.
+constexpr unsigned kHarmlessAccess = IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+
+// The core access flags for a registration, or an errno for flags the simulator lacks.
+int mr_access(unsigned access, Access& out) noexcept {
+  access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if ((access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)) != 0) return EOPNOTSUPP;
+  if ((access & ~(kCoreAccess | kHarmlessAccess)) != 0) return EINVAL;
+  out = static_cast<Access>(access & kCoreAccess);
+  return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsigned access) {
+  return with_null<ibv_mr>("ibv_reg_mr", [&]() -> ibv_mr* {
+    Access a{};
+    if (const int err = mr_access(access, a)) return fail_null<ibv_mr>(err);
+    // The simulator addresses remote memory by virtual address: an I/O virtual address other
+    // than the buffer's own is not modelled.
+    if (iova != reinterpret_cast<std::uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
+    DPd* p = DPd::from(pd);
+    auto mr = std::make_unique<DMr>();
+    mr->impl = p->real().reg_mr(addr, length, a);
+    mr->context = pd->context;
+    mr->pd = pd;
+    mr->addr = addr;
+    mr->length = length;
+    mr->lkey = mr->impl->lkey();
+    mr->rkey = mr->impl->rkey();
+    mr->handle = mr->lkey;
+    mr->access = access;
+    return mr.release();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---------------------------------------------------------------------------------------------
+// Protection domains
+
+ibv_pd* ibv_alloc_pd_1_1(ibv_context* context) {
+  return with_null<ibv_pd>("ibv_alloc_pd", [&]() -> ibv_pd* {
+    auto pd = std::make_unique<DPd>();
+    pd->impl = DContext::from(context)->impl->alloc_pd();
+    pd->context = context;
+    static std::uint32_t next_handle = 1;
+    pd->handle = next_handle++;
+    return pd.release();
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_alloc_pd);
+VERBSIM_SAME_TYPE(ibv_alloc_pd);
+
+// 0, or EBUSY while MRs, QPs, SRQs or AHs still use the PD.
+int ibv_dealloc_pd_1_1(ibv_pd* pd) {
+  return with_errno("ibv_dealloc_pd", [&] {
+    DPd* p = DPd::from(pd);
+    if (p->parent == nullptr) p->impl->destroy();
+    delete p;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_dealloc_pd);
+VERBSIM_SAME_TYPE(ibv_dealloc_pd);
+
+// ---------------------------------------------------------------------------------------------
+// Memory regions
+
+ibv_mr* ibv_reg_mr_1_1(ibv_pd* pd, void* addr, size_t length, int access) {
+  return reg_mr(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr),
+                static_cast<unsigned>(access));
+}
+VERBSIM_DEFAULT_1_1(ibv_reg_mr);
+VERBSIM_SAME_TYPE(ibv_reg_mr);
+
+ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, int access) {
+  return reg_mr(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova,
+                         unsigned int access) {
+  return reg_mr(pd, addr, length, iova, access);
+}
+
+// dma-buf memory belongs to another device: not modelled.
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, std::uint64_t, size_t, std::uint64_t, int, int) {
+  return fail_null<ibv_mr>(EOPNOTSUPP);
+}
+
+int ibv_dereg_mr_1_1(ibv_mr* mr) {
+  return with_errno("ibv_dereg_mr", [&] {
+    DMr* m = DMr::from(mr);
+    m->impl->destroy();
+    delete m;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_dereg_mr);
+VERBSIM_SAME_TYPE(ibv_dereg_mr);
+
+// 0, or one of enum ibv_rereg_mr_err_code with errno set (IBV_REREG_MR_ERR_INPUT for bad
+// arguments, IBV_REREG_MR_ERR_CMD when the device refuses).
+int ibv_rereg_mr_1_1(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0 ||
+      ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0 && (addr == nullptr || length == 0)) ||
+      (access != 0 && (flags & IBV_REREG_MR_CHANGE_ACCESS) == 0)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  const int err = with_errno("ibv_rereg_mr", [&] {
+    DMr* m = DMr::from(mr);
+    sim::MrChange r;
+    if (flags & IBV_REREG_MR_CHANGE_PD) r.pd = &DPd::from(pd)->real();
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+      r.addr = addr;
+      r.length = length;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+      Access a{};
+      if (const int e = mr_access(static_cast<unsigned>(access), a)) return e;
+      r.access = a;
+    }
+    sim::rereg_mr(*m->impl, r);
+    if (flags & IBV_REREG_MR_CHANGE_PD) m->pd = pd;
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+      m->addr = addr;
+      m->length = length;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS) m->access = static_cast<unsigned>(access);
+    m->lkey = m->impl->lkey();
+    m->rkey = m->impl->rkey();
+    return 0;
+  });
+  if (err != 0) {
+    errno = err;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  return 0;
+}
+VERBSIM_DEFAULT_1_1(ibv_rereg_mr);
+VERBSIM_SAME_TYPE(ibv_rereg_mr);
+
+// Sharing objects between processes (ibv_import_*) needs a second process: out of scope.
+ibv_pd* ibv_import_pd(ibv_context*, std::uint32_t) { return fail_null<ibv_pd>(EOPNOTSUPP); }
+void ibv_unimport_pd(ibv_pd*) {}
+ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) { return fail_null<ibv_mr>(EOPNOTSUPP); }
+void ibv_unimport_mr(ibv_mr*) {}
+ibv_dm* ibv_import_dm(ibv_context*, std::uint32_t) { return fail_null<ibv_dm>(EOPNOTSUPP); }
+void ibv_unimport_dm(ibv_dm*) {}
+ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(EOPNOTSUPP); }
+
+// ---------------------------------------------------------------------------------------------
+// Address handles
+
+ibv_ah* ibv_create_ah_1_1(ibv_pd* pd, ibv_ah_attr* attr) {
+  return with_null<ibv_ah>("ibv_create_ah", [&]() -> ibv_ah* {
+    auto ah = std::make_unique<DAh>();
+    ah->impl = DPd::from(pd)->real().create_ah(ibverbs::from_ibv(*attr));
+    ah->context = pd->context;
+    ah->pd = pd;
+    return ah.release();
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_create_ah);
+VERBSIM_SAME_TYPE(ibv_create_ah);
+
+int ibv_destroy_ah_1_1(ibv_ah* ah) {
+  return with_errno("ibv_destroy_ah", [&] {
+    DAh* a = DAh::from(ah);
+    a->impl->destroy();
+    delete a;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_destroy_ah);
+VERBSIM_SAME_TYPE(ibv_destroy_ah);
+
+// The address vector that answers a UD receive: its GRH (the first 40 bytes of the receive
+// buffer) names the sender's GID, as an IPv6 header or, for RoCE v2 over IPv4, as an IPv4 header
+// in its last 20 bytes. 0, or -1 with errno (EINVAL without a GRH; ENOENT when the receiving GID
+// is not in the port's table).
+int ibv_init_ah_from_wc(ibv_context* context, std::uint8_t port, ibv_wc* wc, ibv_grh* grh,
+                        ibv_ah_attr* ah_attr) {
+  if ((wc->wc_flags & IBV_WC_GRH) == 0 || grh == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  ibv_gid sgid{};
+  ibv_gid dgid{};
+  const auto* raw = reinterpret_cast<const std::uint8_t*>(grh);
+  std::uint32_t flow_label = 0;
+  std::uint8_t hop_limit = 0;
+  std::uint8_t tclass = 0;
+  if ((raw[0] >> 4) == 6) {
+    sgid = grh->sgid;
+    dgid = grh->dgid;
+    const std::uint32_t vtf = be32toh(grh->version_tclass_flow);
+    flow_label = vtf & 0xfffff;
+    tclass = static_cast<std::uint8_t>(vtf >> 20);
+    hop_limit = grh->hop_limit;
+  } else if ((raw[20] >> 4) == 4) {
+    const std::uint8_t* ip = raw + 20;
+    sgid.raw[10] = sgid.raw[11] = dgid.raw[10] = dgid.raw[11] = 0xff;
+    std::memcpy(sgid.raw + 12, ip + 12, 4);
+    std::memcpy(dgid.raw + 12, ip + 16, 4);
+    tclass = ip[1];
+    hop_limit = ip[8];
+  } else {
+    errno = EPROTONOSUPPORT;
+    return -1;
+  }
+  int index = -1;
+  const int err = with_errno("ibv_init_ah_from_wc", [&] {
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      ibv_gid_entry e{};
+      const int r = query_gid_impl(context, port, i, e);
+      if (r == EINVAL) break;
+      if (r == 0 && std::memcmp(e.gid.raw, dgid.raw, sizeof dgid.raw) == 0) {
+        index = static_cast<int>(i);
+        return 0;
+      }
+    }
+    return ENOENT;
+  });
+  if (err != 0) {
+    errno = err;
+    return -1;
+  }
+  *ah_attr = {};
+  ah_attr->grh.dgid = sgid;
+  ah_attr->grh.sgid_index = static_cast<std::uint8_t>(index);
+  ah_attr->grh.flow_label = flow_label;
+  ah_attr->grh.hop_limit = hop_limit != 0 ? hop_limit : 0xff;
+  ah_attr->grh.traffic_class = tclass;
+  ah_attr->is_global = 1;
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  ah_attr->port_num = port;
+  return 0;
+}
+
+ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, std::uint8_t port) {
+  ibv_ah_attr attr{};
+  if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &attr) != 0) return nullptr;
+  return ibv_create_ah_1_1(pd, &attr);
+}
+
+// Multicast is not modelled by the simulator.
+int ibv_attach_mcast_1_1(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
+VERBSIM_DEFAULT_1_1(ibv_attach_mcast);
+VERBSIM_SAME_TYPE(ibv_attach_mcast);
+int ibv_detach_mcast_1_1(ibv_qp*, const ibv_gid*, std::uint16_t) { return EOPNOTSUPP; }
+VERBSIM_DEFAULT_1_1(ibv_detach_mcast);
+VERBSIM_SAME_TYPE(ibv_detach_mcast);
+
+// ---------------------------------------------------------------------------------------------
+// Completion channels
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  return with_null<ibv_comp_channel>("ibv_create_comp_channel", [&]() -> ibv_comp_channel* {
+    auto ch = std::make_unique<DChannel>();
+    ch->impl = DContext::from(context)->impl->create_comp_channel();
+    ch->context = context;
+    ch->fd = ch->impl->fd();
+    ch->refcnt = 0;
+    make_blocking(ch->fd);
+    return ch.release();
+  });
+}
+
+// 0, or EBUSY while CQs use the channel.
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  return with_errno("ibv_destroy_comp_channel", [&] {
+    DChannel* c = DChannel::from(channel);
+    if (c->refcnt > 0) return EBUSY;
+    c->impl->destroy();
+    delete c;
+    return 0;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared receive queues
+
+ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
+  return with_null<ibv_srq>("ibv_create_srq", [&]() -> ibv_srq* {
+    auto srq = std::make_unique<DSrq>();
+    SrqInitAttr a;
+    a.max_wr = init->attr.max_wr;
+    a.max_sge = init->attr.max_sge;
+    a.srq_limit = init->attr.srq_limit;
+    srq->impl = DPd::from(pd)->real().create_srq(a);
+    const SrqAttr got = srq->impl->query();
+    init->attr.max_wr = got.max_wr;
+    init->attr.max_sge = got.max_sge;
+    srq->context = pd->context;
+    srq->srq_context = init->srq_context;
+    srq->pd = pd;
+    init_sync(srq->mutex, srq->cond);
+    remember(srq->impl.get(), srq.get());
+    return srq.release();
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_create_srq);
+VERBSIM_SAME_TYPE(ibv_create_srq);
+
+int ibv_modify_srq_1_1(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  return with_errno("ibv_modify_srq", [&] {
+    SrqAttr a;
+    a.max_wr = attr->max_wr;
+    a.max_sge = attr->max_sge;
+    a.srq_limit = attr->srq_limit;
+    DSrq::from(srq)->impl->modify(a, static_cast<SrqAttrMask>(mask));
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_modify_srq);
+VERBSIM_SAME_TYPE(ibv_modify_srq);
+
+int ibv_query_srq_1_1(ibv_srq* srq, ibv_srq_attr* attr) {
+  return with_errno("ibv_query_srq", [&] {
+    const SrqAttr a = DSrq::from(srq)->impl->query();
+    attr->max_wr = a.max_wr;
+    attr->max_sge = a.max_sge;
+    attr->srq_limit = a.srq_limit;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_query_srq);
+VERBSIM_SAME_TYPE(ibv_query_srq);
+
+// 0, or EBUSY while QPs use the SRQ.
+int ibv_destroy_srq_1_1(ibv_srq* srq) {
+  return with_errno("ibv_destroy_srq", [&] {
+    DSrq* s = DSrq::from(srq);
+    s->impl->destroy();
+    forget(s->impl.get());
+    destroy_sync(s->mutex, s->cond);
+    delete s;
+    return 0;
+  });
+}
+VERBSIM_DEFAULT_1_1(ibv_destroy_srq);
+VERBSIM_SAME_TYPE(ibv_destroy_srq);
+
+}  // extern "C"
