@@ -10,6 +10,7 @@ packages=(
   libboost-fiber-dev librange-v3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   valgrind
+  python3-pyverbs  # rdma-core's pyverbs test suite, run against the libibverbs drop-in
 )
 
 missing=()

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+# Tally of pyverbs runs: per module and in total, how many tests passed, failed, errored and
+# were skipped. Input files hold lines "<outcome> <test id>" (pyverbs_run.py's output without
+# its "PYVERBS-RESULT " prefix).
+#
+#   pyverbs_tally.py RESULTS                       # table for one run
+#   pyverbs_tally.py RESULTS --rxe RXE_RESULTS     # markdown table: this run next to rxe
+#   pyverbs_tally.py RESULTS --no-failures-in LIST # exit 1 if a test in LIST failed or errored
+#   pyverbs_tally.py RESULTS --min-pass N          # exit 1 if fewer than N tests passed
+import argparse
+import collections
+import sys
+
+OUTCOMES = ('pass', 'fail', 'error', 'skip')
+
+
+def load(path):
+    res = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            outcome, test = parts
+            outcome = {'xfail': 'pass', 'upass': 'fail'}.get(outcome, outcome)
+            res[test] = outcome
+    return res
+
+
+def module(test):
+    parts = test.split('.')
+    return parts[1] if len(parts) > 2 else parts[0]
+
+
+def tally(res):
+    per = collections.defaultdict(collections.Counter)
+    for test, outcome in res.items():
+        per[module(test)][outcome] += 1
+        per['TOTAL'][outcome] += 1
+    return per
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('results')
+    ap.add_argument('--rxe', help='results of the same suite on rxe: print both side by side')
+    ap.add_argument('--no-failures-in', help='file of test ids (one per line) that must not fail '
+                    'or error (skipping is allowed)')
+    ap.add_argument('--min-pass', type=int, help='fewest passes accepted')
+    args = ap.parse_args()
+    res = load(args.results)
+    per = tally(res)
+    mods = sorted(m for m in per if m != 'TOTAL') + ['TOTAL']
+    if args.rxe:
+        rxe = load(args.rxe)
+        rper = tally(rxe)
+        mods = sorted(set(mods) | set(rper) - {'TOTAL'}) + ['TOTAL']
+        print('| module | sim pass/fail/error/skip | rxe pass/fail/error/skip |')
+        print('| --- | --- | --- |')
+        for m in mods:
+            s = '/'.join(str(per[m][o]) for o in OUTCOMES)
+            r = '/'.join(str(rper[m][o]) for o in OUTCOMES)
+            name = f'**{m}**' if m == 'TOTAL' else m
+            print(f'| {name} | {s} | {r} |')
+        print()
+        diff = [(t, rxe.get(t, '-'), res.get(t, '-')) for t in sorted(set(res) | set(rxe))
+                if rxe.get(t) != res.get(t)]
+        if diff:
+            print('| test | rxe | sim |')
+            print('| --- | --- | --- |')
+            for t, r, s in diff:
+                print(f'| {t.removeprefix("tests.")} | {r} | {s} |')
+    else:
+        print(f'{"module":<28} {"pass":>5} {"fail":>5} {"error":>5} {"skip":>5} {"total":>5}')
+        for m in mods:
+            c = per[m]
+            print(f'{m:<28} ' + ' '.join(f'{c[o]:>5}' for o in OUTCOMES) +
+                  f' {sum(c.values()):>5}')
+    status = 0
+    if args.no_failures_in:
+        with open(args.no_failures_in) as f:
+            wanted = [l.split('#')[0].strip() for l in f]
+        bad = [(t, res.get(t, 'missing')) for t in wanted
+               if t and res.get(t, 'missing') in ('fail', 'error', 'missing')]
+        for t, outcome in bad:
+            print(f'{outcome.upper()}: {t} (passes on rxe)', file=sys.stderr)
+        if bad:
+            print(f'{len(bad)} of the tests that pass on rxe failed here', file=sys.stderr)
+            status = 1
+    if args.min_pass is not None and per['TOTAL']['pass'] < args.min_pass:
+        print(f'{per["TOTAL"]["pass"]} tests passed, fewer than {args.min_pass}', file=sys.stderr)
+        status = 1
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
