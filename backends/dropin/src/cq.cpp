@@ -119,7 +119,11 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
       (attr.flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
     return fail_null<ibv_cq_ex>(EOPNOTSUPP);  // IGNORE_OVERRUN: overrun is always reported
   }
-  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  // A CQ may name a parent domain (for its allocators, which the simulator does not need).
+  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
+      (attr.parent_domain == nullptr || DPd::from(attr.parent_domain)->parent == nullptr)) {
+    return fail_null<ibv_cq_ex>(EINVAL);
+  }
   if (attr.comp_vector >= static_cast<std::uint32_t>(context->num_comp_vectors)) {
     return fail_null<ibv_cq_ex>(EINVAL);
   }

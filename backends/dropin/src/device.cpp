@@ -4,6 +4,7 @@
 #include <endian.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,6 +149,30 @@ int query_gid_entry(DContext& c, std::uint32_t port, std::uint32_t index, ibv_gi
 
 }  // namespace
 
+ibv_context* make_context(DDevice* device, std::shared_ptr<Context> impl, int cmd_fd) {
+  auto c = std::make_unique<DContext>();
+  c->device = device;
+  c->impl = std::move(impl);
+  c->sz = sizeof(verbs_context);
+  c->query_port = vctx_query_port;
+  c->query_device_ex = vctx_query_device_ex;
+  c->query_rt_values = vctx_query_rt_values;
+  fill_extended_ops(*c);
+  ibv_context& ctx = c->context;
+  ctx.device = &device->dev;
+  ctx.ops = data_path_ops();
+  c->cmd_fd = cmd_fd;
+  ctx.cmd_fd = cmd_fd;
+  ctx.async_fd = c->impl->async_fd();
+  make_blocking(ctx.async_fd);
+  ctx.num_comp_vectors = 1;
+  ::pthread_mutex_init(&ctx.mutex, nullptr);
+  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  global().contexts.push_back(c.get());
+  start_progress();
+  return &c.release()->context;
+}
+
 int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ibv_gid_entry& e) {
   return query_gid_entry(*DContext::from(ctx), port, index, e);
 }
@@ -199,27 +224,10 @@ int ibv_get_device_index(ibv_device* device) { return device_of(device)->index; 
 ibv_context* ibv_open_device_1_1(ibv_device* device) {
   return with_null<ibv_context>("ibv_open_device", [&]() -> ibv_context* {
     if (world() == nullptr) return nullptr;
-    auto c = std::make_unique<DContext>();
-    c->device = device_of(device);
-    c->impl = world()->open(device->name);
-    c->sz = sizeof(verbs_context);
-    c->query_port = vctx_query_port;
-    c->query_device_ex = vctx_query_device_ex;
-    c->query_rt_values = vctx_query_rt_values;
-    fill_extended_ops(*c);
-    ibv_context& ctx = c->context;
-    ctx.device = device;
-    ctx.ops = data_path_ops();
     // A file standing for /dev/infiniband/uverbsN; ibv_import_device() recognises its dups.
-    c->cmd_fd = ::memfd_create(device->name, MFD_CLOEXEC);
-    ctx.cmd_fd = c->cmd_fd;
-    ctx.async_fd = c->impl->async_fd();
-    make_blocking(ctx.async_fd);
-    ctx.num_comp_vectors = 1;
-    ::pthread_mutex_init(&ctx.mutex, nullptr);
-    ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
-    start_progress();
-    return &c.release()->context;
+    const int cmd_fd = ::memfd_create(device->name, MFD_CLOEXEC);
+    if (cmd_fd < 0) return nullptr;
+    return make_context(device_of(device), world()->open(device->name), cmd_fd);
   });
 }
 VERBSIM_DEFAULT_1_1(ibv_open_device);
@@ -228,8 +236,9 @@ VERBSIM_SAME_TYPE(ibv_open_device);
 int ibv_close_device_1_1(ibv_context* context) {
   return with_errno("ibv_close_device", [&] {
     DContext* c = DContext::from(context);
-    c->impl->destroy();
+    if (c->impl.use_count() == 1) c->impl->destroy();  // the last of it and its imports
     if (c->cmd_fd >= 0) ::close(c->cmd_fd);
+    std::erase(global().contexts, static_cast<void*>(c));
     ::pthread_mutex_destroy(&c->context.mutex);
     delete c;
     return 0;
@@ -237,6 +246,24 @@ int ibv_close_device_1_1(ibv_context* context) {
 }
 VERBSIM_DEFAULT_1_1(ibv_close_device);
 VERBSIM_SAME_TYPE(ibv_close_device);
+
+// Another context on the same device and the same underlying objects, from a dup of a
+// context's cmd_fd (the fd becomes the new context's). NULL with errno EINVAL when the fd is no
+// context's.
+ibv_context* ibv_import_device(int cmd_fd) {
+  return with_null<ibv_context>("ibv_import_device", [&]() -> ibv_context* {
+    struct stat want{};
+    if (::fstat(cmd_fd, &want) != 0) return nullptr;
+    for (void* p : global().contexts) {
+      auto* c = static_cast<DContext*>(p);
+      struct stat have{};
+      if (::fstat(c->cmd_fd, &have) == 0 && have.st_dev == want.st_dev && have.st_ino == want.st_ino) {
+        return make_context(c->device, c->impl, cmd_fd);
+      }
+    }
+    return fail_null<ibv_context>(EINVAL);
+  });
+}
 
 // ---------------------------------------------------------------------------------------------
 // Queries

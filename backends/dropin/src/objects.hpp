@@ -38,7 +38,7 @@ inline DDevice* device_of(ibv_device* d) noexcept { return reinterpret_cast<DDev
 // extended verbs in verbs.h find their ops in front of it).
 struct DContext : verbs_context {
   DDevice* device = nullptr;
-  std::unique_ptr<Context> impl;
+  std::shared_ptr<Context> impl;  // shared with contexts imported from this one
   int cmd_fd = -1;
 
   static DContext* from(ibv_context* c) noexcept {
@@ -48,9 +48,10 @@ struct DContext : verbs_context {
 };
 
 struct DPd : ibv_pd {
-  std::unique_ptr<ProtectionDomain> impl;
+  std::shared_ptr<ProtectionDomain> impl;  // shared with its imports (ibv_import_pd)
   DPd* parent = nullptr;  // a parent domain's PD (ibv_alloc_parent_domain); impl is then empty
   void* pd_context = nullptr;
+  bool imported = false;
 
   static DPd* from(ibv_pd* p) noexcept { return static_cast<DPd*>(p); }
   // The PD that owns resources: a parent domain's resources belong to its PD.
@@ -58,8 +59,9 @@ struct DPd : ibv_pd {
 };
 
 struct DMr : ibv_mr {
-  std::unique_ptr<MemoryRegion> impl;
+  std::shared_ptr<MemoryRegion> impl;  // shared with its imports (ibv_import_mr)
   unsigned access = 0;  // as registered (ibv_access_flags)
+  bool imported = false;
 
   static DMr* from(ibv_mr* m) noexcept { return static_cast<DMr*>(m); }
 };

@@ -1,6 +1,6 @@
 // The verbs_context extension: the extended verbs verbs.h reaches through verbs_get_ctx_op.
 // Ops left null make verbs.h's inline wrappers fail with EOPNOTSUPP themselves (XRC domains,
-// flows, device memory, thread and parent domains, work queues, counters, CQ moderation).
+// flows, device memory, thread domains, work queues, counters, CQ moderation).
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
@@ -17,11 +17,32 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) noexcept {
   return with_null<ibv_qp>("ibv_create_qp_ex", [&] { return make_qp(context, *attr); });
 }
 
+// A parent domain: a PD whose resources belong to the PD it wraps. The custom allocators it
+// may carry are for a provider's queue buffers; the simulator keeps its queues itself and never
+// calls them.
+ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) noexcept {
+  return with_null<ibv_pd>("ibv_alloc_parent_domain", [&]() -> ibv_pd* {
+    constexpr std::uint32_t kKnown =
+        IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    if (attr->pd == nullptr || (attr->comp_mask & ~kKnown) != 0) return fail_null<ibv_pd>(EINVAL);
+    if (attr->td != nullptr) return fail_null<ibv_pd>(EOPNOTSUPP);  // no thread domains
+    DPd* base = DPd::from(attr->pd);
+    if (base->parent != nullptr) return fail_null<ibv_pd>(EINVAL);
+    auto pd = std::make_unique<DPd>();
+    pd->parent = base;
+    pd->context = context;
+    pd->handle = global().next_handle++;
+    if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT) pd->pd_context = attr->pd_context;
+    return pd.release();
+  });
+}
+
 }  // namespace
 
 void fill_extended_ops(DContext& c) noexcept {
   c.create_cq_ex = create_cq_ex;
   c.create_qp_ex = create_qp_ex;
+  c.alloc_parent_domain = alloc_parent_domain;
 }
 
 }  // namespace verbsim::dropin

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "objects.hpp"
 
@@ -17,6 +18,10 @@ const ibv_context_ops& data_path_ops() noexcept;
 
 // The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
 void fill_extended_ops(DContext& c) noexcept;
+
+// A new ibv_context over `impl` (opened, or shared with the context it is imported from);
+// owns cmd_fd. device.cpp.
+ibv_context* make_context(DDevice* device, std::shared_ptr<Context> impl, int cmd_fd);
 
 // One GID table entry: 0, ENODATA for an empty entry, EINVAL outside the table. device.cpp.
 int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ibv_gid_entry& e);

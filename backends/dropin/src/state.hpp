@@ -44,6 +44,12 @@ struct Global {
   // Core resource -> the ibv_* object wrapping it, for the pointers completion and async events
   // carry (CompletionQueue*, QueuePair*, SharedReceiveQueue*).
   std::unordered_map<const void*, void*> wrappers;
+  // Live objects by the handle a program may pass to ibv_import_* (contexts by their cmd_fd's
+  // file, PDs and MRs by handle).
+  std::vector<void*> contexts;
+  std::unordered_map<std::uint32_t, void*> pds;
+  std::unordered_map<std::uint32_t, void*> mrs;
+  std::uint32_t next_handle = 1;
   bool trace = false;  // VERBSIM_DROPIN_TRACE=1: print why each verb failed
 };
 

@@ -52,8 +52,9 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsign
     mr->length = length;
     mr->lkey = mr->impl->lkey();
     mr->rkey = mr->impl->rkey();
-    mr->handle = mr->lkey;
+    mr->handle = global().next_handle++;
     mr->access = access;
+    global().mrs[mr->handle] = mr.get();
     return mr.release();
   });
 }
@@ -70,8 +71,8 @@ ibv_pd* ibv_alloc_pd_1_1(ibv_context* context) {
     auto pd = std::make_unique<DPd>();
     pd->impl = DContext::from(context)->impl->alloc_pd();
     pd->context = context;
-    static std::uint32_t next_handle = 1;
-    pd->handle = next_handle++;
+    pd->handle = global().next_handle++;
+    global().pds[pd->handle] = pd.get();
     return pd.release();
   });
 }
@@ -83,6 +84,7 @@ int ibv_dealloc_pd_1_1(ibv_pd* pd) {
   return with_errno("ibv_dealloc_pd", [&] {
     DPd* p = DPd::from(pd);
     if (p->parent == nullptr) p->impl->destroy();
+    if (!p->imported) global().pds.erase(p->handle);
     delete p;
     return 0;
   });
@@ -118,6 +120,7 @@ int ibv_dereg_mr_1_1(ibv_mr* mr) {
   return with_errno("ibv_dereg_mr", [&] {
     DMr* m = DMr::from(mr);
     m->impl->destroy();
+    if (!m->imported) global().mrs.erase(m->handle);
     delete m;
     return 0;
   });
@@ -167,14 +170,62 @@ int ibv_rereg_mr_1_1(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t lengt
 VERBSIM_DEFAULT_1_1(ibv_rereg_mr);
 VERBSIM_SAME_TYPE(ibv_rereg_mr);
 
-// Sharing objects between processes (ibv_import_*) needs a second process: out of scope.
-ibv_pd* ibv_import_pd(ibv_context*, std::uint32_t) { return fail_null<ibv_pd>(EOPNOTSUPP); }
-void ibv_unimport_pd(ibv_pd*) {}
-ibv_mr* ibv_import_mr(ibv_pd*, std::uint32_t) { return fail_null<ibv_mr>(EOPNOTSUPP); }
-void ibv_unimport_mr(ibv_mr*) {}
+// Imports: another ibv_pd / ibv_mr for an object of a context this one was imported from
+// (ibv_import_device), found by its handle. Unimporting frees the wrapper only; the object
+// stays with its owner. NULL with errno EINVAL for a handle no related context has.
+ibv_pd* ibv_import_pd(ibv_context* context, std::uint32_t handle) {
+  return with_null<ibv_pd>("ibv_import_pd", [&]() -> ibv_pd* {
+    const auto it = global().pds.find(handle);
+    if (it == global().pds.end()) return fail_null<ibv_pd>(EINVAL);
+    DPd* orig = static_cast<DPd*>(it->second);
+    if (DContext::from(orig->context)->impl != DContext::from(context)->impl) {
+      return fail_null<ibv_pd>(EINVAL);
+    }
+    auto pd = std::make_unique<DPd>();
+    pd->impl = orig->impl;
+    pd->context = context;
+    pd->handle = handle;
+    pd->imported = true;
+    return pd.release();
+  });
+}
+
+void ibv_unimport_pd(ibv_pd* pd) {
+  auto held = lock();
+  DPd* p = DPd::from(pd);
+  if (p->imported) delete p;
+}
+
+ibv_mr* ibv_import_mr(ibv_pd* pd, std::uint32_t handle) {
+  return with_null<ibv_mr>("ibv_import_mr", [&]() -> ibv_mr* {
+    const auto it = global().mrs.find(handle);
+    if (it == global().mrs.end()) return fail_null<ibv_mr>(EINVAL);
+    DMr* orig = static_cast<DMr*>(it->second);
+    if (&DPd::from(orig->pd)->real() != &DPd::from(pd)->real()) return fail_null<ibv_mr>(EINVAL);
+    auto mr = std::make_unique<DMr>();
+    mr->impl = orig->impl;
+    mr->context = pd->context;
+    mr->pd = pd;
+    mr->addr = nullptr;  // as libibverbs imports it: the kernel does not say where it is
+    mr->length = orig->length;
+    mr->lkey = orig->lkey;
+    mr->rkey = orig->rkey;
+    mr->handle = handle;
+    mr->access = orig->access;
+    mr->imported = true;
+    return mr.release();
+  });
+}
+
+void ibv_unimport_mr(ibv_mr* mr) {
+  auto held = lock();
+  DMr* m = DMr::from(mr);
+  if (m->imported) delete m;
+}
+
+// Device memory is not modelled.
 ibv_dm* ibv_import_dm(ibv_context*, std::uint32_t) { return fail_null<ibv_dm>(EOPNOTSUPP); }
 void ibv_unimport_dm(ibv_dm*) {}
-ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(EOPNOTSUPP); }
 
 // ---------------------------------------------------------------------------------------------
 // Address handles
