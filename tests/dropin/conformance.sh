@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The conformance suite through the drop-in: conformance_test's Ibverbs instantiation (C++ API
+# -> ibverbs backend -> libibverbs.so.1 = the drop-in -> simulator) against its simulator
+# instantiation of the same profile (C++ API -> sim backend), compared case by case on what each
+# test observed (VERBSIM_CONFORMANCE_LOG), not on pass/fail.
+#
+#   tests/dropin/conformance.sh <conformance_test> <drop-in dir> <profile: strict|rxe|mlx5>
+#                               [--known FILE]
+#
+# --known FILE: cases listed there (first word of each line) may differ; any other difference
+# fails the test, and a listed case that now agrees is reported so the list can shrink.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=${1:?conformance_test} lib=$(cd "${2:?drop-in dir}" && pwd) profile=${3:?profile}
+shift 3
+known=
+[[ ${1:-} == --known ]] && known=${2:?}
+case $profile in
+strict) sim=SimStrict ;; rxe) sim=SimRxe ;; mlx5) sim=SimMlx5 ;;
+*) echo "conformance.sh: unknown profile $profile" >&2; exit 2 ;;
+esac
+work=$(mktemp -d "${TMPDIR:-/tmp}/verbsim-dropin-conf.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# Through the drop-in: one simulated device, like the simulator instantiation's world.
+LD_LIBRARY_PATH=$lib VERBSIM_BACKEND=ibverbs VERBSIM_DEVICE=sim0 VERBSIM_PROFILE=$profile \
+	VERBSIM_SIM_DEVICES=1 VERBSIM_CONFORMANCE_LOG=$work/dropin.log \
+	"$bin" --gtest_filter='Ibverbs/*' >"$work/dropin.out" 2>&1 || true
+env -u VERBSIM_BACKEND -u VERBSIM_PROFILE VERBSIM_CONFORMANCE_LOG=$work/sim.log \
+	"$bin" --gtest_filter="$sim/*" >"$work/sim.out" 2>&1 || true
+for f in dropin sim; do
+	if [[ ! -s $work/$f.log ]]; then
+		echo "conformance.sh: the $f run wrote no log:" >&2
+		tail -n 30 "$work/$f.out" >&2
+		exit 1
+	fi
+done
+echo "Ibverbs through the drop-in ($profile): $(grep -cP '\tpass\t' "$work/dropin.log") passed," \
+	"$(grep -cP '\tfail\t' "$work/dropin.log") failed; $sim: $(grep -cP '\tpass\t' "$work/sim.log") passed," \
+	"$(grep -cP '\tfail\t' "$work/sim.log") failed"
+set +e
+/usr/bin/env python3 "$here/conformance-compare.py" "$work/dropin.log" "$work/sim.log" >"$work/diff.txt"
+set -e
+cat "$work/diff.txt"
+status=0
+declare -A allowed=()
+if [[ -n $known ]]; then
+	while read -r name _; do
+		[[ -n $name && $name != \#* ]] && allowed[$name]=1
+	done <"$known"
+fi
+declare -A seen=()
+while IFS=: read -r name _; do
+	[[ $name == *.* && $name != *' '* && -z ${seen[$name]:-} ]] || continue
+	seen[$name]=1
+	if [[ -z ${allowed[$name]:-} ]]; then
+		echo "DIFFERS: $name"
+		status=1
+	fi
+done <"$work/diff.txt"
+for name in "${!allowed[@]}"; do
+	[[ -n ${seen[$name]:-} ]] || echo "note: $name agrees now; remove it from $known"
+done
+exit "$status"
