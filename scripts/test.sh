@@ -34,5 +34,22 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout "$timeout" 2>
 
 scripts/check-install.sh "$build"
 
+# A seed's history must not depend on the build type: build the golden-digest test and the
+# example once more in Release and compare with the sanitized Debug build.
+release=${VERBSIM_RELEASE_DIR:-build-release}
+generator=()
+[[ -f "$release/CMakeCache.txt" ]] || generator=(-G Ninja)
+cmake -S . -B "$release" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DVERBSIM_WERROR=ON \
+  -DVERBSIM_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$release" -j "$jobs" --target sim_golden_test pingpong >/dev/null
+"$release/tests/unit/sim_golden_test" --gtest_brief=1
+debug_digest=$("$build/examples/pingpong" --seed 42 --iters 300 | tail -n 1)
+release_digest=$("$release/examples/pingpong" --seed 42 --iters 300 | tail -n 1)
+if [[ "$debug_digest" != "$release_digest" ]]; then
+  echo "pingpong --seed 42: Debug says '$debug_digest', Release says '$release_digest'" >&2
+  exit 1
+fi
+echo "determinism: pingpong --seed 42 ends in '$release_digest' on Debug+ASan and Release"
+
 # Repeat ctest's summary so that it is the last thing this script prints.
 grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true
