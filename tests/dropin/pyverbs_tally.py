@@ -5,6 +5,8 @@
 #
 #   pyverbs_tally.py RESULTS                       # table for one run
 #   pyverbs_tally.py RESULTS --rxe RXE_RESULTS     # markdown table: this run next to rxe
+#   pyverbs_tally.py --table NAME=RESULTS...       # markdown: per module, one column per run,
+#                                                  # modules skipped whole everywhere grouped
 #   pyverbs_tally.py RESULTS --no-failures-in LIST # exit 1 if a test in LIST failed or errored
 #   pyverbs_tally.py RESULTS --min-pass N          # exit 1 if fewer than N tests passed
 import argparse
@@ -40,14 +42,48 @@ def tally(res):
     return per
 
 
+def cell(c):
+    return '/'.join(str(c[o]) for o in OUTCOMES)
+
+
+def table(specs):
+    runs = []
+    for spec in specs:
+        name, path = spec.split('=', 1)
+        runs.append((name, load(path)))
+    pers = [tally(r) for _, r in runs]
+    mods = sorted({m for p in pers for m in p} - {'TOTAL'})
+    shown, grouped = [], []
+    for m in mods:
+        if all(p[m]['skip'] == sum(p[m].values()) for p in pers):
+            grouped.append(m)
+        else:
+            shown.append(m)
+    print('| module | ' + ' | '.join(n for n, _ in runs) + ' |')
+    print('| --- |' + ' --- |' * len(runs))
+    for m in shown:
+        print(f'| {m.removeprefix("test_")} | ' + ' | '.join(cell(p[m]) for p in pers) + ' |')
+    if grouped:
+        names = ', '.join(m.removeprefix('test_') for m in grouped)
+        print(f'| {len(grouped)} modules skipped whole everywhere ({names}) | ' +
+              ' | '.join(cell(sum((p[m] for m in grouped), collections.Counter())) for p in pers) + ' |')
+    print('| **total** | ' + ' | '.join(f'**{cell(p["TOTAL"])}**' for p in pers) + ' |')
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('results')
+    ap.add_argument('results', nargs='?')
+    ap.add_argument('--table', nargs='+', metavar='NAME=RESULTS')
     ap.add_argument('--rxe', help='results of the same suite on rxe: print both side by side')
     ap.add_argument('--no-failures-in', help='file of test ids (one per line) that must not fail '
                     'or error (skipping is allowed)')
     ap.add_argument('--min-pass', type=int, help='fewest passes accepted')
     args = ap.parse_args()
+    if args.table:
+        return table(args.table)
+    if not args.results:
+        ap.error('a results file or --table')
     res = load(args.results)
     per = tally(res)
     mods = sorted(m for m in per if m != 'TOTAL') + ['TOTAL']
