@@ -12,6 +12,7 @@
 #include "verbsim/context.hpp"
 #include "verbsim/error.hpp"
 #include "verbsim/memory_region.hpp"
+#include "verbsim/polling.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
