@@ -16,6 +16,10 @@ namespace verbsim::dropin {
 // post_srq_recv) that verbs.h's inline functions call. qp.cpp.
 const ibv_context_ops& data_path_ops() noexcept;
 
+// ibv_poll_cq and ibv_req_notify_cq, for data_path_ops. cq.cpp.
+int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
+int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept;
+
 // The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
 void fill_extended_ops(DContext& c) noexcept;
 

@@ -15,11 +15,6 @@
 using namespace verbsim;
 using namespace verbsim::dropin;
 
-namespace verbsim::dropin {
-int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
-int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept;
-}  // namespace verbsim::dropin
-
 namespace {
 
 constexpr unsigned kSendFlags = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
