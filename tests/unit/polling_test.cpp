@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "../support/sim_pair.hpp"
-#include "../support/sim_ticker.hpp"
 #include "verbsim/polling.hpp"
 #include "verbsim/sim/simulation.hpp"
+#include "verbsim/sim/ticker.hpp"
 
 namespace verbsim {
 namespace {
@@ -71,7 +71,7 @@ struct Spec {
   std::size_t wc_batch = 4;            // completions asked for per call
   std::chrono::nanoseconds work = 0ns;  // receiver's processing time per batch
   // Hosts that keep virtual time moving in steps of tick/8 while a poller spins (see
-  // sim_ticker.hpp); 0: none.
+  // verbsim/sim/ticker.hpp); 0: none.
   std::chrono::nanoseconds tick = 1us;
   int cqe = 256;
 };
@@ -284,7 +284,7 @@ Outcome run(const Spec& s) {
     stop.request_stop();
     ticking = false;
   });
-  if (ticking) testing::spawn_tickers(sim, s.tick, &ticking);
+  if (ticking) sim::spawn_tickers(sim, s.tick, ticking);
   sim.run();
   for (const auto& p : pollers) {
     out.per_poller.push_back(p->stats());
@@ -568,7 +568,7 @@ TEST(Event, SolicitedOnlyWakesForTheSolicitedSend) {
     ticking = false;
   });
   // Without them the server's first poll could jump to the client's first SEND.
-  testing::spawn_tickers(sim, 1us, &ticking);
+  sim::spawn_tickers(sim, 1us, ticking);
   sim.run();
   EXPECT_EQ(got, 4u) << "the unsolicited completions are in the CQ when the solicited one wakes it";
   EXPECT_GE(woke_at, 60'000u) << "an unsolicited SEND woke a solicited-only waiter";
