@@ -35,6 +35,16 @@ const MrCore* lookup(const DevCore& dev, std::uint32_t key, const PdCore* pd, st
   return mr;
 }
 
+// Does every SGE name a live MR of `pd` (whatever its bounds and rights)?
+bool sge_keys_known(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint32_t n) noexcept {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (sges[i].length == 0) continue;
+    const MrCore* mr = dev.mrs.find(sges[i].lkey >> 8);
+    if (mr == nullptr || mr->key != sges[i].lkey || mr->pd.get() != pd) return false;
+  }
+  return true;
+}
+
 bool sges_valid(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint32_t n,
                 Access need) noexcept {
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -159,8 +169,11 @@ void SimQp::transmit() {
     const Access need = rd ? Access::local_write : Access::none;
     if (!wq.inlined && !sges_valid(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge, need)) {
       if (sq_done_ != sq_sent_) break;
+      // Reading the data: an unknown key may be reported apart from a bounds error. Writing a
+      // READ/atomic response into it fails as a protection error everywhere.
+      const bool known = rd || sge_keys_known(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge);
       ++sq_sent_;
-      complete_next(WcStatus::loc_prot_err);
+      complete_next(known ? WcStatus::loc_prot_err : traits().bad_lkey_status);
       enter_error(false);
       return;
     }
