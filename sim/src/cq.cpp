@@ -215,7 +215,7 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   srq->pd = core_;
   srq->requested = attr.max_wr;
   srq->rq.init(t.round_cq(attr.max_wr), attr.max_sge);
-  srq->limit = attr.srq_limit;
+  srq->limit = 0;  // ibv_create_srq ignores srq_limit; ibv_modify_srq arms it
   srq->dev = core_->ctx->dev;
   srq->dev->srqs.push_back(srq.get());
   ++core_->users;

@@ -368,7 +368,7 @@ struct QpAttr {
 struct SrqInitAttr {
   std::uint32_t max_wr = 0;
   std::uint32_t max_sge = 1;
-  std::uint32_t srq_limit = 0;
+  std::uint32_t srq_limit = 0;  // ignored, as by ibv_create_srq: arm the limit with modify()
 };
 
 struct SrqAttr {
