@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # Writes the "## pyverbs suite" section of docs/FIDELITY.md: the per-module tally of rdma-core's
 # pyverbs suite on real rxe next to the simulator through the drop-in, and every test whose
-# outcome differs, with why. Replaces the section (from its heading to the end of the file) and
-# keeps everything above it; creates the file when there is none.
+# outcome differs, with why. Replaces the section (from its heading to the next "## " heading or
+# the end of the file) and keeps everything else; creates the file when there is none.
 #
 #   pyverbs_fidelity.py DOC RXE_RESULTS SIM_RXE_RESULTS SIM_STRICT_RESULTS
 import contextlib
@@ -123,13 +123,18 @@ def main():
     doc = sys.argv[1]
     section = render(*sys.argv[2:])
     before = '# Fidelity\n\n'
+    after = ''
     if os.path.exists(doc):
         with open(doc) as f:
             text = f.read()
         at = text.find('\n' + HEADING + '\n')
         before = text[:at + 1] if at >= 0 else text.rstrip('\n') + '\n\n'
+        # Keep any later "## " section (the conformance suite's, which ends the document with
+        # its agreement line; tests/conformance/fidelity.sh writes it).
+        nxt = text.find('\n## ', at + 1) if at >= 0 else -1
+        after = text[nxt + 1:] if nxt >= 0 else ''
     with open(doc, 'w') as f:
-        f.write(before + section)
+        f.write(before + section + ('\n' + after if after else ''))
     return 0
 
 
