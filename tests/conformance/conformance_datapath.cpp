@@ -1,0 +1,518 @@
+// The data path: SEND/WRITE/READ/atomics, immediates, inline, scatter/gather, UD, and the order
+// completions come in.
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+
+#include "conformance.hpp"
+
+namespace verbsim::conformance {
+namespace {
+
+class Datapath : public Conformance {
+ protected:
+  // Fills `len` bytes at `offset` of the fixture buffer with a pattern starting at `seed`.
+  void fill(std::size_t offset, std::size_t len, int seed) {
+    for (std::size_t i = 0; i < len; ++i) mem(offset)[i] = static_cast<char>(seed + static_cast<int>(i));
+  }
+  bool same(std::size_t a, std::size_t b, std::size_t len) {
+    return std::memcmp(mem(a), mem(b), len) == 0;
+  }
+  std::uint64_t& word(std::size_t offset) { return *reinterpret_cast<std::uint64_t*>(mem(offset)); }
+};
+class Ordering : public Datapath {};
+class Ud : public Datapath {
+ protected:
+  struct UdPair {
+    Pair p;
+    std::unique_ptr<AddressHandle> ah;
+  };
+  UdPair make_ud(QpCap cap = {16, 16, 2, 2, 0}) {
+    UdPair u{make_pair(PairOptions::with(cap, QpType::ud)), nullptr};
+    u.ah = pd().create_ah(ah_attr());
+    return u;
+  }
+  SendWr ud_send(const UdPair& u, std::uint64_t id, const Sge* s, std::uint32_t qkey = 0x11111111) {
+    SendWr wr = send_wr(id, s);
+    wr.ah = u.ah.get();
+    wr.remote_qpn = u.p.b->qp_num();
+    wr.remote_qkey = qkey;
+    return wr;
+  }
+};
+
+constexpr std::size_t kSrc = 0;       // sender's data
+constexpr std::size_t kDst = 16384;   // receiver's buffer / RDMA target
+constexpr std::size_t kAux = 32768;   // READ destination, atomic results
+
+// ---------------------------------------------------------------------------------------------
+// Operations
+
+TEST_P(Datapath, SendRecv) {
+  Pair p = make_pair();
+  fill(kSrc, 64, 1);
+  const Sge s = sge(kSrc, 64);
+  const Sge r = sge(kDst, 128);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  const auto sw = poll_n(*p.cq_a, 1);
+  const auto rw = poll_n(*p.cq_b, 1);
+  CHECK_OBS("sender", describe(sw), "SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/64");
+  ASSERT_EQ(rw.size(), 1u);
+  ASSERT_EQ(sw.size(), 1u);
+  CHECK_OBS("send.qp_num_ok", sw[0].qp_num == p.a->qp_num() && sw[0].wr_id == 1, true);
+  CHECK_OBS("recv.qp_num_ok", rw[0].qp_num == p.b->qp_num() && rw[0].wr_id == 2, true);
+  CHECK_OBS("recv.src_qp", rw[0].src_qp, 0);
+  CHECK_OBS("recv.wc_flags", static_cast<unsigned>(to_underlying(rw[0].wc_flags)),
+            expect().rc_recv_grh ? 1u : 0u);
+  CHECK_OBS("data", same(kSrc, kDst, 64), true);
+}
+
+TEST_P(Datapath, SendWithImmediate) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 32);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  SendWr wr = send_wr(1, &s, WrOpcode::send_with_imm);
+  wr.imm_data = 0x12345678;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/32");
+  const auto rw = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/32");
+  ASSERT_EQ(rw.size(), 1u);
+  CHECK_OBS("wc_flags", static_cast<unsigned>(to_underlying(rw[0].wc_flags)),
+            expect().rc_recv_grh ? 3u : 2u);  // GRH | WITH_IMM
+  CHECK_OBS("imm", rw[0].imm_data, 0x12345678u);
+}
+
+TEST_P(Datapath, RdmaWrite) {
+  Pair p = make_pair();
+  fill(kSrc, 200, 7);
+  const Sge s = sge(kSrc, 200);
+  const Sge r = sge(kDst + 4096, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);  // a WRITE must not consume it
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey())).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/200");
+  CHECK_OBS("receiver", describe(poll_quiet(*p.cq_b)), "none");
+  CHECK_OBS("data", same(kSrc, kDst, 200), true);
+}
+
+TEST_P(Datapath, RdmaWriteWithImmediate) {
+  Pair p = make_pair();
+  fill(kSrc, 128, 3);
+  const Sge s = sge(kSrc, 128);
+  const Sge r = sge(kDst + 4096, 16);  // an immediate consumes a receive; no data lands in it
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  SendWr wr = rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey());
+  wr.imm_data = 0xcafe;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/128");
+  const auto rw = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV_RDMA_WITH_IMM/128");
+  ASSERT_EQ(rw.size(), 1u);
+  CHECK_OBS("imm", rw[0].imm_data, 0xcafeu);
+  CHECK_OBS("wc_flags", static_cast<unsigned>(to_underlying(rw[0].wc_flags)),
+            expect().rc_recv_grh ? 3u : 2u);
+  CHECK_OBS("data", same(kSrc, kDst, 128), true);
+}
+
+TEST_P(Datapath, RdmaRead) {
+  Pair p = make_pair();
+  fill(kDst, 300, 11);
+  const Sge s = sge(kAux, 300);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/300");
+  CHECK_OBS("data", same(kAux, kDst, 300), true);
+}
+
+TEST_P(Datapath, CompareAndSwapSwaps) {
+  Pair p = make_pair();
+  word(kDst) = 5;
+  word(kAux) = 0;
+  const Sge s = sge(kAux, 8);
+  SendWr wr = rdma_wr(1, WrOpcode::atomic_cmp_and_swp, &s, mr().address(kDst), mr().rkey());
+  wr.compare_add = 5;
+  wr.swap = 9;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/COMP_SWAP/8");
+  CHECK_OBS("remote", word(kDst), 9);
+  CHECK_OBS("returned", word(kAux), 5);
+}
+
+TEST_P(Datapath, CompareAndSwapMismatch) {
+  Pair p = make_pair();
+  word(kDst) = 5;
+  const Sge s = sge(kAux, 8);
+  SendWr wr = rdma_wr(1, WrOpcode::atomic_cmp_and_swp, &s, mr().address(kDst), mr().rkey());
+  wr.compare_add = 6;
+  wr.swap = 9;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/COMP_SWAP/8");
+  CHECK_OBS("remote", word(kDst), 5);
+  CHECK_OBS("returned", word(kAux), 5);
+}
+
+TEST_P(Datapath, FetchAndAdd) {
+  Pair p = make_pair();
+  word(kDst) = 10;
+  const Sge s = sge(kAux, 8);
+  SendWr wr = rdma_wr(1, WrOpcode::atomic_fetch_and_add, &s, mr().address(kDst), mr().rkey());
+  wr.compare_add = 7;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/FETCH_ADD/8");
+  CHECK_OBS("remote", word(kDst), 17);
+  CHECK_OBS("returned", word(kAux), 10);
+}
+
+TEST_P(Datapath, AtomicMisalignedRefused) {
+  Pair p = make_pair();
+  const Sge s = sge(kAux, 8);
+  SendWr wr = rdma_wr(1, WrOpcode::atomic_fetch_and_add, &s, mr().address(kDst + 4), mr().rkey());
+  const PostResult r = p.a->post_send(wr);
+  CHECK_ERR("post", r.error, EINVAL);
+  CHECK_OBS("posted", r.posted, 0);
+}
+
+TEST_P(Datapath, ZeroLengthSend) {
+  Pair p = make_pair();
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, nullptr)).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/0");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/0");
+}
+
+TEST_P(Datapath, GatherAndScatter) {
+  Pair p = make_pair();
+  fill(kSrc, 60, 20);
+  const Sge s[] = {sge(kSrc, 10), sge(kSrc + 10, 20), sge(kSrc + 30, 30)};
+  const Sge r[] = {sge(kDst, 40), sge(kDst + 1000, 40)};
+  RecvWr rw;
+  rw.wr_id = 2;
+  rw.sg_list = r;
+  ASSERT_FALSE(p.b->post_recv(rw).error);
+  SendWr wr = send_wr(1, nullptr);
+  wr.sg_list = s;
+  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/60");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/60");
+  CHECK_OBS("data", same(kSrc, kDst, 40) && same(kSrc + 40, kDst + 1000, 20), true);
+}
+
+TEST_P(Datapath, MultiPacketSend) {
+  Pair p = make_pair();
+  fill(kSrc, 10000, 5);
+  const Sge s = sge(kSrc, 10000);
+  const Sge r = sge(kDst, 12000);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/10000");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/10000");
+  CHECK_OBS("data", same(kSrc, kDst, 10000), true);
+}
+
+TEST_P(Datapath, UnsignaledSendsCompleteSilently) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 8);
+  const Sge r = sge(kDst, 8);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::none),
+                        send_wr(2, &s, WrOpcode::send, SendFlags::none),
+                        send_wr(3, &s, WrOpcode::send, SendFlags::none), send_wr(4, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  const auto sw = poll_n(*p.cq_a, 1);
+  CHECK_OBS("sender", describe(sw), "SUCCESS/SEND/8");
+  CHECK_OBS("wr_id", sw.empty() ? 0 : sw[0].wr_id, 4);
+  CHECK_OBS("more", describe(poll_quiet(*p.cq_a)), "none");
+  CHECK_OBS("received", poll_n(*p.cq_b, 4).size(), 4);
+}
+
+TEST_P(Datapath, SqSigAllSignalsEverything) {
+  Pair p = make_pair(PairOptions::signal_all());
+  const Sge s = sge(kSrc, 8);
+  const Sge r = sge(kDst, 8);
+  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::none), send_wr(2, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/SEND/8,SUCCESS/SEND/8");
+}
+
+TEST_P(Datapath, InlineSendAtLimit) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 64}));
+  const std::uint32_t limit = p.a->query().cap.max_inline_data;
+  CHECK_OBS("max_inline_data", limit, 64);
+  fill(kSrc, 64, 9);
+  std::vector<char> copy(mem(kSrc), mem(kSrc) + 64);
+  const Sge s = sge(kSrc, 64);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)).error, 0);
+  std::memset(mem(kSrc), 0, 64);  // inline: the data was copied at post time
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
+  CHECK_OBS("data", std::memcmp(copy.data(), mem(kDst), 64) == 0, true);
+}
+
+TEST_P(Datapath, InlineAboveLimitRefused) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 64}));
+  const std::uint32_t limit = p.a->query().cap.max_inline_data;
+  const Sge s = sge(kSrc, limit + 1);
+  const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)};
+  const PostResult r = p.a->post_send(wrs);
+  CHECK_ERR("post", r.error, expect().inline_too_long);
+  CHECK_OBS("posted", r.posted, 0);
+  CHECK_OBS("state", p.a->state(), QpState::rts);
+}
+
+TEST_P(Datapath, TooManySendSges) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 2, 2, 0}));
+  const std::uint32_t max = p.a->query().cap.max_send_sge;
+  std::vector<Sge> s(max + 1, sge(kSrc, 4));
+  SendWr wr = send_wr(1, nullptr);
+  wr.sg_list = s;
+  const PostResult r = p.a->post_send(wr);
+  CHECK_ERR("post", r.error, expect().send_too_many_sge);
+  CHECK_OBS("posted", r.posted, 0);
+}
+
+TEST_P(Datapath, TooManyRecvSges) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 2, 2, 0}));
+  const std::uint32_t max = p.a->query().cap.max_recv_sge;
+  std::vector<Sge> r(max + 1, sge(kDst, 4));
+  RecvWr wr;
+  wr.wr_id = 1;
+  wr.sg_list = r;
+  const PostResult res = p.a->post_recv(wr);
+  CHECK_ERR("post", res.error, EINVAL);
+  CHECK_OBS("posted", res.posted, 0);
+}
+
+TEST_P(Datapath, BatchStopsAtBadRequest) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 1, 1, 0}));
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  const Sge s = sge(kSrc, 8);
+  const Sge two[] = {sge(kSrc, 8), sge(kSrc + 8, 8)};
+  SendWr bad = send_wr(2, nullptr);
+  bad.sg_list = two;
+  const SendWr wrs[] = {send_wr(1, &s), bad, send_wr(3, &s)};
+  const PostResult res = p.a->post_send(wrs);
+  CHECK_ERR("post", res.error, expect().send_too_many_sge);
+  CHECK_OBS("posted", res.posted, 1);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("more", describe(poll_quiet(*p.cq_a)), "none");
+}
+
+TEST_P(Datapath, ReadWithoutResponderResources) {
+  PairOptions o;
+  o.b.max_dest_rd_atomic = 0;
+  Pair p = make_pair(o);
+  const Sge s = sge(kAux, 64);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_inv_req_err, WcOpcode::rdma_read, 64));
+  CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(Datapath, UcSendAndWrite) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc));
+  fill(kSrc, 64, 2);
+  const Sge s = sge(kSrc, 64);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  const SendWr wrs[] = {send_wr(1, &s),
+                        rdma_wr(3, WrOpcode::rdma_write, &s, mr().address(kDst + 1024), mr().rkey())};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/SEND/64,SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
+  pass_time(std::chrono::milliseconds(20));
+  CHECK_OBS("data", same(kSrc, kDst, 64) && same(kSrc, kDst + 1024, 64), true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering
+
+TEST_P(Ordering, SendQueueCompletesInPostOrder) {
+  Pair p = make_pair();
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  word(kDst + 4096) = 1;
+  const Sge s = sge(kSrc, 16);
+  const Sge rd = sge(kAux, 16);
+  const Sge at = sge(kAux + 64, 8);
+  SendWr fa = rdma_wr(4, WrOpcode::atomic_fetch_and_add, &at, mr().address(kDst + 4096), mr().rkey());
+  fa.compare_add = 1;
+  const SendWr wrs[] = {send_wr(1, &s),
+                        rdma_wr(2, WrOpcode::rdma_write, &s, mr().address(kDst + 1024), mr().rkey()),
+                        rdma_wr(3, WrOpcode::rdma_read, &rd, mr().address(kDst + 2048), mr().rkey()),
+                        fa, send_wr(5, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  const auto wcs = poll_n(*p.cq_a, 5);
+  CHECK_OBS("sender", describe(wcs),
+            "SUCCESS/SEND/16,SUCCESS/RDMA_WRITE/16,SUCCESS/RDMA_READ/16,SUCCESS/FETCH_ADD/8,SUCCESS/SEND/16");
+  std::string ids;
+  for (const auto& wc : wcs) ids += std::to_string(wc.wr_id);
+  CHECK_OBS("wr_ids", ids, "12345");
+}
+
+TEST_P(Ordering, ReceivesCompleteInPostOrder) {
+  Pair p = make_pair();
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 0; i < 8; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(100 + i, &r)).error);
+  std::vector<Sge> s;
+  for (std::uint32_t i = 0; i < 8; ++i) s.push_back(sge(kSrc, i + 1));
+  std::vector<SendWr> wrs;
+  for (std::uint32_t i = 0; i < 8; ++i) wrs.push_back(send_wr(i, &s[i]));
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  const auto rw = poll_n(*p.cq_b, 8);
+  std::string got;
+  for (const auto& wc : rw) got += std::to_string(wc.wr_id - 100) + ":" + std::to_string(wc.byte_len) + " ";
+  CHECK_OBS("recv", got, "0:1 1:2 2:3 3:4 4:5 5:6 6:7 7:8 ");
+  CHECK_OBS("sent", poll_n(*p.cq_a, 8).size(), 8);
+}
+
+TEST_P(Ordering, ReadSeesEarlierWrite) {
+  Pair p = make_pair();
+  fill(kSrc, 256, 40);
+  std::memset(mem(kDst), 0, 256);
+  const Sge w = sge(kSrc, 256);
+  const Sge rd = sge(kAux, 256);
+  const SendWr wrs[] = {rdma_wr(1, WrOpcode::rdma_write, &w, mr().address(kDst), mr().rkey(), SendFlags::none),
+                        rdma_wr(2, WrOpcode::rdma_read, &rd, mr().address(kDst), mr().rkey())};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/256");
+  CHECK_OBS("data", same(kSrc, kAux, 256), true);
+}
+
+TEST_P(Ordering, ErrorCompletionsFollowSuccessfulOnes) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 16);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &r)).error);
+  const SendWr wrs[] = {send_wr(1, &s),
+                        rdma_wr(2, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey() ^ 0x80),
+                        send_wr(3, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 3)),
+            "SUCCESS/SEND/16," + err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 16) + "," +
+                err_wc(WcStatus::wr_flush_err, WcOpcode::send, 16));
+}
+
+// ---------------------------------------------------------------------------------------------
+// UD
+
+TEST_P(Ud, SendRecvWithGrh) {
+  UdPair u = make_ud();
+  fill(kSrc, 100, 30);
+  const Sge s = sge(kSrc, 100);
+  const Sge r = sge(kDst, 40 + 200);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/100");
+  const auto rw = poll_n(*u.p.cq_b, 1);
+  CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/140");
+  ASSERT_EQ(rw.size(), 1u);
+  CHECK_OBS("grh", any(rw[0].wc_flags, WcFlags::grh), true);
+  CHECK_OBS("src_qp_ok", rw[0].src_qp == u.p.a->qp_num(), true);
+  CHECK_OBS("payload_after_grh", same(kSrc, kDst + 40, 100), true);
+}
+
+TEST_P(Ud, GrhAreaHoldsIpv4Header) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 16);
+  const Sge r = sge(kDst, 40 + 16);
+  std::memset(mem(kDst), 0xee, 40);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  CHECK_OBS("receiver", describe(poll_n(*u.p.cq_b, 1)), "SUCCESS/RECV/56");
+  const auto* g = reinterpret_cast<const unsigned char*>(mem(kDst));
+  bool zeros = true;
+  for (int i = 0; i < 20; ++i) zeros = zeros && g[i] == 0;
+  CHECK_OBS("first20_zero", zeros, true);
+  CHECK_OBS("ip_version_ihl", static_cast<int>(g[20]), 0x45);
+  CHECK_OBS("ip_proto", static_cast<int>(g[29]), 17);  // UDP
+  char addrs[40];
+  std::snprintf(addrs, sizeof addrs, "%d.%d.%d.%d>%d.%d.%d.%d", g[32], g[33], g[34], g[35], g[36],
+                g[37], g[38], g[39]);
+  CHECK_OBS("addrs", std::string(addrs), "10.0.0.1>10.0.0.1");
+}
+
+TEST_P(Ud, SendWithImmediate) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 8);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  SendWr wr = ud_send(u, 1, &s);
+  wr.opcode = WrOpcode::send_with_imm;
+  wr.imm_data = 77;
+  CHECK_ERR("post", u.p.a->post_send(wr).error, 0);
+  const auto rw = poll_n(*u.p.cq_b, 1);
+  CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/48");
+  ASSERT_EQ(rw.size(), 1u);
+  CHECK_OBS("flags", static_cast<unsigned>(to_underlying(rw[0].wc_flags)),
+            static_cast<unsigned>(to_underlying(WcFlags::grh | WcFlags::with_imm)));
+  CHECK_OBS("imm", rw[0].imm_data, 77);
+}
+
+TEST_P(Ud, QkeyMismatchDropped) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 8);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s, 0x22222222)).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("receiver", describe(poll_quiet(*u.p.cq_b)), "none");
+  CHECK_OBS("receiver_state", u.p.b->state(), QpState::rts);
+}
+
+TEST_P(Ud, LargerThanMtu) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 2000);
+  const Sge r = sge(kDst, 4096);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  const PostResult res = u.p.a->post_send(ud_send(u, 1, &s));
+  CHECK_ERR("post", res.error, expect().ud_oversize_post);
+  const bool accepted = expect().ud_oversize_post == 0;
+  CHECK_OBS("sender", describe(accepted ? poll_n(*u.p.cq_a, 1) : poll_quiet(*u.p.cq_a)),
+            accepted ? "SUCCESS/SEND/2000" : "none");
+  CHECK_OBS("receiver", describe(poll_quiet(*u.p.cq_b)), "none");
+  CHECK_OBS("sender_state", u.p.a->state(), QpState::rts);
+}
+
+TEST_P(Ud, ReceiveBufferTooSmall) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 100);
+  const Sge r = sge(kDst, 60);  // < 40 + 100
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/100");
+  const auto rw = poll_n(*u.p.cq_b, 1);
+  CHECK_OBS("receiver_status", rw.empty() ? "none" : obs_str(rw[0].status), expect().ud_recv_too_small);
+  const QpState want = expect().ud_recv_too_small_errors_qp ? QpState::err : QpState::rts;
+  CHECK_OBS("receiver_state", wait_state(*u.p.b, want), want);
+}
+
+TEST_P(Ud, RdmaWriteOnUd) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 8);
+  SendWr wr = ud_send(u, 1, &s);
+  wr.opcode = WrOpcode::rdma_write;
+  wr.remote_addr = mr().address(kDst);
+  wr.rkey = mr().rkey();
+  const PostResult r = u.p.a->post_send(wr);
+  CHECK_ERR("post", r.error, expect().bad_opcode_post);
+  const bool accepted = expect().bad_opcode_post == 0;
+  CHECK_OBS("posted", r.posted, accepted ? 1 : 0);
+  CHECK_OBS("sender", describe(accepted ? poll_n(*u.p.cq_a, 1) : poll_quiet(*u.p.cq_a)),
+            accepted ? err_wc(expect().bad_opcode_status, WcOpcode::rdma_write, 8) : "none");
+  const QpState want = accepted ? QpState::err : QpState::rts;
+  CHECK_OBS("sender_state", wait_state(*u.p.a, want), want);
+}
+
+VERBSIM_CONFORMANCE_SUITE(Datapath);
+VERBSIM_CONFORMANCE_SUITE(Ordering);
+VERBSIM_CONFORMANCE_SUITE(Ud);
+
+}  // namespace
+}  // namespace verbsim::conformance

@@ -1,0 +1,245 @@
+// Completion channels (arming, solicited events) and asynchronous events.
+#include <poll.h>
+
+#include <cerrno>
+
+#include "conformance.hpp"
+
+namespace verbsim::conformance {
+namespace {
+
+class Channel : public Conformance {
+ protected:
+  // A pair whose receiver CQ (cq_b) reports to `ch_`.
+  Pair channel_pair(PairOptions o = {}) {
+    ch_ = ctx().create_comp_channel();
+    Pair p;
+    p.cq_a = make_cq(o.cqe);
+    p.cq_b = make_cq(o.cqe, ch_.get());
+    p.a = make_qp(*p.cq_a, *p.cq_a, o.cap);
+    p.b = make_qp(*p.cq_b, *p.cq_b, o.cap);
+    connect_pair(*p.a, *p.b, o.a, o.b);
+    return p;
+  }
+  // Waits for the "nothing arrives" interval, then takes one event without blocking.
+  int take_event(CompletionQueue*& cq) {
+    pass_time(std::chrono::milliseconds(100));
+    const std::error_code ec = ch_->get_cq_event(cq, Wait::nonblocking);
+    return ec ? ec.value() : 0;
+  }
+  void send(Pair& p, std::uint64_t id, SendFlags flags = SendFlags::signaled) {
+    const Sge s = sge(0, 8);
+    const Sge r = sge(8192, 64);
+    ASSERT_FALSE(p.b->post_recv(recv_wr(id + 100, &r)).error);
+    ASSERT_FALSE(p.a->post_send(send_wr(id, &s, WrOpcode::send, flags)).error);
+    ASSERT_EQ(poll_n(*p.cq_a, 1).size(), 1u);
+  }
+  void TearDown() override {
+    ch_.reset();
+    Conformance::TearDown();
+  }
+  std::unique_ptr<CompletionChannel> ch_;
+};
+
+class Async : public Conformance {};
+
+TEST_P(Channel, EventOnNextCompletion) {
+  Pair p = channel_pair();
+  CHECK_ERR("arm", p.cq_b->req_notify(false), 0);
+  send(p, 1);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), 0);
+  CHECK_OBS("cq_ok", cq == p.cq_b.get(), true);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+}
+
+TEST_P(Channel, FdReadableWhileEventPending) {
+  Pair p = channel_pair();
+  ASSERT_GE(ch_->fd(), 0);
+  pollfd pfd{ch_->fd(), POLLIN, 0};
+  CHECK_OBS("readable_before", ::poll(&pfd, 1, 0), 0);
+  ASSERT_FALSE(p.cq_b->req_notify(false));
+  send(p, 1);
+  pass_time(std::chrono::milliseconds(100));
+  CHECK_OBS("readable_after", ::poll(&pfd, 1, 0), 1);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", ch_->get_cq_event(cq, Wait::nonblocking), 0);
+  if (cq != nullptr) cq->ack_events(1);
+}
+
+TEST_P(Channel, NoEventWithoutArming) {
+  Pair p = channel_pair();
+  send(p, 1);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), EAGAIN);
+}
+
+TEST_P(Channel, OneEventPerArming) {
+  Pair p = channel_pair();
+  ASSERT_FALSE(p.cq_b->req_notify(false));
+  send(p, 1);
+  send(p, 2);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("first", take_event(cq), 0);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_ERR("second", take_event(cq), EAGAIN);
+  ASSERT_FALSE(p.cq_b->req_notify(false));
+  send(p, 3);
+  CHECK_ERR("after_rearm", take_event(cq), 0);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_OBS("wcs", poll_n(*p.cq_b, 3).size(), 3);
+}
+
+TEST_P(Channel, NonblockingWithNothingPending) {
+  Pair p = channel_pair();
+  ASSERT_FALSE(p.cq_b->req_notify(false));
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), EAGAIN);
+}
+
+TEST_P(Channel, SolicitedOnlyIgnoresUnsolicited) {
+  Pair p = channel_pair();
+  ASSERT_FALSE(p.cq_b->req_notify(true));
+  send(p, 1);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), EAGAIN);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+}
+
+TEST_P(Channel, SolicitedOnlyFiresOnSolicited) {
+  Pair p = channel_pair();
+  ASSERT_FALSE(p.cq_b->req_notify(true));
+  send(p, 1);
+  send(p, 2, SendFlags::signaled | SendFlags::solicited);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), 0);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_OBS("wcs", poll_n(*p.cq_b, 2).size(), 2);
+}
+
+TEST_P(Channel, SolicitedOnlyAndSendError) {
+  // The sender's CQ armed for solicited completions; its send fails with RNR_RETRY_EXC_ERR.
+  ch_ = ctx().create_comp_channel();
+  auto cqa = make_cq(16, ch_.get());
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa);
+  auto b = make_qp(*cqb, *cqb);
+  ConnectOptions oa;
+  oa.rnr_retry = 0;
+  connect_pair(*a, *b, oa);
+  ASSERT_FALSE(cqa->req_notify(true));
+  const Sge s = sge(0, 8);
+  ASSERT_FALSE(a->post_send(send_wr(1, &s)).error);
+  CHECK_OBS("wcs", describe(poll_n(*cqa, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 8));
+  CompletionQueue* cq = nullptr;
+  const int err = take_event(cq);
+  if (err == 0 && cq != nullptr) cq->ack_events(1);
+  CHECK_ERR("get_cq_event", err, expect().send_error_fires_solicited_arm ? 0 : EAGAIN);
+}
+
+TEST_P(Channel, SolicitedOnlyAndReceiveFlush) {
+  Pair p = channel_pair();
+  const Sge r = sge(8192, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(7, &r)).error);
+  ASSERT_FALSE(p.cq_b->req_notify(true));
+  move_to(*p.b, QpState::err);
+  CHECK_OBS("wcs", poll_n(*p.cq_b, 1).size(), 1);
+  CompletionQueue* cq = nullptr;
+  const int err = take_event(cq);
+  if (err == 0 && cq != nullptr) cq->ack_events(1);
+  CHECK_ERR("get_cq_event", err, 0);
+}
+
+TEST_P(Async, NothingPending) {
+  AsyncEvent ev;
+  CHECK_ERR("get_async_event", ctx().get_async_event(ev, Wait::nonblocking), EAGAIN);
+}
+
+TEST_P(Async, AsyncFdReadableOnlyWithEvent) {
+  ASSERT_GE(ctx().async_fd(), 0);
+  pollfd pfd{ctx().async_fd(), POLLIN, 0};
+  CHECK_OBS("readable", ::poll(&pfd, 1, 0), 0);
+}
+
+TEST_P(Async, RemoteAccessErrorEvents) {
+  Pair p = make_pair();
+  const Sge s = sge(0, 16);
+  ASSERT_FALSE(p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(8192), mr().rkey() + 0x100)).error);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 16));
+  pass_time(std::chrono::milliseconds(100));
+  CHECK_OBS("events", describe(take_async_events()),
+            expect().responder_error_events ? "QP_ACCESS_ERR" : "none");
+}
+
+TEST_P(Async, CommunicationEstablished) {
+  Pair p = make_pair(PairOptions::unconnected());
+  connect(*p.a, 100, endpoint(*p.b, 200), options());
+  modify_to_init(*p.b, options());
+  modify_to_rtr(*p.b, endpoint(*p.a, 100), options());  // b stays in RTR
+  const Sge r = sge(8192, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  const Sge s = sge(0, 8);
+  ASSERT_FALSE(p.a->post_send(send_wr(1, &s)).error);
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("events", describe(take_async_events()), expect().comm_est_event ? "COMM_EST" : "none");
+  CHECK_OBS("receiver_state", p.b->state(), QpState::rtr);
+}
+
+TEST_P(Async, SqDrained) {
+  Pair p = make_pair();
+  QpAttr a;
+  a.qp_state = QpState::sqd;
+  a.en_sqd_async_notify = 1;
+  CHECK_ERR("to_sqd", verb_errno([&] { p.a->modify(a, QpAttrMask::state | QpAttrMask::en_sqd_async_notify); }), 0);
+  pass_time(std::chrono::milliseconds(100));
+  CHECK_OBS("events", describe(take_async_events()), "SQ_DRAINED");
+  CHECK_OBS("state", p.a->state(), QpState::sqd);
+}
+
+TEST_P(Async, SrqLimitReached) {
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cqa = make_cq(16);
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa);
+  auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
+  connect_pair(*a, *b);
+  const Sge r = sge(8192, 64);
+  for (std::uint64_t i = 0; i < 7; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error);
+  SrqAttr limit;
+  limit.srq_limit = 4;
+  CHECK_ERR("arm", verb_errno([&] { srq->modify(limit, SrqAttrMask::limit); }), 0);
+  const Sge s = sge(0, 8);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error);
+  ASSERT_EQ(poll_n(*cqb, 3).size(), 3u);
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("events_at_limit", describe(take_async_events()), "none");  // 4 left: not below 4
+  ASSERT_FALSE(a->post_send(send_wr(3, &s)).error);
+  ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("events", describe(take_async_events()), "SRQ_LIMIT_REACHED");
+  CHECK_OBS("limit_after", srq->query().srq_limit, 0);
+  ASSERT_FALSE(a->post_send(send_wr(9, &s)).error);
+  ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("events_disarmed", describe(take_async_events()), "none");
+  (void)poll_n(*cqa, 5);
+}
+
+TEST_P(Async, SrqQpToErr) {
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cq = make_cq(16);
+  auto b = make_qp(*cq, *cq, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
+  connect(*b, 100, endpoint(*b, 100), options());
+  move_to(*b, QpState::err);
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("events", describe(take_async_events()), expect().last_wqe_reached_event ? "QP_LAST_WQE_REACHED" : "none");
+}
+
+VERBSIM_CONFORMANCE_SUITE(Channel);
+VERBSIM_CONFORMANCE_SUITE(Async);
+
+}  // namespace
+}  // namespace verbsim::conformance

@@ -1,0 +1,319 @@
+// Device and port queries, protection domains and memory regions, CQ and QP creation.
+#include <cerrno>
+
+#include "conformance.hpp"
+
+namespace verbsim::conformance {
+namespace {
+
+class Device : public Conformance {};
+class Memory : public Conformance {};
+class CqCreate : public Conformance {};
+class QpCreate : public Conformance {};
+
+// ---------------------------------------------------------------------------------------------
+// Device and port
+
+TEST_P(Device, QueryDeviceLimits) {
+  const DeviceAttr a = ctx().query_device();
+  CHECK_OBS("max_qp_wr", a.max_qp_wr, expect().max_qp_wr);
+  CHECK_OBS("max_sge", a.max_sge, expect().max_sge);
+  CHECK_OBS("max_cqe", a.max_cqe, expect().max_cqe);
+  CHECK_OBS("max_qp_rd_atom", a.max_qp_rd_atom, expect().max_qp_rd_atom);
+  CHECK_OBS("phys_port_cnt", a.phys_port_cnt, 1);
+  CHECK_OBS("atomics", a.atomics, true);
+}
+
+TEST_P(Device, QueryPort) {
+  const PortAttr p = ctx().query_port(1);
+  CHECK_OBS("state", static_cast<int>(p.state), static_cast<int>(PortState::active));
+  CHECK_OBS("link_layer", static_cast<int>(p.link_layer), static_cast<int>(LinkLayer::ethernet));
+  CHECK_OBS("active_mtu", mtu_bytes(p.active_mtu), 1024);
+  CHECK_OBS("max_mtu", mtu_bytes(p.max_mtu), 4096);
+}
+
+TEST_P(Device, PortTables) {
+  const PortAttr p = ctx().query_port(1);
+  CHECK_OBS("gid_tbl_len", p.gid_tbl_len, expect().gid_tbl_len);
+  CHECK_OBS("pkey_tbl_len", p.pkey_tbl_len, expect().pkey_tbl_len);
+  CHECK_OBS("max_msg_sz", p.max_msg_sz, expect().max_msg_sz);
+}
+
+TEST_P(Device, QueryPortOutOfRange) {
+  CHECK_ERR("port0", verb_errno([&] { (void)ctx().query_port(0); }), EINVAL);
+  CHECK_ERR("port2", verb_errno([&] { (void)ctx().query_port(2); }), EINVAL);
+}
+
+TEST_P(Device, RoceV2GidIsIpv4Mapped) {
+  CHECK_OBS("gid_index", gid_index(), 1);
+  // 10.0.0.1 in the VM and on the simulator's first device.
+  CHECK_OBS("gid", gid().to_string(), Gid::from_ipv4(10, 0, 0, 1).to_string());
+}
+
+TEST_P(Device, QueryGidOutsideTable) {
+  const int len = ctx().query_port(1).gid_tbl_len;
+  CHECK_ERR("query_gid_at_len", verb_errno([&] { (void)ctx().query_gid(1, len); }), EINVAL);
+}
+
+TEST_P(Device, QueryGidEmptyEntryIsZero) {
+  // An unused entry inside the table (index 5: the test network has two GIDs).
+  Gid g;
+  const int err = verb_errno([&] { g = ctx().query_gid(1, 5); });
+  const bool in_table = 5 < expect().gid_tbl_len;
+  CHECK_ERR("query_gid5", err, in_table ? 0 : EINVAL);
+  CHECK_OBS("zero", g.is_zero(), true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protection domains and memory regions
+
+TEST_P(Memory, ValidAccessCombinations) {
+  const Access sets[] = {Access::none, Access::local_write, Access::remote_read,
+                         Access::local_write | Access::remote_write,
+                         Access::local_write | Access::remote_atomic,
+                         Access::local_write | Access::remote_write | Access::remote_read |
+                             Access::remote_atomic};
+  int i = 0;
+  for (const Access a : sets) {
+    std::unique_ptr<MemoryRegion> m;
+    CHECK_ERR("reg" + std::to_string(i++), verb_errno([&] { m = pd().reg_mr(mem(0), 4096, a); }), 0);
+  }
+}
+
+TEST_P(Memory, RemoteWriteNeedsLocalWrite) {
+  CHECK_ERR("reg", verb_errno([&] { (void)pd().reg_mr(mem(0), 4096, Access::remote_write); }), EINVAL);
+}
+
+TEST_P(Memory, RemoteAtomicNeedsLocalWrite) {
+  CHECK_ERR("reg",
+            verb_errno([&] { (void)pd().reg_mr(mem(0), 4096, Access::remote_atomic | Access::remote_read); }),
+            EINVAL);
+}
+
+TEST_P(Memory, EmptyRangeRefused) {
+  CHECK_ERR("reg", verb_errno([&] { (void)pd().reg_mr(mem(0), 0, Access::local_write); }), EINVAL);
+}
+
+TEST_P(Memory, KeysOfLocalAndRemoteRegions) {
+  auto local = pd().reg_mr(mem(0), 4096, Access::local_write);
+  auto remote = pd().reg_mr(mem(0), 4096, Access::local_write | Access::remote_write);
+  CHECK_OBS("distinct_lkeys", local->lkey() != remote->lkey() && local->lkey() != mr().lkey(), true);
+  CHECK_OBS("remote_rkey_is_lkey", remote->rkey() == remote->lkey(), true);
+}
+
+TEST_P(Memory, DeallocPdWithRegionIsBusy) {
+  auto pd2 = ctx().alloc_pd();
+  auto m = pd2->reg_mr(mem(0), 4096, Access::local_write);
+  CHECK_ERR("dealloc_pd", verb_errno([&] { pd2->destroy(); }), EBUSY);
+  CHECK_ERR("dereg_mr", verb_errno([&] { destroy(m); }), 0);
+  CHECK_ERR("dealloc_pd_after", verb_errno([&] { destroy(pd2); }), 0);
+}
+
+TEST_P(Memory, DestroyCqWithQpIsBusy) {
+  auto cq = make_cq(16);
+  auto qp = make_qp(*cq, *cq);
+  CHECK_ERR("destroy_cq", verb_errno([&] { cq->destroy(); }), EBUSY);
+  CHECK_ERR("destroy_qp", verb_errno([&] { destroy(qp); }), 0);
+  CHECK_ERR("destroy_cq_after", verb_errno([&] { destroy(cq); }), 0);
+}
+
+// Sends from a buffer whose region was deregistered: the device finds the lkey gone.
+TEST_P(Memory, SendFromDeregisteredRegion) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge s = m->sge(0, 64);
+  destroy(m);
+  const Sge r = sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  const auto wcs = poll_n(*p.cq_a, 1);
+  CHECK_OBS("wcs", describe(wcs), err_wc(expect().bad_lkey, WcOpcode::send, 64));
+  CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("receiver", p.b->state(), QpState::rts);
+}
+
+// The region goes while a SEND from it waits for the receiver (RNR): the retry finds no MR.
+TEST_P(Memory, DeregisterWhileSendWaits) {
+  PairOptions o;
+  o.b.min_rnr_timer = 0;  // 655 ms between retries: the region goes while nothing is in flight
+  Pair p = make_pair(o);
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge s = m->sge(0, 64);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  pass_time(std::chrono::milliseconds(100));  // not polling: the simulator would run the retry
+  CHECK_ERR("dereg", verb_errno([&] { destroy(m); }), 0);
+  const Sge r = sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(expect().bad_lkey, WcOpcode::send, 64));
+  CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("receiver", describe(poll_quiet(*p.cq_b)), "none");
+}
+
+TEST_P(Memory, SendBeyondRegionEnd) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge s = m->sge(4096 - 32, 64);  // 32 bytes past the end
+  const Sge r = sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::send, 64));
+  CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
+}
+
+TEST_P(Memory, SendFromRegionOfAnotherPd) {
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto m = pd2->reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge s = m->sge(0, 64);
+  const Sge r = sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(expect().bad_lkey, WcOpcode::send, 64));
+  CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
+}
+
+TEST_P(Memory, WriteToDeregisteredRegion) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_write);
+  const std::uint32_t rkey = m->rkey();
+  const std::uint64_t addr = m->address(0);
+  destroy(m);
+  const Sge s = sge(0, 64);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_write, &s, addr, rkey)).error, 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64));
+  CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(Memory, ReadIntoRegionWithoutLocalWrite) {
+  Pair p = make_pair();
+  auto local = pd().reg_mr(mem(8192), 4096, Access::remote_read);
+  const Sge s = local->sge(0, 64);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_read, &s, mr().address(0), mr().rkey())).error, 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::rdma_read, 64));
+  CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
+}
+
+TEST_P(Memory, ReceiveIntoRegionWithoutLocalWrite) {
+  Pair p = make_pair();
+  auto ro = pd().reg_mr(mem(8192), 4096, Access::remote_read);
+  const Sge r = ro->sge(0, 64);
+  const Sge s = sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  CHECK_OBS("sender_wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_op_err, WcOpcode::send, 64));
+  const auto rw = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver_status", rw.empty() ? "none" : obs_str(rw[0].status), expect().recv_no_local_write);
+  CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("receiver", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion queues
+
+TEST_P(CqCreate, DepthRounding) {
+  for (const int n : {1, 4, 7, 8, 100}) {
+    auto cq = make_cq(n);
+    CHECK_OBS("cqe" + std::to_string(n), cq->cqe(), Expect::cq_depth(static_cast<std::uint32_t>(n)));
+    EXPECT_EQ(cq->requested_cqe(), n);
+  }
+}
+
+TEST_P(CqCreate, DepthLimits) {
+  CHECK_ERR("cqe0", verb_errno([&] { (void)make_cq(0); }), EINVAL);
+  CHECK_ERR("cqe_negative", verb_errno([&] { (void)make_cq(-1); }), EINVAL);
+  CHECK_ERR("above_max", verb_errno([&] { (void)make_cq(expect().max_cqe + 1); }), EINVAL);
+}
+
+TEST_P(CqCreate, ReqNotifyWithoutChannel) {
+  auto cq = make_cq(4);
+  CHECK_ERR("req_notify", cq->req_notify(false), EINVAL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue pair creation
+
+TEST_P(QpCreate, CapsGivenAndQueried) {
+  auto cq = make_cq(16);
+  auto qp = make_qp(*cq, *cq, QpCap{4, 4, 1, 1, 0});
+  const Expect& e = expect();
+  const std::uint32_t depth = e.wq_depth(4);
+  const std::uint32_t echoed = e.create_echoes_requested_wr ? 4 : depth;
+  CHECK_OBS("create.max_send_wr", qp->cap().max_send_wr, echoed);
+  CHECK_OBS("create.max_recv_wr", qp->cap().max_recv_wr, echoed);
+  CHECK_OBS("create.max_send_sge", qp->cap().max_send_sge, 1);
+  CHECK_OBS("create.max_inline_data", qp->cap().max_inline_data, e.default_inline);
+  const QpCap q = qp->query().cap;
+  CHECK_OBS("query.max_send_wr", q.max_send_wr, depth);
+  CHECK_OBS("query.max_recv_wr", q.max_recv_wr, depth);
+  CHECK_OBS("query.max_send_sge", q.max_send_sge, 1);
+  CHECK_OBS("query.max_recv_sge", q.max_recv_sge, 1);
+  CHECK_OBS("query.max_inline_data", q.max_inline_data, e.default_inline);
+}
+
+TEST_P(QpCreate, CapsWithInlineData) {
+  auto cq = make_cq(16);
+  auto qp = make_qp(*cq, *cq, QpCap{8, 8, 1, 1, 64});
+  const QpCap q = qp->query().cap;
+  CHECK_OBS("query.max_send_wr", q.max_send_wr, expect().wq_depth(8));
+  CHECK_OBS("query.max_send_sge", q.max_send_sge, expect().sge_for_inline_64);
+  CHECK_OBS("query.max_inline_data", q.max_inline_data, 64);
+}
+
+TEST_P(QpCreate, SendWrAboveDeviceLimit) {
+  auto cq = make_cq(16);
+  const auto n = static_cast<std::uint32_t>(expect().max_qp_wr) + 1;
+  CHECK_ERR("create", verb_errno([&] { (void)make_qp(*cq, *cq, QpCap{n, 4, 1, 1, 0}); }), EINVAL);
+}
+
+TEST_P(QpCreate, RecvWrAboveDeviceLimit) {
+  auto cq = make_cq(16);
+  const auto n = static_cast<std::uint32_t>(expect().max_qp_wr) + 1;
+  CHECK_ERR("create", verb_errno([&] { (void)make_qp(*cq, *cq, QpCap{4, n, 1, 1, 0}); }), EINVAL);
+}
+
+TEST_P(QpCreate, SendSgeAboveDeviceLimit) {
+  auto cq = make_cq(16);
+  const auto n = static_cast<std::uint32_t>(expect().max_sge) + 1;
+  CHECK_ERR("create", verb_errno([&] { (void)make_qp(*cq, *cq, QpCap{4, 4, n, 1, 0}); }), EINVAL);
+}
+
+TEST_P(QpCreate, RecvSgeAboveDeviceLimit) {
+  auto cq = make_cq(16);
+  const auto n = static_cast<std::uint32_t>(expect().max_sge) + 1;
+  CHECK_ERR("create", verb_errno([&] { (void)make_qp(*cq, *cq, QpCap{4, 4, 1, n, 0}); }), EINVAL);
+}
+
+TEST_P(QpCreate, InlineAboveDeviceLimit) {
+  auto cq = make_cq(16);
+  CHECK_ERR("create", verb_errno([&] { (void)make_qp(*cq, *cq, QpCap{4, 4, 1, 1, 4096}); }), EINVAL);
+}
+
+TEST_P(QpCreate, StartsInReset) {
+  auto cq = make_cq(16);
+  auto rc = make_qp(*cq, *cq);
+  auto ud = make_qp(*cq, *cq, QpCap{4, 4, 1, 1, 0}, QpType::ud);
+  CHECK_OBS("rc.state", rc->state(), QpState::reset);
+  CHECK_OBS("rc.query", rc->query(QpAttrMask::state).qp_state, QpState::reset);
+  CHECK_OBS("ud.state", ud->state(), QpState::reset);
+  CHECK_OBS("distinct_qpns", rc->qp_num() != ud->qp_num() && rc->qp_num() > 1 && ud->qp_num() > 1, true);
+}
+
+TEST_P(QpCreate, QpOnSharedReceiveQueue) {
+  auto cq = make_cq(16);
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto qp = make_qp(*cq, *cq, QpCap{4, 4, 1, 1, 0}, QpType::rc, srq.get());
+  CHECK_OBS("query.max_recv_wr", qp->query().cap.max_recv_wr, 0);
+  modify_to_init(*qp, options());
+  const Sge r = sge(0, 64);
+  const PostResult res = qp->post_recv(recv_wr(1, &r));
+  CHECK_ERR("post_recv_on_qp", res.error, EINVAL);
+}
+
+VERBSIM_CONFORMANCE_SUITE(Device);
+VERBSIM_CONFORMANCE_SUITE(Memory);
+VERBSIM_CONFORMANCE_SUITE(CqCreate);
+VERBSIM_CONFORMANCE_SUITE(QpCreate);
+
+}  // namespace
+}  // namespace verbsim::conformance
