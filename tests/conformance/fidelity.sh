@@ -63,7 +63,7 @@ if ((use_vm)); then
 	kernel=$(cat "${VERBSIM_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verbsim-rxe}/kernel.current" 2>/dev/null || echo unknown)
 	rdma=$(dpkg-query -W -f='${Version}' libibverbs1 2>/dev/null || echo unknown)
 	{
-		echo "# conformance_test --gtest_filter='Ibverbs/*' on rxe0 in the VM ($kernel, libibverbs $rdma), $(date -u +%Y-%m-%d)"
+		echo "# rxe0 in the VM: $kernel, libibverbs $rdma, measured $(date -u +%Y-%m-%d)"
 		cat "$work/rxe.lines"
 	} >"$here/rxe-results.tsv"
 	rxe_log=$here/rxe-results.tsv
@@ -106,8 +106,9 @@ END {
 	print "per backend. Every case records the values it asserted (`key=value`, errno names, completions"
 	print "as `STATUS/OPCODE/byte_len`). **sim** is its `SimRxe` instantiation (the simulator in its rxe"
 	print "profile, on the host); **rxe** is its `Ibverbs` instantiation on real Soft-RoCE in the VM"
-	print "(" source "). A cell shows the observations, marked **fail** when the case"
-	print "failed its own expectations. Two cases agree when their observations are identical. The last"
+	print "(" source ")."
+	print "A cell shows the observations, marked **fail** when the case failed its own expectations."
+	print "Two cases agree when their observations are identical. The last"
 	print "column shows what the simulator'"'"'s strict and mlx5 profiles observe where that differs from"
 	print "its rxe profile (their expectations come from the same per-backend tables, `expect.cpp`)."
 	print "Regenerate with `tests/conformance/fidelity.sh` (see `tests/conformance/README.md`)."
