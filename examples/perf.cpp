@@ -419,9 +419,9 @@ int run(const Options& opt) {
   server.ctx = backend->open(server_dev);
   create_side(client, o, size, rx_depth);
   create_side(server, o, size, rx_depth);
-  // Reads need several in flight per QP (perftest asks for the device's maximum).
-  const int rd = std::min({16, client.ctx->query_device().max_qp_rd_atom,
-                           client.ctx->query_device().max_qp_init_rd_atom});
+  // Reads in flight per QP: the device's maximum, like perftest (rxe: 128).
+  const DeviceAttr dev = client.ctx->query_device();
+  const int rd = std::min({255, dev.max_qp_rd_atom, dev.max_qp_init_rd_atom});
   ConnectOptions copt_c{.sgid_index = client.gid_index};
   ConnectOptions copt_s{.sgid_index = server.gid_index};
   for (ConnectOptions* c : {&copt_c, &copt_s}) {
@@ -439,8 +439,8 @@ int run(const Options& opt) {
   std::printf("verbsim-perf: %s, backend %s", opt.test.c_str(), std::string(backend->name()).c_str());
   if (world != nullptr) std::printf(" (seed %llu)", static_cast<unsigned long long>(world->seed()));
   std::printf(", %s -> %s\n", client.ctx->info().name.c_str(), server.ctx->info().name.c_str());
-  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, RC, MTU 1024\n", size,
-              static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth);
+  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, reads in flight %d, RC\n", size, static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth,
+              std::max(1, rd));
 
   Bench b{o, client, server, world, size, rx_depth};
   const Result r = opt.latency ? run_lat(b) : run_bw(b);

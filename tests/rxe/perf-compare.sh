@@ -3,6 +3,7 @@
 # simulator and a CPU-bound reference in the same VM (docs/PERFORMANCE.md).
 #   tests/rxe/rxe-run --script tests/rxe/perf-compare.sh --with /usr/bin/ib_send_bw \
 #     --with /usr/bin/ib_write_lat --with /usr/bin/ib_read_bw --with build/examples/verbsim-perf \
+#     --env VERBSIM_PERF=$PWD/build/examples/verbsim-perf \
 #     -- pt:send_bw:4096:1000 vp:send_bw:4096:1000 sim:write_lat:2:20000 ref
 # Each argument is one run:
 #   pt:TEST:SIZE:ITERS   perftest's ib_TEST, server and client over 10.0.0.1 (-d rxe0 -x 1)
@@ -10,6 +11,8 @@
 #   sim:TEST:SIZE:ITERS  verbsim-perf --backend sim (the simulator's speed inside the VM)
 #   ref                  the CPU-bound reference: sha256 of 64 MiB of zeros (busybox)
 # Runs on the host too (sh tests/rxe/perf-compare.sh sim:... ref) for the emulation factor.
+# verbsim-perf is copied in at its host path: pass it with --env VERBSIM_PERF=/abs/path.
+vp=${VERBSIM_PERF:-verbsim-perf}
 port=18515
 status=0
 # Milliseconds from /proc/uptime (10 ms resolution; busybox date has no %N).
@@ -53,8 +56,8 @@ EOF
 	t0=$(now)
 	case $tool in
 	pt) perftest "$test" "$size" "$iters" || status=1 ;;
-	vp) verbsim-perf --backend ibverbs:rxe0 --test "$test" -s "$size" -n "$iters" || status=1 ;;
-	sim) verbsim-perf --backend sim --test "$test" -s "$size" -n "$iters" || status=1 ;;
+	vp) "$vp" --backend ibverbs:rxe0 --test "$test" -s "$size" -n "$iters" || status=1 ;;
+	sim) "$vp" --backend sim --test "$test" -s "$size" -n "$iters" || status=1 ;;
 	ref) dd if=/dev/zero bs=1048576 count=64 2>/dev/null | sha256sum ;;
 	*) echo "perf-compare: unknown run '$run'" >&2; status=1 ;;
 	esac
