@@ -110,7 +110,8 @@ Options parse_args(int argc, char** argv) {
     } else if (flag == "-n" || flag == "--iters") {
       o.iters = std::max<std::uint64_t>(1, parse_number(flag, value, UINT32_MAX));
     } else if (flag == "-q" || flag == "--qps") {
-      o.qps = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 1024)));
+      o.qps =
+          static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 1024)));
     } else if (flag == "-t" || flag == "--tx-depth") {
       o.tx_depth =
           static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 8192)));
@@ -132,8 +133,9 @@ int pick_gid_index(const Context& ctx) {
   for (int i = 0; i < entries; ++i) {
     try {
       const auto& r = ctx.query_gid(kPort, i).raw;
-      const bool v4_mapped = std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; }) &&
-                             r[10] == 0xff && r[11] == 0xff;
+      const bool v4_mapped =
+          std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; }) && r[10] == 0xff &&
+          r[11] == 0xff;
       if (v4_mapped) return i;
     } catch (const VerbError&) {
       // An entry the device cannot report: not ours.
@@ -172,8 +174,8 @@ void create_side(Side& s, const Options& o, std::uint32_t size, std::uint32_t rx
   init.type = QpType::rc;
   init.send_cq = s.cq.get();
   init.recv_cq = s.cq.get();
-  init.cap = {.max_send_wr = o.tx_depth, .max_recv_wr = rx_depth, .max_send_sge = 1,
-              .max_recv_sge = 1};
+  init.cap = {
+      .max_send_wr = o.tx_depth, .max_recv_wr = rx_depth, .max_send_sge = 1, .max_recv_sge = 1};
   for (std::uint32_t i = 0; i < o.qps; ++i) s.qps.push_back(s.pd->create_qp(init));
 }
 
@@ -276,7 +278,8 @@ Result run_bw(Bench& b) {
     std::size_t found = 0;
     // A CQ is polled only while something is awaited on it: on the simulator an empty poll
     // runs the world's next event, which could be a retransmission timer far in the future.
-    for (const WorkCompletion& c : completed < total ? b.poll(b.client, wc) : std::span<const WorkCompletion>{}) {
+    for (const WorkCompletion& c :
+         completed < total ? b.poll(b.client, wc) : std::span<const WorkCompletion>{}) {
       ++done[c.wr_id];
       ++completed;
       ++found;
@@ -436,10 +439,12 @@ int run(const Options& opt) {
     connect(*server.qps[i], sep.psn, cep, copt_s);
   }
 
-  std::printf("verbsim-perf: %s, backend %s", opt.test.c_str(), std::string(backend->name()).c_str());
+  std::printf("verbsim-perf: %s, backend %s", opt.test.c_str(),
+              std::string(backend->name()).c_str());
   if (world != nullptr) std::printf(" (seed %llu)", static_cast<unsigned long long>(world->seed()));
   std::printf(", %s -> %s\n", client.ctx->info().name.c_str(), server.ctx->info().name.c_str());
-  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, reads in flight %d, RC\n", size, static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth,
+  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, reads in flight %d, RC\n", size,
+              static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth,
               std::max(1, rd));
 
   Bench b{o, client, server, world, size, rx_depth};
@@ -452,7 +457,8 @@ int run(const Options& opt) {
     if (world != nullptr) print_lat("virtual", r.virt_samples);
     print_lat(world != nullptr ? "wall (sim)" : "wall", r.wall_samples);
     const double wall_s = static_cast<double>(r.wall_ns) / 1e9;
-    std::printf(" round trips per second (%s): %.0f\n", wall, static_cast<double>(r.messages) / wall_s);
+    std::printf(" round trips per second (%s): %.0f\n", wall,
+                static_cast<double>(r.messages) / wall_s);
   } else {
     std::printf(" %-22s %12s %10s %12s %14s\n", "clock", "BW[MB/sec]", "BW[Gb/s]", "MsgRate[Mpps]",
                 "msgs/s");
