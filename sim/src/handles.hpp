@@ -177,7 +177,7 @@ class SimQp : public QueuePair {
   SendWqe& sq_at(std::uint32_t i) noexcept { return sq_[i & sq_mask_]; }
   Sge* sq_sge(std::uint32_t i) noexcept { return &sq_sges_[(i & sq_mask_) * max_send_sge_]; }
   std::uint8_t* sq_inline(std::uint32_t i) noexcept {
-    return sq_inline_.data() + (i & sq_mask_) * inline_stride_;
+    return sq_inline_ + (i & sq_mask_) * inline_stride_;
   }
   DevCore& dev() noexcept { return *dev_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
@@ -204,8 +204,9 @@ class SimQp : public QueuePair {
   void apply(const QpAttr& attr, QpAttrMask mask);
   void raise(AsyncEventType type);
 
+  // Owners: the PD (which owns the context), the CQs and the SRQ stay alive while the QP is.
   std::shared_ptr<PdCore> pd_;
-  std::shared_ptr<CtxCore> ctx_;
+  CtxCore* ctx_;  // pd_->ctx
   std::shared_ptr<CqCore> scq_;
   std::shared_ptr<CqCore> rcq_;
   std::shared_ptr<SrqCore> srq_;
@@ -214,15 +215,20 @@ class SimQp : public QueuePair {
   QpType type_;
   bool sq_sig_all_;
   bool destroyed_ = false;
+  // What cap() and requested_cap() return. The capabilities actually given (query()) differ
+  // from reported_cap_ only on rxe, in the depths and max_recv_sge: those are sq_depth_,
+  // rq_.cap and rq_.max_sge.
   QpCap requested_cap_;
-  QpCap actual_cap_;
   QpCap reported_cap_;
   QpAttr attr_;
 
-  // Send queue: indices grow without bound; slot = index & sq_mask_.
-  std::vector<SendWqe> sq_;
-  std::vector<Sge> sq_sges_;
-  std::vector<std::uint8_t> sq_inline_;
+  // Send queue: indices grow without bound; slot = index & sq_mask_. One allocation holds the
+  // WQEs, then their SGEs (max_send_sge_ per slot), then their inline room (inline_stride_).
+  std::unique_ptr<std::byte[]> sq_mem_;
+  SendWqe* sq_ = nullptr;
+  Sge* sq_sges_ = nullptr;
+  std::uint8_t* sq_inline_ = nullptr;
+  std::uint32_t sq_depth_ = 0;  // max_send_wr given
   std::uint32_t sq_mask_ = 0;
   std::uint32_t max_send_sge_ = 1;
   std::uint32_t inline_stride_ = 0;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "handles.hpp"
@@ -88,7 +89,7 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
 
 SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn)
     : pd_(std::move(pd)),
-      ctx_(pd_->ctx),
+      ctx_(pd_->ctx.get()),
       scq_(static_cast<SimCq*>(init.send_cq)->core()),
       rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
       dev_(ctx_->dev),
@@ -98,21 +99,21 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
       requested_cap_(init.cap) {
   const ProfileTraits& t = traits();
   if (init.srq != nullptr) srq_ = static_cast<SimSrq*>(init.srq)->core();
-  actual_cap_ = requested_cap_;
-  actual_cap_.max_send_wr = t.round_wq(requested_cap_.max_send_wr);
-  actual_cap_.max_recv_wr = srq_ ? 0 : t.round_wq(requested_cap_.max_recv_wr);
+  QpCap actual = requested_cap_;
+  actual.max_send_wr = t.round_wq(requested_cap_.max_send_wr);
+  actual.max_recv_wr = srq_ ? 0 : t.round_wq(requested_cap_.max_recv_wr);
   if (srq_) requested_cap_.max_recv_wr = 0;
-  actual_cap_.max_send_sge = std::max<std::uint32_t>(requested_cap_.max_send_sge, 1);
-  actual_cap_.max_recv_sge = std::max<std::uint32_t>(requested_cap_.max_recv_sge, 1);
-  actual_cap_.max_inline_data =
-      std::max(requested_cap_.max_inline_data, t.min_inline_per_sge * actual_cap_.max_send_sge);
+  actual.max_send_sge = std::max<std::uint32_t>(requested_cap_.max_send_sge, 1);
+  actual.max_recv_sge = std::max<std::uint32_t>(requested_cap_.max_recv_sge, 1);
+  actual.max_inline_data =
+      std::max(requested_cap_.max_inline_data, t.min_inline_per_sge * actual.max_send_sge);
   if (t.min_inline_per_sge != 0) {
     // rxe sizes a send WQE for max(16 bytes per SGE, inline data) and gives every SGE that
     // fits in it: max_send_sge=1 with max_inline_data=64 gets 4 SGEs.
-    actual_cap_.max_send_sge =
-        std::max(actual_cap_.max_send_sge, actual_cap_.max_inline_data / t.min_inline_per_sge);
+    actual.max_send_sge =
+        std::max(actual.max_send_sge, actual.max_inline_data / t.min_inline_per_sge);
   }
-  reported_cap_ = actual_cap_;
+  reported_cap_ = actual;
   if (t.create_reports_requested) {
     // rxe's kernel writes back the SGE and inline sizes it chose, not the rounded depths.
     reported_cap_.max_send_wr = requested_cap_.max_send_wr;
@@ -120,20 +121,31 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
     reported_cap_.max_recv_sge = requested_cap_.max_recv_sge;
   }
 
-  const std::uint32_t slots = pow2_at_least(std::max<std::uint32_t>(actual_cap_.max_send_wr, 1));
-  sq_.resize(slots);
+  const std::uint32_t slots = pow2_at_least(std::max<std::uint32_t>(actual.max_send_wr, 1));
+  sq_depth_ = actual.max_send_wr;
   sq_mask_ = slots - 1;
-  max_send_sge_ = actual_cap_.max_send_sge;
-  sq_sges_.resize(static_cast<std::size_t>(slots) * max_send_sge_);
-  inline_stride_ = (actual_cap_.max_inline_data + 7u) & ~7u;
-  sq_inline_.resize(static_cast<std::size_t>(slots) * inline_stride_);
-  if (!srq_) rq_.init(actual_cap_.max_recv_wr, actual_cap_.max_recv_sge);
+  max_send_sge_ = actual.max_send_sge;
+  inline_stride_ = (actual.max_inline_data + 7u) & ~7u;
+  static_assert(alignof(SendWqe) >= alignof(Sge) && sizeof(SendWqe) % alignof(Sge) == 0);
+  const std::size_t wqe_bytes = std::size_t{slots} * sizeof(SendWqe);
+  const std::size_t sge_bytes = std::size_t{slots} * max_send_sge_ * sizeof(Sge);
+  // Value-initialised, as the vectors were: a slot never posted reads as zeros.
+  sq_mem_ = std::make_unique<std::byte[]>(wqe_bytes + sge_bytes +
+                                          std::size_t{slots} * inline_stride_);
+  sq_ = new (sq_mem_.get()) SendWqe[slots]();
+  sq_sges_ = new (sq_mem_.get() + wqe_bytes) Sge[std::size_t{slots} * max_send_sge_]();
+  sq_inline_ = reinterpret_cast<std::uint8_t*>(sq_mem_.get() + wqe_bytes + sge_bytes);
+  if (!srq_) {
+    rq_.init(actual.max_recv_wr, actual.max_recv_sge);
+  } else {
+    rq_.max_sge = actual.max_recv_sge;  // for query(); the RQ itself stays empty
+  }
 
   ++pd_->users;
   ++scq_->users;
-  scq_->qps.push_back(this);
+  scq_->qps.add(qpn_, this);
   ++rcq_->users;
-  if (rcq_ != scq_) rcq_->qps.push_back(this);
+  if (rcq_ != scq_) rcq_->qps.add(qpn_, this);
   if (srq_) ++srq_->users;
   dev_->qps.insert(qpn_, this);
   ++dev_->live_qps;
@@ -150,9 +162,9 @@ void SimQp::destroy() {
   dev_->qps.erase(qpn_);
   --dev_->live_qps;
   --scq_->users;
-  std::erase(scq_->qps, this);
+  scq_->qps.remove(qpn_);
   --rcq_->users;
-  std::erase(rcq_->qps, this);
+  rcq_->qps.remove(qpn_);
   if (srq_) --srq_->users;
   --pd_->users;
   destroyed_ = true;
@@ -180,7 +192,7 @@ void SimQp::forget_cq_entries() noexcept {
 // Posting
 
 PostResult SimQp::check_send(const SendWr& wr) const noexcept {
-  if (sq_post_ - sq_retired_ >= actual_cap_.max_send_wr) {
+  if (sq_post_ - sq_retired_ >= sq_depth_) {
     return {errno_code(ENOMEM), 0, "send queue full"};
   }
   if (!opcode_allowed(type_, wr.opcode) && traits().post_checks_opcode) {
@@ -191,7 +203,7 @@ PostResult SimQp::check_send(const SendWr& wr) const noexcept {
   std::uint64_t length = 0;
   for (const Sge& s : wr.sg_list) length += s.length;
   if (any(wr.flags, SendFlags::inline_data)) {
-    if (length > actual_cap_.max_inline_data) {
+    if (length > reported_cap_.max_inline_data) {
       return {errno_code(limit_err), 0, "inline data larger than max_inline_data"};
     }
     if (wr.opcode == WrOpcode::rdma_read || is_atomic(wr.opcode)) {
@@ -563,8 +575,10 @@ void SimQp::apply(const QpAttr& a, QpAttrMask m) {
 QpAttr SimQp::query(QpAttrMask) const {
   QpAttr a = attr_;
   a.cur_qp_state = a.qp_state;
-  a.cap = actual_cap_;
-  if (srq_) a.cap.max_recv_wr = 0;
+  a.cap = reported_cap_;
+  a.cap.max_send_wr = sq_depth_;
+  a.cap.max_recv_wr = srq_ ? 0 : rq_.cap;
+  a.cap.max_recv_sge = rq_.max_sge;
   return a;
 }
 
