@@ -48,7 +48,7 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
 std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
   if (!faults.packets) {
     e.seq = seq++;
-    wires[e.wire].events.push_back(e);
+    wires[e.wire].push(e);
     ++in_flight;
     return e.time;
   }

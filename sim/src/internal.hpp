@@ -188,9 +188,22 @@ struct World::Impl {
   // through the heap instead.
   struct Fifo {
     std::vector<Event> events;
-    std::size_t head = 0;
-    bool empty() const noexcept { return head == events.size(); }
+    std::uint32_t head = 0;
+    std::uint32_t tail = 0;  // == events.size(), kept to avoid dividing by sizeof(Event)
+    bool empty() const noexcept { return head == tail; }
     const Event& front() const noexcept { return events[head]; }
+    void push(const Event& e) {
+      events.push_back(e);
+      ++tail;
+    }
+    Event pop() noexcept {
+      const Event e = events[head++];
+      if (head == tail) {
+        events.clear();
+        head = tail = 0;
+      }
+      return e;
+    }
   };
   std::vector<Fifo> wires;
   std::size_t in_flight = 0;  // events in all wires

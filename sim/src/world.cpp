@@ -244,11 +244,14 @@ bool World::Impl::step() {
       time = heap.front().time;
       best_seq = heap.front().seq_slot >> 24;
     }
-    for (std::size_t i = 0; i < wires.size(); ++i) {
-      if (wires[i].empty()) continue;
-      const Event& e = wires[i].front();
+    if (in_flight == 0) return best;
+    const Fifo* const first = wires.data();
+    const Fifo* const last = first + wires.size();
+    for (const Fifo* f = first; f != last; ++f) {
+      if (f->empty()) continue;
+      const Event& e = f->front();
       if (best == -2 || e.time < time || (e.time == time && e.seq < best_seq)) {
-        best = static_cast<int>(i);
+        best = static_cast<int>(f - first);
         time = e.time;
         best_seq = e.seq;
       }
@@ -268,13 +271,8 @@ bool World::Impl::step() {
       e = slab[slot];
       free_slots.push_back(slot);
     } else {
-      Fifo& f = wires[static_cast<std::size_t>(from)];
-      e = f.events[f.head++];
+      e = wires[static_cast<std::size_t>(from)].pop();
       --in_flight;
-      if (f.empty()) {
-        f.events.clear();
-        f.head = 0;
-      }
     }
     dispatch(e);
     from = earliest(t);
