@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <new>
 #include <string>
 
 #include "handles.hpp"
@@ -194,8 +195,13 @@ SrqAttr SimSrq::query() const { return {core_->rq.cap, core_->rq.max_sge, core_-
 void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
   cap = capacity;
   max_sge = std::max<std::uint32_t>(sge, 1);
-  wqes.resize(std::max<std::uint32_t>(capacity, 1));
-  sges.resize(wqes.size() * max_sge);
+  slots = std::max<std::uint32_t>(capacity, 1);
+  static_assert(sizeof(RecvWqe) % alignof(Sge) == 0 && alignof(RecvWqe) >= alignof(Sge));
+  const std::size_t wqe_bytes = std::size_t{slots} * sizeof(RecvWqe);
+  const std::size_t n_sges = std::size_t{slots} * max_sge;
+  mem = std::make_unique<std::byte[]>(wqe_bytes + n_sges * sizeof(Sge));  // zeroed
+  wqes = new (mem.get()) RecvWqe[slots]();
+  sges = new (mem.get() + wqe_bytes) Sge[n_sges]();
   head = tail = 0;
 }
 

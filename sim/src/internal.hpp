@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -362,18 +363,21 @@ struct RecvWqe {
   std::uint32_t num_sge;
 };
 
-// A ring of receive WQEs with their SGEs, used by QPs and SRQs.
+// A ring of receive WQEs with their SGEs, used by QPs and SRQs. One allocation holds the
+// `slots` WQEs, then their SGEs (max_sge per slot).
 struct RecvQueue {
-  std::vector<RecvWqe> wqes;
-  std::vector<Sge> sges;  // max_sge per slot
+  std::unique_ptr<std::byte[]> mem;
+  RecvWqe* wqes = nullptr;
+  Sge* sges = nullptr;
+  std::uint32_t slots = 0;  // max(cap, 1)
   std::uint32_t cap = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t head = 0;  // next to consume
   std::uint32_t tail = 0;  // next to post
   std::uint32_t size() const noexcept { return tail - head; }
   void init(std::uint32_t capacity, std::uint32_t sge);
-  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i % wqes.size()]; }
-  Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i % wqes.size()) * max_sge]; }
+  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i % slots]; }
+  Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i % slots) * max_sge]; }
   void clear() noexcept { head = tail = 0; }
 };
 
