@@ -6,10 +6,10 @@
 #   tests/bench/plot_scaling.sh [VERBSIM_BENCH] [OUTPUT.png]
 #
 # VERBSIM_BENCH defaults to build-release/tests/bench/verbsim-bench (build it Release);
-# OUTPUT defaults to docs/img/cost_per_wr.png. Each QP count runs 3 times and the median is
-# plotted (the machine may be shared); $BENCH_ARGS replaces those flags
-# (default: --benchmark_repetitions=3 --benchmark_report_aggregates_only=true). The table
-# plotted is printed.
+# OUTPUT defaults to docs/img/cost_per_wr.png. Each QP count runs 5 times for at least 1 s
+# and the median is plotted (the machine may be shared); $BENCH_ARGS replaces those flags
+# (default: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+# --benchmark_min_time=1). The table plotted is printed. A run takes about a minute.
 #
 # Needs gnuplot and awk. It installs nothing; on Debian: apt-get install gnuplot-nox.
 set -euo pipefail
@@ -38,7 +38,7 @@ json=$tmp/run.json
 table=$tmp/cost_per_wr.tsv
 mkdir -p "$(dirname "$out")"
 
-args=${BENCH_ARGS:---benchmark_repetitions=3 --benchmark_report_aggregates_only=true}
+args=${BENCH_ARGS:---benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=1}
 # shellcheck disable=SC2086  # a list of flags
 "$bench" --benchmark_filter='^BM_SimSend/' --benchmark_format=json $args >"$json"
 
