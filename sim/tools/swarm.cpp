@@ -200,8 +200,15 @@ int main(int argc, char** argv) {
 
   for (const auto& [r, why] : failures) {
     std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
-    if (!r.faults.empty()) cmd += " VERBSIM_FAULTS=" + quote(r.faults);
-    for (const auto& a : o.command) cmd += " " + quote(a);
+    // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
+    if (!r.faults.empty()) {
+      cmd += " VERBSIM_FAULTS=";
+      cmd += quote(r.faults);
+    }
+    for (const auto& a : o.command) {
+      cmd += ' ';
+      cmd += quote(a);
+    }
     std::printf("\n--- seed %llu failed (%s); reproduce with:\n%s\n--- last output:\n",
                 static_cast<unsigned long long>(r.seed), why.c_str(), cmd.c_str());
     const std::size_t keep = 3000;
