@@ -27,9 +27,9 @@ bool matches(const Filter& f, std::uint32_t qpn, const DevCore* dev) {
 int World::Impl::verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) {
   if (!faults.verbs[static_cast<int>(verb)]) return 0;
   const auto& rules = config.faults.verbs;
-  for (std::size_t i = 0; i < rules.size(); ++i) {
+  for (const std::uint32_t i : faults.rules_of[static_cast<std::size_t>(verb)]) {
     const VerbFault& f = rules[i];
-    if (f.verb != verb || !matches(f.where, qpn, dev)) continue;
+    if (!matches(f.where, qpn, dev)) continue;
     if (fires(f.when, ++faults.verb_matches[i], rng)) {
       digest.add(0xfa000000ull | i);
       return f.err;
@@ -46,14 +46,24 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
 }
 
 std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
-  if (!faults.packets) {
-    e.seq = seq++;
-    wires[e.wire].push(e);
+  // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
+  // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
+  // but speed.
+  auto on_time = [this](Event& p) {
+    p.seq = seq++;
+    wires[p.wire].push(p);
     ++in_flight;
+  };
+  if (!faults.packets) {
+    on_time(e);
     return e.time;
   }
+  const std::uint64_t wire_time = e.time;
   const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
-  if (!port_up(e.src_dev, 1) || !port_up(e.dev, 1) || !port_up(from_dev, 1)) return e.time;
+  if (faults.links_changed &&
+      (!port_up(e.src_dev, 1) || !port_up(e.dev, 1) || !port_up(from_dev, 1))) {
+    return e.time;
+  }
   const std::uint32_t sender_qpn = e.kind == EvKind::deliver ? e.src_qpn : 0;
   const DevCore* sender = from_dev < devs.size() ? devs[from_dev].get() : nullptr;
   bool drop = false;
@@ -74,7 +84,11 @@ std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
     }
   }
   if (drop) return e.time;
-  schedule(e);
+  if (e.time == wire_time) {
+    on_time(e);
+  } else {
+    schedule(e);
+  }
   if (duplicate) {
     e.time += 1 + rng.below(1000);
     schedule(e);
@@ -103,6 +117,7 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
       const bool down = f.action == TimedAction::link_down && !undo;
       d->ports[f.port - 1u].attr.state = down ? PortState::down : PortState::active;
       faults.packets = true;  // packets are now checked against link states
+      faults.links_changed = true;
       port_event(*d, f.port, down ? AsyncEventType::port_err : AsyncEventType::port_active);
       if (down && f.for_ns != 0 && !undo) {
         // Bring it back: reuse the rule as a link_up at now + for.
@@ -135,6 +150,7 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
       for (SimQp* qp : qps) qp->fatal();
       for (auto& port : d->ports) port.attr.state = PortState::down;
       faults.packets = true;
+      faults.links_changed = true;
       return;
     }
     case TimedAction::srq_limit:

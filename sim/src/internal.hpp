@@ -162,8 +162,10 @@ struct Event {
 struct FaultState {
   std::vector<std::uint64_t> verb_matches;
   std::vector<std::uint64_t> packet_matches;
+  std::vector<std::uint32_t> rules_of[kVerbCount];  // indices into the plan's verb rules
   bool verbs[kVerbCount] = {};
-  bool packets = false;  // any packet rule, or a link is down
+  bool packets = false;  // any packet rule, or a link is or was down
+  bool links_changed = false;  // a timed fault took a link or device down at some point
 };
 
 struct World::Impl {

@@ -200,7 +200,11 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
   const FaultPlan& plan = config.faults;
   faults.verb_matches.assign(plan.verbs.size(), 0);
   faults.packet_matches.assign(plan.packets.size(), 0);
-  for (const auto& f : plan.verbs) faults.verbs[static_cast<int>(f.verb)] = true;
+  for (std::size_t i = 0; i < plan.verbs.size(); ++i) {
+    const auto v = static_cast<std::size_t>(plan.verbs[i].verb);
+    faults.verbs[v] = true;
+    faults.rules_of[v].push_back(static_cast<std::uint32_t>(i));
+  }
   faults.packets = !plan.packets.empty();
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
     Event e{};
@@ -294,7 +298,7 @@ void World::Impl::dispatch(const Event& e) {
     notify_all(*reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value)));
     return;
   }
-  if (faults.packets && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
+  if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
   SimQp* qp = find_qp(e.dev, e.qpn);
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
   switch (e.kind) {
