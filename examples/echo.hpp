@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "verbsim/sim/simulation.hpp"
 #include "verbsim/sim/ticker.hpp"
 #include "verbsim/sim/world.hpp"
@@ -51,16 +51,6 @@ struct Options {
   int timeout_ms = -1;          // event_server: epoll_wait timeout (-1: 0 on the simulator, else 10)
 };
 
-inline std::uint64_t parse_number(std::string_view flag, std::string_view text, std::uint64_t max) {
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v > max) {
-    throw std::invalid_argument(std::string(flag) + " needs a number up to " + std::to_string(max) +
-                                ", not '" + std::string(text) + "'");
-  }
-  return v;
-}
-
 inline constexpr const char* kCommonUsage =
     "  --backend SPEC    sim, ibverbs or ibverbs:rxe0 (default: $VERBSIM_BACKEND, else sim)\n"
     "  --messages N      requests (default 200)\n"
@@ -71,60 +61,31 @@ inline constexpr const char* kCommonUsage =
 
 inline Options parse_args(int argc, char** argv, const char* usage) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(usage, stdout);
-      std::fputs(kCommonUsage, stdout);
-      std::exit(0);
-    }
-    std::string_view value;
-    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    }
+  cli::for_each_flag(argc, argv, {usage, kCommonUsage}, [&](std::string_view flag, std::string_view value) {
     if (flag == "--backend") {
       o.spec = DeviceSpec::parse(value);
     } else if (flag == "--messages") {
-      o.messages = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 1u << 30)));
+      o.messages = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cli::parse_number(flag, value, 1u << 30)));
     } else if (flag == "--burst") {
-      o.burst = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, kSlots)));
+      o.burst = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cli::parse_number(flag, value, kSlots)));
     } else if (flag == "--pause-us") {
-      o.pause_us = parse_number(flag, value, 10'000'000);
+      o.pause_us = cli::parse_number(flag, value, 10'000'000);
     } else if (flag == "--size") {
-      o.size = static_cast<std::uint32_t>(std::max<std::uint64_t>(16, parse_number(flag, value, 1u << 20)));
+      o.size = static_cast<std::uint32_t>(std::max<std::uint64_t>(16, cli::parse_number(flag, value, 1u << 20)));
     } else if (flag == "--seed") {
-      o.seed = parse_number(flag, value, UINT64_MAX);
+      o.seed = cli::parse_number(flag, value, UINT64_MAX);
     } else if (flag == "--faults") {
       o.faults = std::string(value);
     } else if (flag == "--idle-us") {
-      o.idle_us = parse_number(flag, value, 10'000'000);
+      o.idle_us = cli::parse_number(flag, value, 10'000'000);
     } else if (flag == "--timeout-ms") {
-      o.timeout_ms = static_cast<int>(parse_number(flag, value, 60'000));
+      o.timeout_ms = static_cast<int>(cli::parse_number(flag, value, 60'000));
     } else {
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+      return false;
     }
-  }
+    return true;
+  });
   return o;
-}
-
-// RoCE v2 GID of the port (index 1 on rxe and the simulator), else 0.
-inline std::uint8_t pick_gid_index(const Context& ctx) {
-  const int entries = ctx.query_port(kPort).gid_tbl_len;
-  for (int i = 0; i < entries; ++i) {
-    try {
-      const auto& r = ctx.query_gid(kPort, i).raw;
-      if (r[10] == 0xff && r[11] == 0xff && std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; })) {
-        return static_cast<std::uint8_t>(i);
-      }
-    } catch (const VerbError&) {
-    }
-  }
-  return 0;
 }
 
 // Payload of message `seq`: an 8-byte header (free for a timestamp), then bytes that depend on
@@ -162,7 +123,7 @@ struct Host {
 
   void create(std::uint32_t bytes) {
     size = bytes;
-    gid_index = pick_gid_index(*ctx);
+    gid_index = roce_v2_gid_index(*ctx, kPort);
     pd = ctx->alloc_pd();
     channel = ctx->create_comp_channel();
     rcq = ctx->create_cq(2 * kSlots, channel.get());

@@ -9,7 +9,6 @@
 // in virtual time (what the simulated fabric would achieve) and in wall-clock time (how fast the
 // simulator itself runs). docs/PERFORMANCE.md has the commands and the measurements.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 
@@ -59,33 +59,9 @@ constexpr const char* kUsage =
     "  --backend SPEC  sim, ibverbs or ibverbs:rxe0 (default: $VERBSIM_BACKEND, else sim)\n"
     "  --seed N        simulator seed (default 1; $VERBSIM_SEED, when set, wins)\n";
 
-std::uint64_t parse_number(std::string_view flag, std::string_view text, std::uint64_t max) {
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v > max) {
-    throw std::invalid_argument(std::string(flag) + " needs a number up to " + std::to_string(max) +
-                                ", not '" + std::string(text) + "'");
-  }
-  return v;
-}
-
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    std::string_view value;  // "--flag value" or "--flag=value"
-    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    }
+  cli::for_each_flag(argc, argv, {kUsage}, [&](std::string_view flag, std::string_view value) {
     if (flag == "--test") {
       o.test = std::string(value);
       const auto us = value.find('_');
@@ -106,42 +82,26 @@ Options parse_args(int argc, char** argv) {
       o.latency = kind == "lat";
     } else if (flag == "-s" || flag == "--size") {
       o.size = static_cast<std::uint32_t>(
-          std::max<std::uint64_t>(1, parse_number(flag, value, 1u << 30)));
+          std::max<std::uint64_t>(1, cli::parse_number(flag, value, 1u << 30)));
     } else if (flag == "-n" || flag == "--iters") {
-      o.iters = std::max<std::uint64_t>(1, parse_number(flag, value, UINT32_MAX));
+      o.iters = std::max<std::uint64_t>(1, cli::parse_number(flag, value, UINT32_MAX));
     } else if (flag == "-q" || flag == "--qps") {
       o.qps =
-          static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 1024)));
+          static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cli::parse_number(flag, value, 1024)));
     } else if (flag == "-t" || flag == "--tx-depth") {
       o.tx_depth =
-          static_cast<std::uint32_t>(std::max<std::uint64_t>(1, parse_number(flag, value, 8192)));
+          static_cast<std::uint32_t>(std::max<std::uint64_t>(1, cli::parse_number(flag, value, 8192)));
     } else if (flag == "--backend") {
       o.spec = DeviceSpec::parse(value);
     } else if (flag == "--seed") {
-      o.seed = parse_number(flag, value, UINT64_MAX);
+      o.seed = cli::parse_number(flag, value, UINT64_MAX);
     } else {
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+      return false;
     }
-  }
+    return true;
+  });
   if (o.latency && o.qps != 1) throw std::invalid_argument("latency tests use one QP (-q 1)");
   return o;
-}
-
-// RoCE v2 over IPv4 addresses a port by its IPv4-mapped GID (index 1 on rxe and the simulator).
-int pick_gid_index(const Context& ctx) {
-  const int entries = ctx.query_port(kPort).gid_tbl_len;
-  for (int i = 0; i < entries; ++i) {
-    try {
-      const auto& r = ctx.query_gid(kPort, i).raw;
-      const bool v4_mapped =
-          std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; }) && r[10] == 0xff &&
-          r[11] == 0xff;
-      if (v4_mapped) return i;
-    } catch (const VerbError&) {
-      // An entry the device cannot report: not ours.
-    }
-  }
-  return 0;
 }
 
 // One side: a PD, one CQ for all its QPs, one MR over [tx of QP 0..q) [rx of QP 0..q).
@@ -164,7 +124,7 @@ struct Side {
 void create_side(Side& s, const Options& o, std::uint32_t size, std::uint32_t rx_depth) {
   s.size = size;
   s.q = o.qps;
-  s.gid_index = static_cast<std::uint8_t>(pick_gid_index(*s.ctx));
+  s.gid_index = roce_v2_gid_index(*s.ctx, kPort);
   s.pd = s.ctx->alloc_pd();
   s.cq = s.ctx->create_cq(static_cast<int>((o.tx_depth + rx_depth) * o.qps));
   s.buf.assign(2 * std::size_t{o.qps} * size, 0);

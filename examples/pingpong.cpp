@@ -6,7 +6,6 @@
 // --iters times. Both QPs live in this process, so step 3's out-of-band "exchange" is a struct
 // copy; between two hosts the same Endpoint would travel over a TCP socket.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 
@@ -53,68 +53,26 @@ constexpr const char* kUsage =
     "  --faults PLAN   simulator fault plan, e.g. 'drop p=0.01; post_send every=50 errno=EAGAIN'\n"
     "                  (default: $VERBSIM_FAULTS; see the README)\n";
 
-std::uint64_t parse_number(std::string_view flag, std::string_view text, std::uint64_t max) {
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v > max) {
-    throw std::invalid_argument(std::string(flag) + " needs a number up to " + std::to_string(max) +
-                                ", not '" + std::string(text) + "'");
-  }
-  return v;
-}
-
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    std::string_view value;  // "--flag value" or "--flag=value"
-    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    }
+  cli::for_each_flag(argc, argv, {kUsage}, [&](std::string_view flag, std::string_view value) {
     if (flag == "--backend") {
       o.spec = DeviceSpec::parse(value);
     } else if (flag == "--iters") {
-      o.iters = std::max<std::uint64_t>(1, parse_number(flag, value, UINT32_MAX));
+      o.iters = std::max<std::uint64_t>(1, cli::parse_number(flag, value, UINT32_MAX));
     } else if (flag == "--size") {
       o.size = static_cast<std::uint32_t>(
-          std::max<std::uint64_t>(1, parse_number(flag, value, 1u << 30)));
+          std::max<std::uint64_t>(1, cli::parse_number(flag, value, 1u << 30)));
     } else if (flag == "--seed") {
-      o.seed = parse_number(flag, value, UINT64_MAX);
+      o.seed = cli::parse_number(flag, value, UINT64_MAX);
     } else if (flag == "--faults") {
       o.faults = std::string(value);
     } else {
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+      return false;
     }
-  }
+    return true;
+  });
   return o;
-}
-
-// RoCE v2 over IPv4 addresses a port by its IPv4-mapped GID ::ffff:a.b.c.d. rxe and the
-// simulator keep it at index 1, a NIC wherever its table puts it; InfiniBand has none (use 0).
-int pick_gid_index(const Context& ctx) {
-  const int entries = ctx.query_port(kPort).gid_tbl_len;
-  for (int i = 0; i < entries; ++i) {
-    try {
-      const Gid gid = ctx.query_gid(kPort, i);
-      const auto& r = gid.raw;
-      const bool v4_mapped =
-          std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; }) && r[10] == 0xff &&
-          r[11] == 0xff;
-      if (!gid.is_zero() && v4_mapped) return i;
-    } catch (const VerbError&) {
-      // An entry the device cannot report: not ours.
-    }
-  }
-  return 0;
 }
 
 // Everything one side of the connection creates, declared in creation order so that even an
@@ -189,7 +147,7 @@ struct Side {
 // (2) resources: a PD, a CQ for both queues, an RC QP and one registered buffer.
 void create_resources(Side& s, std::uint32_t size) {
   s.size = size;
-  s.gid_index = static_cast<std::uint8_t>(pick_gid_index(*s.ctx));
+  s.gid_index = roce_v2_gid_index(*s.ctx, kPort);
   s.pd = s.ctx->alloc_pd();
   s.cq = s.ctx->create_cq(4);
   s.buf.assign(2 * std::size_t{size}, 0);

@@ -1,6 +1,20 @@
 #include "verbsim/connect.hpp"
 
+#include "verbsim/error.hpp"
+
 namespace verbsim {
+
+std::uint8_t roce_v2_gid_index(const Context& ctx, std::uint8_t port_num) {
+  const int entries = ctx.query_port(port_num).gid_tbl_len;
+  for (int i = 0; i < entries && i <= 255; ++i) {
+    try {
+      if (ctx.query_gid(port_num, i).is_ipv4_mapped()) return static_cast<std::uint8_t>(i);
+    } catch (const VerbError&) {
+      // An entry the device cannot report (empty on rxe): not ours.
+    }
+  }
+  return 0;
+}
 
 void modify_to_init(QueuePair& qp, const ConnectOptions& opt) {
   QpAttr a;

@@ -91,13 +91,6 @@ void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns)
   }
 }
 
-bool is_ipv4_mapped(const Gid& g) noexcept {
-  for (int i = 0; i < 10; ++i) {
-    if (g.raw[i] != 0) return false;
-  }
-  return g.raw[10] == 0xff && g.raw[11] == 0xff;
-}
-
 // The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
 // rxe's build_rdma_network_hdr and mlx5 lay it out: 20 unused bytes, then the IPv4 header;
 // otherwise an IPv6 header (RoCE v2 over IPv6, next header UDP).
@@ -105,7 +98,7 @@ void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid, std::uint32_
   std::memset(out, 0, 40);
   // UDP (8) + BTH (12) + DETH (8) + payload + ICRC (4)
   const std::uint32_t udp_len = 8 + 12 + 8 + length + 4;
-  if (is_ipv4_mapped(sgid) && is_ipv4_mapped(dgid)) {
+  if (sgid.is_ipv4_mapped() && dgid.is_ipv4_mapped()) {
     std::uint8_t* ip = out + 20;
     const std::uint32_t total = 20 + udp_len;
     ip[0] = 0x45;  // version 4, 5 words

@@ -22,7 +22,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../examples/cli.hpp"
 #include "verbsim/polling.hpp"
 #include "verbsim/sim/simulation.hpp"
 #include "verbsim/sim/ticker.hpp"
@@ -77,70 +77,35 @@ constexpr const char* kUsage =
     "  --client S        how the client waits for replies: busy (default), event or hybrid\n"
     "  --seed N          simulator seed\n";
 
-std::uint64_t number(std::string_view flag, std::string_view text) {
-  std::uint64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size()) {
-    throw std::invalid_argument(std::string(flag) + " needs a number, not '" + std::string(text) + "'");
-  }
-  return v;
-}
-
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    std::string_view value;
-    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      throw std::invalid_argument(std::string(flag) + " needs a value (see --help)");
-    }
+  cli::for_each_flag(argc, argv, {kUsage}, [&](std::string_view flag, std::string_view value) {
     if (flag == "--backend") {
       o.spec = DeviceSpec::parse(value);
     } else if (flag == "--strategy") {
       if (value != "all") o.strategies = {parse_poll_strategy(value)};
     } else if (flag == "--bursts") {
-      o.bursts = static_cast<std::uint32_t>(std::max<std::uint64_t>(2, number(flag, value)));
+      o.bursts = static_cast<std::uint32_t>(std::max<std::uint64_t>(2, cli::parse_number(flag, value)));
     } else if (flag == "--burst") {
-      o.burst = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(number(flag, value), 1, 1u << 20));
+      o.burst = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cli::parse_number(flag, value), 1, 1u << 20));
     } else if (flag == "--pause-us") {
-      o.pause_us = number(flag, value);
+      o.pause_us = cli::parse_number(flag, value);
     } else if (flag == "--idle-us") {
-      o.idle_us = number(flag, value);
+      o.idle_us = cli::parse_number(flag, value);
     } else if (flag == "--size") {
-      o.size = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(number(flag, value), 1, 1u << 20));
+      o.size = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cli::parse_number(flag, value), 1, 1u << 20));
     } else if (flag == "--wake-ns") {
-      o.wake_ns = number(flag, value);
+      o.wake_ns = cli::parse_number(flag, value);
     } else if (flag == "--seed") {
-      o.seed = number(flag, value);
+      o.seed = cli::parse_number(flag, value);
     } else if (flag == "--client") {
       o.client = parse_poll_strategy(value);
     } else {
-      throw std::invalid_argument("unknown option " + std::string(flag) + " (see --help)");
+      return false;
     }
-  }
+    return true;
+  });
   return o;
-}
-
-std::uint8_t gid_index(const Context& ctx) {
-  for (int i = 0; i < ctx.query_port(kPort).gid_tbl_len; ++i) {
-    try {
-      const auto& r = ctx.query_gid(kPort, i).raw;
-      if (r[10] == 0xff && r[11] == 0xff && std::all_of(r.begin(), r.begin() + 10, [](auto b) { return b == 0; })) {
-        return static_cast<std::uint8_t>(i);
-      }
-    } catch (const VerbError&) {
-    }
-  }
-  return 0;
 }
 
 // One side: its receive CQ reports to a channel; sends are signaled every 8th and reaped
@@ -160,7 +125,7 @@ struct Side {
 
   void create(std::uint32_t bytes) {
     size = bytes;
-    gid = gid_index(*ctx);
+    gid = roce_v2_gid_index(*ctx, kPort);
     pd = ctx->alloc_pd();
     channel = ctx->create_comp_channel();
     rcq = ctx->create_cq(2 * kSlots, channel.get());

@@ -26,13 +26,6 @@ sim::Profile profile_of(Target t) {
   }
 }
 
-bool is_ipv4_mapped(const Gid& g) {
-  for (int i = 0; i < 10; ++i) {
-    if (g.raw[static_cast<std::size_t>(i)] != 0) return false;
-  }
-  return g.raw[10] == 0xff && g.raw[11] == 0xff;
-}
-
 // "SimRxe/QpState.ResetToInit" from gtest's "SimRxe/QpState" and "ResetToInit/0".
 std::string case_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -99,7 +92,7 @@ void Conformance::SetUp() {
   const int table = ctx_->query_port(1).gid_tbl_len;
   for (int i = 0; i < std::min(table, 16); ++i) {
     Gid g;
-    if (verb_errno([&] { g = ctx_->query_gid(1, i); }) == 0 && is_ipv4_mapped(g)) {
+    if (verb_errno([&] { g = ctx_->query_gid(1, i); }) == 0 && g.is_ipv4_mapped()) {
       gid_index_ = i;
       break;
     }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "verbsim/context.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/types.hpp"
 
@@ -30,6 +31,10 @@ struct ConnectOptions {
   std::uint8_t max_dest_rd_atomic = 1;
   std::uint32_t qkey = 0x11111111;  // UD
 };
+
+// Index of the port's first IPv4-mapped GID (RoCE v2; 1 on rxe and the simulator), or 0 when
+// there is none (InfiniBand). Entries the device cannot report are skipped.
+std::uint8_t roce_v2_gid_index(const Context& ctx, std::uint8_t port_num = 1);
 
 // Each throws VerbError (ibv_modify_qp) like QueuePair::modify.
 void modify_to_init(QueuePair& qp, const ConnectOptions& opt = {});
