@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Instructions the ibverbs backend's C++ layer adds per post and per poll over raw libibverbs
+# calls: runs verbsim-ibv-overhead under callgrind and prints, per measured call, the inclusive
+# instructions of the raw function and of the layer function over their call counts, and the
+# difference, against the target.
+#
+#   tests/bench/ibv-overhead.sh [--dropin DIR | --rxe] [--max N] [--keep FILE] BINARY [-- ARGS]
+#
+#   (no mode)     on this host's libibverbs and device
+#   --dropin DIR  on the simulator-backed libibverbs.so.1 in DIR (LD_LIBRARY_PATH; rxe profile)
+#   --rxe         on real Soft-RoCE in the rxe VM (tests/rxe/rxe-run): QEMU shares the host's root
+#                 read-only over virtio-9p and the guest runs the host's valgrind in a chroot of
+#                 it (as tests/dropin/pyverbs-rxe.sh runs python). Needs the machine to itself.
+#   --max N       target in instructions per call (default 20); exit 1 when a difference exceeds it
+#   --keep FILE   also write callgrind_annotate's output (and the program's) to FILE
+#   ARGS          for the binary, e.g. -n 500 (default 2000 iterations per loop)
+#
+# Exit status: 0 within the target, 1 above it, 2 usage, 77 valgrind or the VM unavailable,
+# otherwise the run's (rxe-run's codes with --rxe).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+mode=host
+dropin=
+max=20
+keep=
+while (($#)); do
+	case $1 in
+	--dropin) mode=dropin; dropin=$(cd "${2:?--dropin needs a directory}" && pwd); shift 2 ;;
+	--rxe) mode=rxe; shift ;;
+	--max) max=${2:?--max needs a number}; shift 2 ;;
+	--keep) keep=${2:?--keep needs a file}; shift 2 ;;
+	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+	-*) echo "ibv-overhead.sh: unknown option $1" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+binary=${1:?usage: ibv-overhead.sh [--dropin DIR | --rxe] [--max N] BINARY [-- ARGS]}
+binary=$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")
+shift
+[[ ${1:-} == -- ]] && shift
+[[ $max =~ ^[0-9]+$ ]] || { echo "ibv-overhead.sh: --max wants a number" >&2; exit 2; }
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+	{ echo "ibv-overhead.sh: SKIPPED: valgrind is not installed (scripts/setup.sh)" >&2; exit 77; }
+
+# Only measured_pass() is collected: the warm-up before it takes the first-call costs.
+valgrind_args=(valgrind --tool=callgrind --collect-atstart=no '--toggle-collect=*measured_pass*')
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/verbsim-ibv-overhead.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+out=$work/out.txt
+
+case $mode in
+host | dropin)
+	env=(LD_BIND_NOW=1)
+	[[ $mode == dropin ]] && env+=("LD_LIBRARY_PATH=$dropin" VERBSIM_PROFILE=rxe)
+	env "${env[@]}" "${valgrind_args[@]}" --callgrind-out-file="$work/cg.out" "$binary" "$@" \
+		>"$work/program.txt" 2>"$work/valgrind.txt" ||
+		{ rc=$?; cat "$work/valgrind.txt" >&2; exit "$rc"; }
+	{
+		cat "$work/program.txt"
+		callgrind_annotate --inclusive=yes --threshold=100 "$work/cg.out"
+	} >"$out"
+	;;
+rxe)
+	# The guest needs the 9p modules of the VM's kernel (from the package rxe-run caches).
+	cache=${VERBSIM_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verbsim-rxe}
+	if ! compgen -G "$cache/debs/linux-image-*.deb" >/dev/null; then
+		"$root/tests/rxe/rxe-run" -- /bin/true || exit $?
+	fi
+	deb=$(compgen -G "$cache/debs/linux-image-*.deb" | tail -n 1)
+	mkdir -p "$work/k"
+	dpkg-deb -x "$deb" "$work/k"
+	kver=$(ls "$work/k/lib/modules")
+	depmod -b "$work/k" "$kver"
+	mods=()
+	declare -A seen=()
+	for m in 9p 9pnet_virtio virtio_pci; do
+		while read -r verb ko _; do
+			[[ $verb == insmod && -z ${seen[$ko]:-} ]] || continue
+			seen[$ko]=1
+			case $ko in
+			*.xz) xz -dc "$ko" >"${ko%.xz}"; ko=${ko%.xz} ;;
+			*.zst) zstd -qdc "$ko" >"${ko%.zst}"; ko=${ko%.zst} ;;
+			esac
+			mods+=("$ko")
+		done < <(modprobe -C /dev/null -d "$work/k" -S "$kver" --show-depends "$m")
+	done
+	withs=()
+	for m in "${mods[@]}"; do withs+=(--with "$m"); done
+	export VERBSIM_RXE_QEMU_ARGS="-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+	"$root/tests/rxe/rxe-run" --timeout "${VERBSIM_RXE_TIMEOUT:-900}" \
+		--script "$here/ibv-overhead-guest.sh" "${withs[@]}" \
+		-- "${mods[@]}" -- "${valgrind_args[@]}" --callgrind-out-file=/tmp/ibv-overhead.cg \
+		"$binary" "$@" >"$out"
+	;;
+esac
+[[ -n $keep ]] && cp "$out" "$keep"
+
+# "calls NAME COUNT" lines from the program, then callgrind_annotate's inclusive counts.
+awk -v max="$max" '
+	$1 == "kernel" { kernel = $0; next }
+	$1 == "calls" && NF == 3 { calls[$2] = $3; next }
+	/^verbsim-ibv-overhead:/ { header = $0; next }
+	$1 ~ /^[0-9,]+$/ && $2 ~ /^\(/ {
+		for (fn in calls) {
+			if (index($0, "::" fn "(") || index($0, ":" fn "(")) {
+				n = $1; gsub(",", "", n); incl[fn] = n
+			}
+		}
+	}
+	END {
+		if (header == "") { print "ibv-overhead.sh: the program printed nothing" > "/dev/stderr"; exit 3 }
+		print header; if (kernel != "") print kernel
+		printf "%-12s %12s %12s %12s   %s\n", "call", "raw", "layer", "difference", "(instructions per call, target <= " max ")"
+		split("post_send post_recv poll_one poll_empty", what, " ")
+		over = 0
+		for (i = 1; i <= 4; ++i) {
+			r = "raw_" what[i]; l = "layer_" what[i]
+			if (!(r in incl) || !(l in incl) || calls[r] == 0 || calls[l] == 0) {
+				printf "ibv-overhead.sh: no callgrind count for %s or %s\n", r, l > "/dev/stderr"; exit 3
+			}
+			rc = incl[r] / calls[r]; lc = incl[l] / calls[l]; d = lc - rc
+			printf "%-12s %12.1f %12.1f %12.1f   %s\n", what[i], rc, lc, d, d <= max ? "ok" : "OVER"
+			if (d > max) over = 1
+		}
+		exit over
+	}' "$out"
