@@ -199,6 +199,8 @@ class SimQp : public QueuePair {
   void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
+  // The ACK for `e` can be left to the next message's (ACK coalescing).
+  bool ack_coalesced(const Event& e) const noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
   bool take_recv(RecvWqe& wqe, Sge*& sges);
   void apply(const QpAttr& attr, QpAttrMask mask);
@@ -254,6 +256,7 @@ class SimQp : public QueuePair {
   // Responder
   std::uint32_t epsn_ = 0;
   bool comm_est_raised_ = false;
+  bool ack_owed_ = false;  // the last message's ACK was left to the next one (coalescing)
 };
 
 // Variants created instead of the plain classes when the world's fault plan targets their data

@@ -63,6 +63,8 @@ struct ProfileTraits {
   bool comm_est_event;            // COMM_EST when a QP in RTR receives its first packet
   bool error_wc_zeroed;           // rxe: an error completion has opcode 0 and byte_len 0
   bool recv_wc_grh;               // rxe: every receive completion says IBV_WC_GRH (RoCE)
+  bool coalesce_acks;             // the responder ACKs only the last of back-to-back messages
+                                  // of a QP (hardware); rxe ACKs every message
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

@@ -4,6 +4,7 @@
 // arrives, as a NIC reads it by DMA while sending.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "handles.hpp"
 
@@ -338,8 +339,23 @@ void SimQp::on_deliver(const Event& e) {
   World::Impl& w = world();
   SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
   if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
+  const bool ack_owed = std::exchange(ack_owed_, false);
   const QpState s = attr_.qp_state;
-  if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) return;  // dropped
+  if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) {
+    // Dropped. The ACK the previous message left to this one goes out now.
+    if (ack_owed) {
+      Event r{};
+      r.time = w.transmit_time(*dev_, attr_.port_num, 0);
+      r.wire = w.wire_of(*dev_, attr_.port_num);
+      r.kind = EvKind::ack;
+      r.dev = e.src_dev;
+      r.qpn = e.src_qpn;
+      r.index = e.index - 1;
+      r.epoch = e.epoch;
+      w.send_packet(r, kNoPsn);
+    }
+    return;
+  }
   SendWqe& wq = req->sq_at(e.index);
   const Sge* src_sges = req->sq_sge(e.index);
   const std::uint8_t* src_inline = req->sq_inline(e.index);
@@ -543,7 +559,26 @@ void SimQp::on_deliver(const Event& e) {
     }
   }
   epsn_ = (wq.psn + 1) & 0xffffff;
+  if (response_bytes == 0 && ack_coalesced(e)) {
+    ack_owed_ = true;
+    return;
+  }
   respond(EvKind::ack, Nak::rnr, 0, response_bytes);
+}
+
+// ACK coalescing, as hardware responders do it: while the next packet on the wire is this
+// QP's next message, the response to that one (an ACK or a NAK) acknowledges this one too.
+// Should this QP drop the next message (it left RTR/RTS meanwhile), the ACK owed goes out
+// then; should the next message be lost on the way, the requester retries both.
+bool SimQp::ack_coalesced(const Event& e) const noexcept {
+  const World::Impl& w = world();
+  if (!traits().coalesce_acks) return false;
+  const World::Impl::Fifo& wire = w.wires[e.wire];
+  if (wire.empty()) return false;
+  const Event& next = wire.front();
+  return next.kind == EvKind::deliver && next.dev == e.dev && next.qpn == e.qpn &&
+         next.src_dev == e.src_dev && next.src_qpn == e.src_qpn && next.epoch == e.epoch &&
+         next.index == e.index + 1;
 }
 
 }  // namespace verbsim::sim

@@ -43,6 +43,7 @@ constexpr ProfileTraits kStrict{
     .comm_est_event = true,
     .error_wc_zeroed = false,
     .recv_wc_grh = false,
+    .coalesce_acks = true,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -78,6 +79,7 @@ constexpr ProfileTraits kRxe{
     .comm_est_event = false,
     .error_wc_zeroed = true,   // make_send_cqe and the responder fill only wr_id/status/qp_num
     .recv_wc_grh = true,
+    .coalesce_acks = false,  // rxe_req sets AckReq on the last packet of every message
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,

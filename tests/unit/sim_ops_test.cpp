@@ -258,6 +258,61 @@ TEST_P(Ops, ThirtyTwoSendsCompleteInOrderOnBothSides) {
   EXPECT_TRUE(led.balanced());
 }
 
+// Hardware responders coalesce ACKs: a train of back-to-back messages gets one ACK, for the
+// last. rxe acknowledges every message (its requester asks for an ACK on each).
+TEST_P(Ops, BackToBackMessagesShareOneAckExceptOnRxe) {
+  SimPair p(config());
+  Ledger led;
+  std::vector<SendWr> sends;
+  const Sge ss = p.a.sge(0, 8);
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100 + i, p.b.sge(i * 8, 8))));
+    sends.push_back(send_wr(i, ss));
+  }
+  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
+  p.world.run_until_idle();
+  const std::string history = p.world.recent_history();
+  std::size_t acks = 0;
+  for (std::size_t at = history.find(" ack "); at != std::string::npos;
+       at = history.find(" ack ", at + 1)) {
+    ++acks;
+  }
+  EXPECT_EQ(acks, is(Profile::rxe) ? 8u : 1u) << history;
+  const auto sent = led.drain(p.world, *p.a.cq);
+  const auto received = led.drain(p.world, *p.b.cq);
+  ASSERT_EQ(sent.size(), 8u);
+  ASSERT_EQ(received.size(), 8u);
+  for (const auto& wc : sent) EXPECT_EQ(wc.status, WcStatus::success);
+  EXPECT_TRUE(led.balanced());
+}
+
+// A message whose ACK was left to the next one is still acknowledged when the responder drops
+// that next one (here: it went to ERR in between): only the dropped message fails.
+TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
+  PairOptions o;
+  o.connect_options.retry_cnt = 0;
+  SimPair p(config(), o);
+  Ledger led;
+  const Sge ss = p.a.sge(0, 8);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
+  const SendWr sends[] = {send_wr(1, ss), send_wr(2, ss)};
+  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
+  ASSERT_TRUE(p.world.step());  // the first message arrives, the second is on the wire
+  QpAttr err;
+  err.qp_state = QpState::err;
+  p.b.qp->modify(err, QpAttrMask::state);
+  p.world.run_until_idle();
+  const auto sent = led.drain(p.world, *p.a.cq);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].wr_id, 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::success);
+  EXPECT_EQ(sent[1].wr_id, 2u);
+  EXPECT_EQ(sent[1].status, WcStatus::retry_exc_err);
+  led.drain(p.world, *p.b.cq);
+  EXPECT_TRUE(led.balanced());
+}
+
 // Hardware profiles refuse the post (EINVAL, the API's promise); rxe accepts it and the WR fails
 // in its completion with LOC_QP_OP_ERR, taking the QP to ERR (measured).
 TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
