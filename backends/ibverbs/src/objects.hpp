@@ -169,6 +169,7 @@ class IbvCq final : public CompletionQueue {
 
   IbvContext& context_;
   ibv_cq* cq_ = nullptr;
+  std::error_code ok_;  // what poll() returns on success (see post.hpp's post_recv)
   CompletionChannel* channel_;
   int cqe_ = 0;
   int requested_cqe_;
@@ -200,6 +201,7 @@ class IbvQp final : public QueuePair {
   int release() noexcept;
 
   ibv_qp* qp_ = nullptr;
+  std::error_code ok_;  // what the posts return on success (see post.hpp's post_recv)
   std::uint32_t qp_num_ = 0;
   QpType type_;
   bool has_srq_;
@@ -225,6 +227,7 @@ class IbvSrq final : public SharedReceiveQueue {
   int release() noexcept;
 
   ibv_srq* srq_ = nullptr;
+  std::error_code ok_;  // what post_recv() returns on success (see post.hpp's post_recv)
 };
 
 class IbvAh final : public AddressHandle {

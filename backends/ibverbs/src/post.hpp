@@ -4,6 +4,11 @@
 // together fit in kChunkSges. A chunk is one provider call, so a batch of 64 WRs with up to 4
 // SGEs each is a single ibv_post_*; bigger batches take several calls, and when one fails the
 // chunks before it stay posted, which is what PostResult::posted reports anyway.
+//
+// A batch of one WR with up to kFastSges SGEs, the usual post, takes a fast path instead: one
+// ibv_*_wr on the stack, only the fields the provider reads, no chunk bookkeeping, and a frame
+// small enough that the general path's arrays are not set up (tests/bench/ibv-overhead.sh
+// measures it). Both paths give the same results, errors included.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -12,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <system_error>
 
 #include "objects.hpp"
 #include "translate.hpp"
@@ -23,6 +29,7 @@ inline constexpr std::size_t kChunkWrs = 64;
 // More than any device's max_sge (rxe: 32), so one WR always fits in a chunk of its own;
 // a WR with more is refused without asking the provider.
 inline constexpr std::size_t kChunkSges = 256;
+inline constexpr std::size_t kFastSges = 4;
 
 // Why a provider refused a WR, from its errno (PostResult::reason is a static string).
 inline const char* post_reason(int err, bool send) noexcept {
@@ -43,9 +50,10 @@ std::uint32_t bad_index(const Wr* chain, std::size_t n, const Wr* bad) noexcept 
 }
 
 // Posts `wrs` in chunks through `post(ibv_recv_wr* first, ibv_recv_wr** bad)`, which returns
-// 0 or an errno (ibv_post_recv, ibv_post_srq_recv).
+// 0 or an errno (ibv_post_recv, ibv_post_srq_recv). Kept out of line: its arrays would otherwise
+// be set up on post_recv()'s fast path too.
 template <class Post>
-PostResult post_recv_chunks(std::span<const RecvWr> wrs, Post&& post) noexcept {
+[[gnu::noinline]] PostResult post_recv_chunks(std::span<const RecvWr> wrs, Post post) noexcept {
   std::array<ibv_recv_wr, kChunkWrs> chain;
   std::array<ibv_sge, kChunkSges> sges;
   std::size_t base = 0;
@@ -75,6 +83,29 @@ PostResult post_recv_chunks(std::span<const RecvWr> wrs, Post&& post) noexcept {
     base += n;
   }
   return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+}
+
+// Posts `wrs` through `post` as post_recv_chunks does; `ok` is returned on success (a copy is
+// cheaper than std::error_code{}, which calls std::system_category() out of line).
+template <class Post>
+PostResult post_recv(std::span<const RecvWr> wrs, const std::error_code& ok, Post post) noexcept {
+  if (wrs.size() != 1 || wrs.front().sg_list.size() > kFastSges) [[unlikely]] {
+    return post_recv_chunks(wrs, post);
+  }
+  const RecvWr& wr = wrs.front();
+  std::array<ibv_sge, kFastSges> sges;
+  for (std::size_t i = 0; i < wr.sg_list.size(); ++i) sges[i] = to_ibv(wr.sg_list[i]);
+  ibv_recv_wr out;
+  out.wr_id = wr.wr_id;
+  out.next = nullptr;
+  out.sg_list = sges.data();
+  out.num_sge = static_cast<int>(wr.sg_list.size());
+  ibv_recv_wr* bad = nullptr;
+  if (const int ret = post(&out, &bad); ret != 0) [[unlikely]] {
+    const int err = returned_errno(ret);
+    return {errno_code(err), 0, post_reason(err, false)};
+  }
+  return {ok, 1, ""};
 }
 
 }  // namespace verbsim::ibverbs

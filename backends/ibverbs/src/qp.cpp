@@ -119,10 +119,14 @@ void IbvQp::destroy() {
   if (const int err = release(); err != 0) throw_verb_error("ibv_destroy_qp", err);
 }
 
-PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
+namespace {
+
+// IbvQp::post_send for any batch, in chunks (see post.hpp). Kept out of line: its arrays would
+// otherwise be set up on the fast path too.
+[[gnu::noinline]] PostResult post_send_chunks(ibv_qp* qp, bool ud,
+                                              std::span<const SendWr> wrs) noexcept {
   std::array<ibv_send_wr, kChunkWrs> chain;
   std::array<ibv_sge, kChunkSges> sges;
-  const bool ud = type_ == QpType::ud;
   std::size_t base = 0;
   while (base < wrs.size()) {
     std::size_t n = 0;
@@ -179,7 +183,7 @@ PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
     }
     if (n > 0) {
       ibv_send_wr* bad = nullptr;
-      if (const int ret = ::ibv_post_send(qp_, chain.data(), &bad); ret != 0) {
+      if (const int ret = ::ibv_post_send(qp, chain.data(), &bad); ret != 0) {
         const int err = returned_errno(ret);
         return {errno_code(err),
                 static_cast<std::uint32_t>(base) + bad_index(chain.data(), n, bad),
@@ -192,10 +196,54 @@ PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
   return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
 }
 
+}  // namespace
+
+PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
+  // Fast path: one WR with a known opcode and up to kFastSges SGEs on an RC or UC QP. It fills
+  // the fields providers read for that opcode and no others (the rest of an ibv_send_wr is for
+  // UD, XRC, memory windows and TSO, which this path never posts); post_send_chunks zeroes
+  // whole WRs.
+  if (wrs.size() != 1 || type_ == QpType::ud) [[unlikely]] {
+    return post_send_chunks(qp_, type_ == QpType::ud, wrs);
+  }
+  const SendWr& wr = wrs.front();
+  const auto opcode = static_cast<unsigned>(wr.opcode);
+  if (opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr.sg_list.size() > kFastSges) [[unlikely]] {
+    return post_send_chunks(qp_, false, wrs);
+  }
+  std::array<ibv_sge, kFastSges> sges;
+  for (std::size_t i = 0; i < wr.sg_list.size(); ++i) sges[i] = to_ibv(wr.sg_list[i]);
+  ibv_send_wr out;
+  out.wr_id = wr.wr_id;
+  out.next = nullptr;
+  out.sg_list = sges.data();
+  out.num_sge = static_cast<int>(wr.sg_list.size());
+  out.opcode = static_cast<ibv_wr_opcode>(opcode);
+  out.send_flags = to_ibv(wr.flags);
+  out.imm_data = htonl(wr.imm_data);
+  if (opcode >= IBV_WR_ATOMIC_CMP_AND_SWP) [[unlikely]] {
+    out.wr.atomic.remote_addr = wr.remote_addr;
+    out.wr.atomic.compare_add = wr.compare_add;
+    out.wr.atomic.swap = wr.swap;
+    out.wr.atomic.rkey = wr.rkey;
+  } else {
+    out.wr.rdma.remote_addr = wr.remote_addr;
+    out.wr.rdma.rkey = wr.rkey;
+  }
+  ibv_send_wr* bad = nullptr;
+  if (const int ret = ::ibv_post_send(qp_, &out, &bad); ret != 0) [[unlikely]] {
+    const int err = returned_errno(ret);
+    return {errno_code(err), 0, post_reason(err, true)};
+  }
+  return {ok_, 1, ""};
+}
+
 PostResult IbvQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   // Checked here: not every provider refuses it.
-  if (has_srq_ && !wrs.empty()) return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
-  return post_recv_chunks(wrs, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
+  if (has_srq_ && !wrs.empty()) [[unlikely]] {
+    return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
+  }
+  return ibverbs::post_recv(wrs, ok_, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
     return ::ibv_post_recv(qp_, first, bad);
   });
 }

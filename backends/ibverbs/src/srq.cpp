@@ -46,7 +46,7 @@ void IbvSrq::destroy() {
 }
 
 PostResult IbvSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
-  return post_recv_chunks(wrs, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
+  return ibverbs::post_recv(wrs, ok_, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
     return ::ibv_post_srq_recv(srq_, first, bad);
   });
 }
