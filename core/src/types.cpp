@@ -116,9 +116,4 @@ std::uint64_t rnr_timer_ns(std::uint8_t min_rnr_timer) noexcept {
   return std::uint64_t{tens_of_ns[min_rnr_timer & 31u]} * 10u;
 }
 
-std::uint64_t ack_timeout_ns(std::uint8_t timeout) noexcept {
-  if (timeout == 0) return 0;
-  return 4096ull << (timeout & 31u);
-}
-
 }  // namespace verbsim

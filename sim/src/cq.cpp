@@ -1,5 +1,6 @@
 // Completion queues and shared receive queues.
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <new>
@@ -11,45 +12,33 @@
 
 namespace verbsim::sim {
 
-bool CqCore::push(const CqEntry& e, bool solicited) {
+bool CqCore::drop() {
   World::Impl& w = *ctx->world;
-  w.digest.add(e.wc.wr_id);
-  w.digest.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
-               static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);
-  w.digest.add(e.wc.qp_num);
-  if (error) {
-    ++dropped;
-    ++w.acct.lost_to_overrun;
-    return false;
+  ++dropped;
+  ++w.acct.lost_to_overrun;
+  if (error) return false;
+  AsyncEvent ev;
+  ev.type = AsyncEventType::cq_err;
+  ev.cq = handle;
+  if (w.traits->cq_overrun_is_error) {
+    // Hardware: the CQ is in error from now on and every QP feeding it fails.
+    error = true;
+    ctx->raise(ev);
+    const auto victims = qps;
+    for (SimQp* qp : victims) qp->cq_failed();
+  } else {
+    // rxe: the completion is dropped, one CQ_ERR per dropped completion, QPs carry on.
+    ctx->raise(ev);
   }
-  if (count == ring.size()) {
-    ++dropped;
-    ++w.acct.lost_to_overrun;
-    AsyncEvent ev;
-    ev.type = AsyncEventType::cq_err;
-    ev.cq = handle;
-    if (w.traits->cq_overrun_is_error) {
-      // Hardware: the CQ is in error from now on and every QP feeding it fails.
-      error = true;
-      ctx->raise(ev);
-      const auto victims = qps;
-      for (SimQp* qp : victims) qp->cq_failed();
-    } else {
-      // rxe: the completion is dropped, one CQ_ERR per dropped completion, QPs carry on.
-      ctx->raise(ev);
-    }
-    return false;
-  }
-  ring[(head + count) % ring.size()] = e;
-  ++count;
+  return false;
+}
+
+void CqCore::notify_if_armed(const CqEntry& e, bool solicited) {
   // An error completion counts as solicited, except a send's where rxe posts it unsolicited
   // (its flushed receives do count).
   const bool failed = e.wc.status != WcStatus::success &&
-                      (!e.send || w.traits->send_error_is_solicited);
-  if (arm == Arm::any || (arm == Arm::solicited && (solicited || failed))) {
-    notify();
-  }
-  return true;
+                      (!e.send || ctx->world->traits->send_error_is_solicited);
+  if (arm == Arm::any || (arm == Arm::solicited && (solicited || failed))) notify();
 }
 
 SimCq::SimCq(std::shared_ptr<CqCore> core) : core_(std::move(core)) { core_->handle = this; }
@@ -100,12 +89,15 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   const bool retire = c.ctx->world->traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
   const auto size = static_cast<std::uint32_t>(c.ring.size());
+  const CqEntry* const ring = c.ring.data();
+  std::uint32_t head = c.head;
   for (std::uint32_t i = 0; i < n; ++i) {
-    const CqEntry& e = c.ring[c.head];
+    const CqEntry& e = ring[head];
     out[i] = e.wc;
     if (retire && e.send && e.qp != nullptr) e.qp->retire_through(e.sq_index);
-    c.head = c.head + 1 == size ? 0 : c.head + 1;
+    head = head + 1 == size ? 0 : head + 1;
   }
+  c.head = head;
   c.count -= n;
   return {{}, n};
 }
@@ -195,7 +187,7 @@ SrqAttr SimSrq::query() const { return {core_->rq.cap, core_->rq.max_sge, core_-
 void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
   cap = capacity;
   max_sge = std::max<std::uint32_t>(sge, 1);
-  slots = std::max<std::uint32_t>(capacity, 1);
+  slots = std::bit_ceil(std::max<std::uint32_t>(capacity, 1));
   static_assert(sizeof(RecvWqe) % alignof(Sge) == 0 && alignof(RecvWqe) >= alignof(Sge));
   const std::size_t wqe_bytes = std::size_t{slots} * sizeof(RecvWqe);
   const std::size_t n_sges = std::size_t{slots} * max_sge;

@@ -45,19 +45,14 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
   return ports[i].attr.state == PortState::active;
 }
 
-std::uint64_t World::Impl::send_packet(Event e, std::uint32_t psn) {
+std::uint64_t World::Impl::send_faulty_packet(Event e, std::uint32_t psn) {
   // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
   // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
   // but speed.
   auto on_time = [this](Event& p) {
     p.seq = seq++;
-    wires[p.wire].push(p);
-    ++in_flight;
+    push_wire(p);
   };
-  if (!faults.packets) {
-    on_time(e);
-    return e.time;
-  }
   const std::uint64_t wire_time = e.time;
   const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
   if (faults.links_changed &&

@@ -165,7 +165,12 @@ class SimQp : public QueuePair {
   void on_timeout(const Event& e);
   void on_rnr_retry(const Event& e);
   // Frees send slots up to and including `index` (a polled completion, hardware profiles).
-  void retire_through(std::uint32_t index) noexcept;
+  void retire_through(std::uint32_t index) noexcept {
+    if (static_cast<std::int32_t>(index + 1 - sq_retired_) > 0 &&
+        static_cast<std::int32_t>(index + 1 - sq_done_) <= 0) {
+      sq_retired_ = index + 1;
+    }
+  }
   // A CQ this QP uses went to error (strict profile overrun).
   void cq_failed();
   // The device failed this QP (fault plan): ERR with a QP_FATAL event.
@@ -185,8 +190,9 @@ class SimQp : public QueuePair {
  protected:
   World::Impl& world() const noexcept { return *ctx_->world; }
   const ProfileTraits& traits() const noexcept { return *ctx_->world->traits; }
-  PostResult check_send(const SendWr& wr) const noexcept;
-  void enqueue_send(const SendWr& wr) noexcept;
+  // Why `wr` cannot be posted: 0, or an errno with `reason` set; `length` is its byte count.
+  int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
+  void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   void transmit();
   void arm_timer();
   void schedule_timer();

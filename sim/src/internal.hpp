@@ -201,17 +201,32 @@ struct World::Impl {
       events.push_back(e);
       ++tail;
     }
-    Event pop() noexcept {
-      const Event e = events[head++];
+    void pop_into(Event& e) noexcept {
+      e = events[head++];
       if (head == tail) {
         events.clear();
         head = tail = 0;
       }
-      return e;
     }
   };
   std::vector<Fifo> wires;
   std::size_t in_flight = 0;  // events in all wires
+  // Bit i % 64 of word i / 64: wire i holds packets. next_event looks at those wires only.
+  std::vector<std::uint64_t> busy_wires;
+  // The earliest time of the events scheduled since step() last reset it.
+  std::uint64_t earliest_scheduled = UINT64_MAX;
+  void push_wire(const Event& e) {
+    earliest_scheduled = std::min(earliest_scheduled, e.time);
+    wires[e.wire].push(e);
+    busy_wires[e.wire / 64] |= std::uint64_t{1} << (e.wire % 64);
+    ++in_flight;
+  }
+  void pop_wire(std::size_t i, Event& e) noexcept {
+    Fifo& f = wires[i];
+    f.pop_into(e);
+    if (f.empty()) busy_wires[i / 64] &= ~(std::uint64_t{1} << (i % 64));
+    --in_flight;
+  }
   std::vector<std::unique_ptr<DevCore>> devs;
   int open_contexts = 0;
   FaultState faults;
@@ -226,20 +241,43 @@ struct World::Impl {
   void schedule(Event e);
   // Schedules a packet on the wire, through the fault plan's packet rules and link states
   // (`psn` of a request packet, or kNoPsn). Returns the time of its last copy's arrival.
-  std::uint64_t send_packet(Event e, std::uint32_t psn);
+  std::uint64_t send_packet(Event e, std::uint32_t psn) {
+    if (faults.packets) return send_faulty_packet(e, psn);
+    // On time: joins its port's FIFO (times there never decrease).
+    e.seq = seq++;
+    push_wire(e);
+    return e.time;
+  }
+  std::uint64_t send_faulty_packet(Event e, std::uint32_t psn);
   // The errno a verb call fails with under the fault plan, or 0.
   int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev);
   // `undo`: the end of a link_down ... for=.
   void run_timed_fault(const TimedFault& f, bool undo);
   bool port_up(std::uint32_t dev, std::uint8_t port) const noexcept;
   bool step();
+  // Where the earliest pending event is: kHeapEvent, a wire's index, or kNoEvent; `time` is
+  // its time, `runner_up` the earliest time among the other sources' first events.
+  static constexpr int kNoEvent = -2;
+  static constexpr int kHeapEvent = -1;
+  int next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept;
   void dispatch(const Event& e);
-  SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept;
+  SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
+    return dev < devs.size() ? devs[dev]->qps.find(qpn) : nullptr;
+  }
   // (device, port) owning `gid`, or -1.
   int route(const Gid& gid) const noexcept;
   // Time a message of `bytes` leaving `port` of `dev` now arrives at the far end.
-  std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept;
-  std::uint16_t wire_of(const DevCore& dev, std::uint8_t port) const noexcept;
+  std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
+    PortCore& p = dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
+    const std::uint64_t wire = (bytes + 64) * 8 / config.link_gbps;  // + headers
+    const std::uint64_t start = std::max(now, p.busy_until);
+    p.busy_until = start + wire;
+    return p.busy_until + config.link_latency_ns;
+  }
+  std::uint16_t wire_of(const DevCore& dev, std::uint8_t port) const noexcept {
+    const std::size_t p = port > 0 && port <= dev.ports.size() ? port - 1u : 0;
+    return static_cast<std::uint16_t>(static_cast<std::size_t>(dev.index) * dev.ports.size() + p);
+  }
   std::size_t pending() const noexcept { return heap.size() + in_flight; }
 };
 
@@ -356,9 +394,31 @@ struct CqCore {
   unsigned unacked_events = 0;
   std::uint64_t dropped = 0;  // completions lost to overrun or to a CQ in error
 
-  // Adds a completion; `solicited` marks a receive of a solicited SEND. False when the CQ
-  // dropped it (overrun, or a CQ in error).
-  bool push(const CqEntry& e, bool solicited);
+  CqEntry spill{};  // where a completion the CQ drops is written (see next_slot)
+
+  // Adding a completion is two steps, so that it is written once, in place: fill every field
+  // of next_slot(), then commit() it; `solicited` marks a receive of a solicited SEND.
+  // next_slot() is the ring's next free entry, or `spill` when the CQ will drop it (overrun,
+  // or a CQ in error); commit() returns false then.
+  CqEntry& next_slot() noexcept {
+    const auto size = static_cast<std::uint32_t>(ring.size());
+    if (error || count == size) return spill;
+    const std::uint32_t i = head + count;
+    return ring[i < size ? i : i - size];
+  }
+  bool commit(const CqEntry& e, bool solicited) {
+    Digest& d = ctx->world->digest;
+    d.add(e.wc.wr_id);
+    d.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
+          static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);
+    d.add(e.wc.qp_num);
+    if (&e == &spill) [[unlikely]] return drop();
+    ++count;  // e is ring[head + count]
+    if (arm != Arm::none) [[unlikely]] notify_if_armed(e, solicited);
+    return true;
+  }
+  bool drop();  // the completion in `spill` is lost: overrun, or a CQ in error
+  void notify_if_armed(const CqEntry& e, bool solicited);
   void notify();
 };
 
@@ -373,15 +433,15 @@ struct RecvQueue {
   std::unique_ptr<std::byte[]> mem;
   RecvWqe* wqes = nullptr;
   Sge* sges = nullptr;
-  std::uint32_t slots = 0;  // max(cap, 1)
+  std::uint32_t slots = 0;  // max(cap, 1) rounded up to a power of two
   std::uint32_t cap = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t head = 0;  // next to consume
   std::uint32_t tail = 0;  // next to post
   std::uint32_t size() const noexcept { return tail - head; }
   void init(std::uint32_t capacity, std::uint32_t sge);
-  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i % slots]; }
-  Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i % slots) * max_sge]; }
+  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i & (slots - 1)]; }
+  Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i & (slots - 1)) * max_sge]; }
   void clear() noexcept { head = tail = 0; }
 };
 

@@ -191,72 +191,72 @@ void SimQp::forget_cq_entries() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Posting
 
-PostResult SimQp::check_send(const SendWr& wr) const noexcept {
-  if (sq_post_ - sq_retired_ >= sq_depth_) {
-    return {errno_code(ENOMEM), 0, "send queue full"};
+int SimQp::check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept {
+  const ProfileTraits& t = traits();
+  auto refuse = [&reason](int err, const char* why) {
+    reason = why;
+    return err;
+  };
+  if (sq_post_ - sq_retired_ >= sq_depth_) return refuse(ENOMEM, "send queue full");
+  if (!opcode_allowed(type_, wr.opcode) && t.post_checks_opcode) {
+    return refuse(EINVAL, "opcode not supported on this QP type");
   }
-  if (!opcode_allowed(type_, wr.opcode) && traits().post_checks_opcode) {
-    return {errno_code(EINVAL), 0, "opcode not supported on this QP type"};
-  }
-  const int limit_err = traits().send_limit_errno;
-  if (wr.sg_list.size() > max_send_sge_) return {errno_code(limit_err), 0, "too many SGEs"};
-  std::uint64_t length = 0;
+  if (wr.sg_list.size() > max_send_sge_) return refuse(t.send_limit_errno, "too many SGEs");
+  length = 0;
   for (const Sge& s : wr.sg_list) length += s.length;
   if (any(wr.flags, SendFlags::inline_data)) {
     if (length > reported_cap_.max_inline_data) {
-      return {errno_code(limit_err), 0, "inline data larger than max_inline_data"};
+      return refuse(t.send_limit_errno, "inline data larger than max_inline_data");
     }
     if (wr.opcode == WrOpcode::rdma_read || is_atomic(wr.opcode)) {
-      return {errno_code(EINVAL), 0, "inline is only for SEND and RDMA WRITE"};
+      return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
   if (is_atomic(wr.opcode) && (length != 8 || (wr.remote_addr & 7u) != 0)) {
-    return {errno_code(EINVAL), 0, "atomics need one 8-byte, 8-byte aligned operand"};
+    return refuse(EINVAL, "atomics need one 8-byte, 8-byte aligned operand");
   }
-  if (length > 0x80000000ull) return {errno_code(EINVAL), 0, "message larger than 2 GiB"};
+  if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
   if (type_ == QpType::ud) {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
-    if (ah == nullptr) return {errno_code(EINVAL), 0, "UD send without an address handle"};
+    if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
     const auto& port = dev_->ports[0];
-    if (length > mtu_bytes(port.attr.active_mtu) && traits().ud_oversize_refused) {
-      return {errno_code(EINVAL), 0, "UD message larger than the path MTU"};
+    if (length > mtu_bytes(port.attr.active_mtu) && t.ud_oversize_refused) {
+      return refuse(EINVAL, "UD message larger than the path MTU");
     }
   }
-  return {};
+  return 0;
 }
 
-void SimQp::enqueue_send(const SendWr& wr) noexcept {
-  ++world().acct.posted;
+void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;
+  w.remote_addr = wr.remote_addr;
+  w.compare_add = wr.compare_add;
+  w.swap = wr.swap;
+  w.length = length;
+  w.rkey = wr.rkey;
+  w.imm = wr.imm_data;
+  w.remote_qpn = wr.remote_qpn;
+  w.remote_qkey = wr.remote_qkey;
+  w.dst_dev = type_ == QpType::ud ? static_cast<const SimAh*>(wr.ah)->dst_dev() : -1;
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
-  w.imm = wr.imm_data;
-  w.remote_addr = wr.remote_addr;
-  w.rkey = wr.rkey;
-  w.compare_add = wr.compare_add;
-  w.swap = wr.swap;
-  w.remote_qpn = wr.remote_qpn;
-  w.remote_qkey = wr.remote_qkey;
-  w.dst_dev = -1;
-  if (type_ == QpType::ud) w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
-  std::uint32_t length = 0;
   w.inlined = any(wr.flags, SendFlags::inline_data);
   if (w.inlined) {
     std::uint8_t* dst = sq_inline(i);
     for (const Sge& s : wr.sg_list) {
-      std::memcpy(dst + length, reinterpret_cast<const void*>(s.addr), s.length);
-      length += s.length;
+      if (s.length == 0) continue;  // its address may be anything
+      std::memcpy(dst, reinterpret_cast<const void*>(s.addr), s.length);
+      dst += s.length;
     }
     w.num_sge = 0;
   } else {
-    std::copy(wr.sg_list.begin(), wr.sg_list.end(), sq_sge(i));
-    for (const Sge& s : wr.sg_list) length += s.length;
+    Sge* sges = sq_sge(i);
+    for (std::size_t k = 0; k < wr.sg_list.size(); ++k) sges[k] = wr.sg_list[k];
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   }
-  w.length = length;
 }
 
 PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
@@ -266,14 +266,16 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
     return {errno_code(EINVAL), 0, "QP is not in RTS"};
   }
+  Accounting& acct = world().acct;
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
-    PostResult r = check_send(wrs[i]);
-    if (r.error) {
-      r.posted = i;
+    std::uint64_t length = 0;
+    const char* reason = "";
+    if (const int err = check_send(wrs[i], length, reason); err != 0) {
       if (i > 0 && s == QpState::rts) transmit();
-      return r;
+      return {errno_code(err), i, reason};
     }
-    enqueue_send(wrs[i]);
+    enqueue_send(wrs[i], static_cast<std::uint32_t>(length));
+    ++acct.posted;
     if (s == QpState::err) {
       complete_next(WcStatus::wr_flush_err);
       sq_sent_ = sq_done_;
@@ -326,7 +328,8 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   const SendWqe& w = sq_at(index);
   ++world().acct.completed;
   if (status == WcStatus::success && !w.signaled) return;
-  CqEntry e{};
+  CqEntry& e = scq_->next_slot();
+  e.wc = WorkCompletion{};
   e.wc.wr_id = w.wr_id;
   e.wc.status = status;
   switch (w.opcode) {
@@ -347,41 +350,33 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   e.qp = this;
   e.sq_index = index;
   e.send = true;
-  scq_->push(e, false);
+  scq_->commit(e, false);
 }
 
 bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                           std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
   ++world().acct.completed;
-  CqEntry e{};
+  CqEntry& e = rcq_->next_slot();
+  e.wc = WorkCompletion{};
   e.wc.wr_id = wqe.wr_id;
   e.wc.status = status;
-  e.wc.opcode = opcode;
-  e.wc.byte_len = byte_len;
+  if (status == WcStatus::success || !traits().error_wc_zeroed) {
+    e.wc.opcode = opcode;
+    e.wc.byte_len = byte_len;
+    e.wc.src_qp = src_qp;
+    if (with_imm) {
+      e.wc.imm_data = imm;
+      e.wc.wc_flags |= WcFlags::with_imm;
+    }
+  }  // else rxe: only wr_id, status and qp_num
+  if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
+    e.wc.wc_flags |= WcFlags::grh;
+  }
   e.wc.qp_num = qpn_;
-  e.wc.src_qp = src_qp;
-  if (with_imm) {
-    e.wc.imm_data = imm;
-    e.wc.wc_flags |= WcFlags::with_imm;
-  }
-  if (type_ == QpType::ud && status == WcStatus::success) e.wc.wc_flags |= WcFlags::grh;
-  if (status == WcStatus::success && traits().recv_wc_grh) e.wc.wc_flags |= WcFlags::grh;
-  if (status != WcStatus::success && traits().error_wc_zeroed) {
-    const std::uint64_t wr_id = e.wc.wr_id;
-    e.wc = WorkCompletion{};  // rxe: only wr_id, status and qp_num
-    e.wc.wr_id = wr_id;
-    e.wc.status = status;
-    e.wc.qp_num = qpn_;
-  }
   e.qp = this;
-  return rcq_->push(e, solicited);
-}
-
-void SimQp::retire_through(std::uint32_t index) noexcept {
-  if (static_cast<std::int32_t>(index + 1 - sq_retired_) > 0 &&
-      static_cast<std::int32_t>(index + 1 - sq_done_) <= 0) {
-    sq_retired_ = index + 1;
-  }
+  e.sq_index = 0;
+  e.send = false;
+  return rcq_->commit(e, solicited);
 }
 
 void SimQp::raise(AsyncEventType type) {

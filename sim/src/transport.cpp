@@ -73,6 +73,12 @@ void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint
 
 // Copies from one SGE list to another (sizes already checked).
 void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns) noexcept {
+  if (nd == 1 && ns == 1) {  // the common case
+    if (src->length == 0) return;  // its address may be anything
+    std::memcpy(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr),
+                src->length);
+    return;
+  }
   std::uint32_t di = 0;
   std::uint64_t doff = 0;
   for (std::uint32_t si = 0; si < ns; ++si) {
@@ -143,10 +149,20 @@ void SimQp::transmit() {
   if (attr_.qp_state != QpState::rts || rnr_wait_) return;
   World::Impl& w = world();
   const bool had_outstanding = sq_done_ != sq_sent_;
+  const bool rc = type_ == QpType::rc;
+  const bool ud = type_ == QpType::ud;
+  const std::uint8_t port = ud ? 1 : attr_.port_num;
+  // What every packet of this QP has in common.
+  Event e{};
+  e.kind = EvKind::deliver;
+  e.src_dev = static_cast<std::uint16_t>(dev_->index);
+  e.wire = w.wire_of(*dev_, port);
+  e.src_qpn = qpn_;
+  e.epoch = epoch_;
   while (sq_sent_ != sq_post_) {
     SendWqe& wq = sq_at(sq_sent_);
     const bool rd = is_read_or_atomic(wq.opcode);
-    if (type_ == QpType::rc) {
+    if (rc) {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
@@ -172,40 +188,35 @@ void SimQp::transmit() {
       return;
     }
     wq.psn = (attr_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
-    const int dst = type_ == QpType::ud ? wq.dst_dev : dst_dev_;
-    const std::uint32_t dqpn = type_ == QpType::ud ? wq.remote_qpn : attr_.dest_qp_num;
+    const int dst = ud ? wq.dst_dev : dst_dev_;
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
-    const std::uint8_t port = type_ == QpType::ud ? 1 : attr_.port_num;
     const std::uint64_t arrival = w.transmit_time(*dev_, port, bytes);
-    const std::uint16_t wire = w.wire_of(*dev_, port);
     if (rd) ++rd_atomic_outstanding_;
-    Event e{};
-    e.time = arrival;
-    e.src_dev = static_cast<std::uint16_t>(dev_->index);
-    e.wire = wire;
-    e.src_qpn = qpn_;
     e.index = sq_sent_;
-    e.epoch = epoch_;
     // rxe completes a UD send larger than the MTU without sending anything.
-    const bool oversize =
-        type_ == QpType::ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
+    const bool oversize = ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
     if (dst >= 0 && !oversize) {
       e.kind = EvKind::deliver;
+      e.time = arrival;
       e.dev = static_cast<std::uint16_t>(dst);
-      e.qpn = dqpn;
+      e.qpn = ud ? wq.remote_qpn : attr_.dest_qp_num;
       e.time = w.send_packet(e, wq.psn);
+    } else {
+      e.time = arrival;
     }
-    if (type_ != QpType::rc) {
+    if (!rc) {
       // Unreliable: the send completes once the message is on the wire; ordered after the
       // delivery so the receiver reads the data before the slot can be reused.
-      e.kind = EvKind::ack;
-      e.dev = static_cast<std::uint16_t>(dev_->index);
-      e.qpn = qpn_;
-      w.schedule(e);
+      Event done = e;
+      done.kind = EvKind::ack;
+      done.dev = static_cast<std::uint16_t>(dev_->index);
+      done.qpn = qpn_;
+      done.code = 0;
+      w.schedule(done);
     }
     ++sq_sent_;
   }
-  if (type_ == QpType::rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
+  if (rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
 }
 
 // Restarts the local ACK timer. At most one timer event per QP is in the heap: when it fires

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -199,6 +200,7 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
     devs.push_back(std::move(dev));
   }
   wires.resize(devs.size() * static_cast<std::size_t>(config.ports_per_device));
+  busy_wires.assign((wires.size() + 63) / 64, 0);
   const FaultPlan& plan = config.faults;
   faults.verb_matches.assign(plan.verbs.size(), 0);
   faults.packet_matches.assign(plan.packets.size(), 0);
@@ -237,53 +239,70 @@ void World::Impl::schedule(Event e) {
     slab[slot] = e;
   }
   heap.push_back({e.time, (e.seq << 24) | slot});
+  earliest_scheduled = std::min(earliest_scheduled, e.time);
   std::push_heap(heap.begin(), heap.end(), Later{});
 }
 
-bool World::Impl::step() {
-  // The earliest pending event is the heap's top or the head of a wire.
-  auto earliest = [this](std::uint64_t& time) -> int {
-    int best = -2;  // -2: none, -1: heap, else a wire
-    std::uint64_t best_seq = 0;
-    if (!heap.empty()) {
-      best = -1;
-      time = heap.front().time;
-      best_seq = heap.front().seq_slot >> 24;
-    }
-    if (in_flight == 0) return best;
-    const Fifo* const first = wires.data();
-    const Fifo* const last = first + wires.size();
-    for (const Fifo* f = first; f != last; ++f) {
-      if (f->empty()) continue;
-      const Event& e = f->front();
-      if (best == -2 || e.time < time || (e.time == time && e.seq < best_seq)) {
-        best = static_cast<int>(f - first);
+inline int World::Impl::next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept {
+  int best = kNoEvent;
+  std::uint64_t best_seq = 0;
+  runner_up = UINT64_MAX;
+  if (!heap.empty()) {
+    best = kHeapEvent;
+    time = heap.front().time;
+    best_seq = heap.front().seq_slot >> 24;
+  }
+  if (in_flight == 0) return best;
+  for (std::size_t word = 0; word < busy_wires.size(); ++word) {
+    for (std::uint64_t bits = busy_wires[word]; bits != 0; bits &= bits - 1) {
+      const std::size_t i = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      const Event& e = wires[i].front();
+      if (best == kNoEvent || e.time < time || (e.time == time && e.seq < best_seq)) {
+        if (best != kNoEvent) runner_up = std::min(runner_up, time);
+        best = static_cast<int>(i);
         time = e.time;
         best_seq = e.seq;
+      } else {
+        runner_up = std::min(runner_up, e.time);
       }
     }
-    return best;
-  };
-  std::uint64_t t = 0;
-  int from = earliest(t);
-  if (from == -2) return false;
-  if (t > now) now = t;
-  while (from != -2 && t <= now) {
-    Event e;
-    if (from == -1) {
+  }
+  return best;
+}
+
+bool World::Impl::step() {
+  for (bool first = true;; first = false) {
+    std::uint64_t t = 0;
+    std::uint64_t runner_up = 0;
+    const int from = next_event(t, runner_up);
+    if (first) {
+      if (from == kNoEvent) return false;
+      if (t > now) now = t;
+    } else if (from == kNoEvent || t > now) {
+      return true;
+    }
+    // The event goes straight into the history ring and runs from there (no handler steps
+    // the world, so the slot stays put while it runs).
+    Event& e = history[history_next++ % kHistory];
+    bool source_has_more;  // its heap or wire holds another event of this instant
+    if (from == kHeapEvent) {
       std::pop_heap(heap.begin(), heap.end(), Later{});
       const auto slot = static_cast<std::uint32_t>(heap.back().seq_slot & 0xffffff);
       heap.pop_back();
       e = slab[slot];
       free_slots.push_back(slot);
+      source_has_more = !heap.empty() && heap.front().time <= now;
     } else {
-      e = wires[static_cast<std::size_t>(from)].pop();
-      --in_flight;
+      const auto w = static_cast<std::size_t>(from);
+      pop_wire(w, e);
+      source_has_more = !wires[w].empty() && wires[w].front().time <= now;
     }
+    earliest_scheduled = UINT64_MAX;
     dispatch(e);
-    from = earliest(t);
+    // Rescan only if something else may belong to this instant: an event that was pending
+    // elsewhere, the next one of the same source, or one the handler just scheduled.
+    if (!source_has_more && runner_up > now && earliest_scheduled > now) return true;
   }
-  return true;
 }
 
 void World::Impl::dispatch(const Event& e) {
@@ -291,7 +310,6 @@ void World::Impl::dispatch(const Event& e) {
   digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
              (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
   digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
-  history[history_next++ % kHistory] = e;
   if (e.kind == EvKind::fault) {
     run_timed_fault(config.faults.timed[e.index], e.code == 1);
     return;
@@ -314,11 +332,6 @@ void World::Impl::dispatch(const Event& e) {
   }
 }
 
-SimQp* World::Impl::find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
-  if (dev >= devs.size()) return nullptr;
-  return devs[dev]->qps.find(qpn);
-}
-
 int World::Impl::route(const Gid& gid) const noexcept {
   for (const auto& dev : devs) {
     for (const auto& port : dev->ports) {
@@ -328,19 +341,6 @@ int World::Impl::route(const Gid& gid) const noexcept {
     }
   }
   return -1;
-}
-
-std::uint16_t World::Impl::wire_of(const DevCore& dev, std::uint8_t port) const noexcept {
-  const std::size_t p = port > 0 && port <= dev.ports.size() ? port - 1u : 0;
-  return static_cast<std::uint16_t>(static_cast<std::size_t>(dev.index) * dev.ports.size() + p);
-}
-
-std::uint64_t World::Impl::transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
-  PortCore& p = dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
-  const std::uint64_t wire = (bytes + 64) * 8 / config.link_gbps;  // + headers
-  const std::uint64_t start = std::max(now, p.busy_until);
-  p.busy_until = start + wire;
-  return p.busy_until + config.link_latency_ns;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -393,6 +393,8 @@ struct AsyncEvent {
 // Duration of the RNR NAK timer encoding `min_rnr_timer` (IB spec table 45), in nanoseconds.
 std::uint64_t rnr_timer_ns(std::uint8_t min_rnr_timer) noexcept;
 // Local ACK timeout for `timeout` (4.096 us * 2^timeout), in nanoseconds; 0 means infinite.
-std::uint64_t ack_timeout_ns(std::uint8_t timeout) noexcept;
+constexpr std::uint64_t ack_timeout_ns(std::uint8_t timeout) noexcept {
+  return timeout == 0 ? 0 : 4096ull << (timeout & 31u);
+}
 
 }  // namespace verbsim
