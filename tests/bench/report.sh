@@ -14,7 +14,8 @@
 # two runs. A full run takes a few minutes. It is a manual command, not a test: it exits 0 when
 # targets are missed (they are marked FAIL), non-zero only when something could not be
 # measured. Timings depend on the machine and its load: run it on a quiet machine.
-# docs/PERFORMANCE.md has the reference figures, and the ones this script cannot measure.
+# docs/PERFORMANCE.md has the reference figures and those this script cannot measure (the
+# simulator against rxe); docs/IBV_OVERHEAD.md the ibverbs layer's (tests/bench/ibv-overhead.sh).
 #
 # Needs cmake and python3 (to read the JSON; installed with python3-pyverbs by scripts/setup.sh).
 set -euo pipefail
@@ -187,9 +188,9 @@ row("fault plan on / off, wall time, qps:64", f"{ratio:.2f}x", "<= 1.20x (noisy 
     ratio <= 1.20)
 
 # Not measurable here.
-see = "see docs/PERFORMANCE.md"
-row("simulator vs rxe, messages per second", see, ">= 50x", None)
-row("ibverbs layer per verb (tests/bench/ibv-overhead.sh)", see, "<= 20 instructions", None)
+row("simulator vs rxe, messages per second", "see docs/PERFORMANCE.md", ">= 50x", None)
+row("ibverbs layer over raw libibverbs, per call", "see docs/IBV_OVERHEAD.md",
+    "<= 20 instructions", None)
 
 load = ctx.get("load_avg") or []
 print(f"verbsim performance report: commit {commit}, {ctx.get('num_cpus', '?')} CPUs, "
