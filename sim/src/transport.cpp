@@ -583,7 +583,7 @@ void SimQp::on_deliver(const Event& e) {
 // then; should the next message be lost on the way, the requester retries both.
 bool SimQp::ack_coalesced(const Event& e) const noexcept {
   const World::Impl& w = world();
-  if (!traits().coalesce_acks) return false;
+  if (type_ != QpType::rc || !traits().coalesce_acks) return false;  // only RC ACKs
   const World::Impl::Fifo& wire = w.wires[e.wire];
   if (wire.empty()) return false;
   const Event& next = wire.front();
