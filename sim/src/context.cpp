@@ -50,9 +50,8 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
         wait_on(w, waiters);
         continue;
       }
-      w.step();
-      if (take()) return {};
-      yield_fiber();
+      // Whatever arrives while it spins stays pending (its fd readable) for the next call.
+      spin_wait(w);
       return errno_code(EAGAIN);
     }
     if (!w.step()) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);

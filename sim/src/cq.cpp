@@ -83,8 +83,11 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   CqCore& c = *core_;
   if (c.count == 0) {
     World::Impl& w = *c.ctx->world;
-    w.step();
-    if (c.count == 0 && fibers_running(w)) yield_fiber();  // a busy poller lets others run
+    if (fibers_running(w)) {
+      spin_wait(w);  // other fibers run first; the world moves once they all wait on it
+    } else {
+      w.step();
+    }
   }
   const bool retire = c.ctx->world->traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));

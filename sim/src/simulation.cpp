@@ -2,6 +2,8 @@
 // world's RNG and, when every fiber is blocked, advances virtual time instead of sleeping.
 #include "verbsim/sim/simulation.hpp"
 
+#include <algorithm>
+
 #include <boost/fiber/algo/algorithm.hpp>
 #include <boost/fiber/algo/round_robin.hpp>
 #include <boost/fiber/condition_variable.hpp>
@@ -39,8 +41,6 @@ void notify_all(WaitQueuePtr& queue) noexcept {
   if (queue) queue->cv.notify_all();
 }
 
-void yield_fiber() noexcept { boost::this_fiber::yield(); }
-
 namespace {
 
 // Ready fibers in a vector; the next one is drawn from the world's RNG.
@@ -60,13 +60,20 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
 
   bool has_ready_fibers() const noexcept override { return !ready_.empty(); }
 
-  // A fiber other than the scheduler's own dispatcher is ready to run.
+  // A fiber other than the scheduler's own dispatcher is ready to run and has work to do: it
+  // is not spinning on the world (spin_wait) since the world last moved.
   bool workers_ready() const noexcept {
     for (const boost::fibers::context* c : ready_) {
-      if (!c->is_context(boost::fibers::type::dispatcher_context)) return true;
+      if (c->is_context(boost::fibers::type::dispatcher_context)) continue;
+      if (std::find(spinning_.begin(), spinning_.end(), c) == spinning_.end()) return true;
     }
     return false;
   }
+
+  void spin(boost::fibers::context* c) { spinning_.push_back(c); }
+  void stop_spinning(boost::fibers::context* c) noexcept { std::erase(spinning_, c); }
+  // The world moved: every spinning fiber gets to look again before it moves once more.
+  void world_moved() noexcept { spinning_.clear(); }
 
   // Every fiber, the driver included, is blocked: run the world's next instant instead of
   // sleeping. (Simulation::run normally does this itself and never lets it come to this.)
@@ -89,6 +96,7 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
  private:
   World::Impl& world_;
   std::vector<boost::fibers::context*> ready_;
+  std::vector<boost::fibers::context*> spinning_;
 };
 
 }  // namespace
@@ -150,9 +158,13 @@ void Simulation::run() {
   while (impl_->live > 0) {
     boost::this_fiber::yield();
     if (impl_->live == 0) break;
-    // Back in the driver with no host ready: every host is blocked, so the world must move.
+    // Back in the driver with no host ready to work: every host is blocked or spinning on the
+    // world, so the world must move.
     if (!impl_->algo->workers_ready()) {
-      if (w.step()) continue;
+      if (w.step()) {
+        impl_->algo->world_moved();
+        continue;
+      }
       if (!w.deadlocked) {
         w.deadlocked = true;
         std::string blocked;
@@ -177,6 +189,14 @@ void Simulation::run() {
   w.deadlocked = false;
   if (impl_->error) std::rethrow_exception(impl_->error);
   if (!deadlock.empty()) throw DeadlockError(deadlock);
+}
+
+void spin_wait(World::Impl& world) noexcept {
+  auto* sim = static_cast<Simulation::Impl*>(world.fibers);
+  boost::fibers::context* self = boost::fibers::context::active();
+  sim->algo->spin(self);
+  boost::this_fiber::yield();
+  sim->algo->stop_spinning(self);
 }
 
 void sleep_for(World& world, std::chrono::nanoseconds d) {

@@ -11,7 +11,9 @@ inline bool fibers_running(const World::Impl& world) noexcept { return world.fib
 void wait_on(World::Impl& world, WaitQueuePtr& queue);
 // Wakes every fiber waiting on `queue`.
 void notify_all(WaitQueuePtr& queue) noexcept;
-// Lets the other ready fibers run (a poll or non-blocking wait that found nothing).
-void yield_fiber() noexcept;
+// A poll or non-blocking wait that found nothing, under a Simulation: lets every other ready
+// fiber run, and the world moves on (one instant) only once every ready fiber is spinning
+// like this one, so that no fiber's work is overtaken by virtual time.
+void spin_wait(World::Impl& world) noexcept;
 
 }  // namespace verbsim::sim

@@ -3,6 +3,8 @@
 // from a fatal QP error) driven through the faults that exercise it.
 #include <gtest/gtest.h>
 
+#include <boost/fiber/operations.hpp>
+
 #include <cerrno>
 #include <cstdio>
 #include <set>
@@ -355,6 +357,43 @@ TEST(Fibers, RecoversFromAFatalQpErrorByReconnecting) {
   EXPECT_EQ(delivered, kMessages);
   EXPECT_EQ(reconnects, 1);
   EXPECT_TRUE(fatal_event);
+}
+
+// A busy poller does not run the world ahead of a fiber that has work to do: the world moves
+// only once every ready fiber waits on it. Here a timer 10 ms away is all that is pending
+// while the sender computes (yields) before it posts: an empty poll that stepped the world
+// would jump to 10 ms and the message would leave late.
+TEST(Fibers, AnEmptyPollWaitsForTheOtherReadyFibers) {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    sim::Config c;
+    c.seed = seed;
+    SimPair p(c);
+    const Sge ss = p.a.sge(0, 8);
+    const Sge rs = p.b.sge(0, 8);
+    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error);
+    std::uint64_t posted_at = UINT64_MAX;
+    std::uint64_t received_at = UINT64_MAX;
+    sim::Simulation sim(p.world);
+    sim.spawn("timer", [&] { sim::sleep_for(p.world, std::chrono::milliseconds(10)); });
+    sim.spawn("receiver", [&] {
+      WorkCompletion wc[1];
+      while (p.b.cq->poll(wc).count == 0) {
+      }
+      received_at = p.world.now();
+    });
+    sim.spawn("sender", [&] {
+      for (int i = 0; i < 5; ++i) boost::this_fiber::yield();  // computing
+      posted_at = p.world.now();
+      ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);
+      WorkCompletion wc[1];
+      while (p.a.cq->poll(wc).count == 0) {
+      }
+    });
+    sim.run();
+    EXPECT_EQ(posted_at, 0u);
+    EXPECT_LT(received_at, 100'000u);  // a few microseconds of wire, not the 10 ms timer
+  }
 }
 
 TEST(VirtualTime, SevenRnrNaksOf655MsEachRunInVirtualTime) {

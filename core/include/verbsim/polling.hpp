@@ -88,8 +88,8 @@ class CompletionPoller {
 };
 
 // Polls until completions come: the lowest latency, and one core spent whether or not anything
-// arrives. On the simulator an empty poll runs the world's next instant (and yields to the other
-// fibers), so a busy poller never blocks virtual time.
+// arrives. On the simulator an empty poll runs the world's next instant (under a Simulation:
+// once every other fiber is blocked or polling too), so a busy poller never blocks virtual time.
 class BusyPoller final : public CompletionPoller {
  public:
   BusyPoller(CompletionQueue& cq, const Clock& clock) noexcept : CompletionPoller(cq, clock) {}

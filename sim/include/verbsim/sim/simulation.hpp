@@ -1,7 +1,8 @@
 // Hosts as fibers: server, client and poller threads of a test run as Boost.Fiber fibers in
 // one thread over one World, scheduled by the world's seed and advancing virtual time instead
 // of sleeping. Application code stays blocking-style and backend-agnostic: get_cq_event and
-// get_async_event block the calling fiber, not the thread, and polling an empty CQ yields.
+// get_async_event block the calling fiber, not the thread, and polling an empty CQ yields; the
+// world moves one instant when every fiber is blocked or polling an empty CQ.
 #pragma once
 
 #include <chrono>

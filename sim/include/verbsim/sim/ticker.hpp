@@ -2,9 +2,10 @@
 // sim::Simulation and measure time while they do (the hybrid poller's idle period, the share of
 // a run spent polling).
 //
-// On the simulator an empty poll runs the world's next instant. With nothing else scheduled a
-// spinning poller therefore jumps straight to the next event however far away it is (the next
-// message, a 67 ms ACK timer), and virtual time spent polling means little. spawn_tickers adds
+// On the simulator the world moves one instant once every fiber is blocked or spinning on an
+// empty poll. With nothing else scheduled a spinning poller therefore jumps straight to the
+// next event however far away it is (the next message, a 67 ms ACK timer), and virtual time
+// spent polling means little. spawn_tickers adds
 // `n` fibers that wake on a fixed grid, out of phase (every `tick`, offset by tick/n), so that
 // some event is always due within about tick/n: a poll then costs at most that much virtual
 // time, like the real time a real poll takes. They keep to the grid when they run late, so they
