@@ -234,6 +234,9 @@ struct World::Impl {
   void* fibers = nullptr;  // the running Simulation::Impl, if any
   bool deadlocked = false;  // every fiber blocked with nothing pending: waits return EDEADLK
   std::vector<WaitQueue*> wait_queues;
+  // The queues of sim::sleep_for calls still waiting for their wake event. A sleep cut short
+  // (deadlock) leaves its event behind; the event then finds its queue gone from here.
+  std::vector<const WaitQueuePtr*> sleepers;
   std::vector<Event> history;  // ring of the last kHistory events run
   std::size_t history_next = 0;
   static constexpr std::size_t kHistory = 64;

@@ -70,6 +70,14 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
     return false;
   }
 
+  // A spinning fiber is ready (it yielded).
+  bool spinners_ready() const noexcept {
+    for (const boost::fibers::context* c : ready_) {
+      if (std::find(spinning_.begin(), spinning_.end(), c) != spinning_.end()) return true;
+    }
+    return false;
+  }
+
   void spin(boost::fibers::context* c) { spinning_.push_back(c); }
   void stop_spinning(boost::fibers::context* c) noexcept { std::erase(spinning_, c); }
   // The world moved: every spinning fiber gets to look again before it moves once more.
@@ -165,6 +173,12 @@ void Simulation::run() {
         impl_->algo->world_moved();
         continue;
       }
+      // Nothing to run, but some fibers are spinning on empty polls: not a deadlock (a poll
+      // that found nothing returns, and its caller may go on to post), so let them carry on.
+      if (impl_->algo->spinners_ready()) {
+        impl_->algo->world_moved();
+        continue;
+      }
       if (!w.deadlocked) {
         w.deadlocked = true;
         std::string blocked;
@@ -213,7 +227,9 @@ void sleep_for(World& world, std::chrono::nanoseconds d) {
   e.value = reinterpret_cast<std::uintptr_t>(&queue);
   queue.reset(new WaitQueue(w));
   w.schedule(e);
+  w.sleepers.push_back(&queue);
   while (w.now < until && !w.deadlocked) wait_on(w, queue);
+  std::erase(w.sleepers, &queue);
 }
 
 }  // namespace verbsim::sim

@@ -315,7 +315,8 @@ void World::Impl::dispatch(const Event& e) {
     return;
   }
   if (e.kind == EvKind::wake) {  // sim::sleep_for of a fiber
-    notify_all(*reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value)));
+    auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
+    if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
     return;
   }
   if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
