@@ -40,7 +40,7 @@ release=${VERBSIM_RELEASE_DIR:-build-release}
 generator=()
 [[ -f "$release/CMakeCache.txt" ]] || generator=(-G Ninja)
 cmake -S . -B "$release" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DVERBSIM_WERROR=ON \
-  -DVERBSIM_BUILD_BENCHMARKS=OFF >/dev/null
+  -DVERBSIM_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$release" -j "$jobs" --target sim_golden_test pingpong >/dev/null
 "$release/tests/unit/sim_golden_test" --gtest_brief=1
 debug_digest=$("$build/examples/pingpong" --seed 42 --iters 300 | tail -n 1)
@@ -50,6 +50,17 @@ if [[ "$debug_digest" != "$release_digest" ]]; then
   exit 1
 fi
 echo "determinism: pingpong --seed 42 ends in '$release_digest' on Debug+ASan and Release"
+
+# Instruction counts need an optimised build without sanitizers: the guard on what the ibverbs
+# layer adds per call (callgrind on the drop-in; docs/IBV_OVERHEAD.md) runs here.
+cmake --build "$release" -j "$jobs" --target verbsim-ibv-overhead verbsim_dropin >/dev/null
+if ! ctest --test-dir "$release" -R '^ibv_overhead_dropin$' --output-on-failure \
+    >"$release/ibv_overhead.log" 2>&1; then
+  cat "$release/ibv_overhead.log" >&2
+  exit 1
+fi
+echo "ibv_overhead_dropin (Release): $(grep -E 'tests passed|No tests were found' \
+  "$release/ibv_overhead.log" | tail -n 1)"
 
 # Repeat ctest's summary so that it is the last thing this script prints.
 grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true
