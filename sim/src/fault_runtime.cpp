@@ -49,10 +49,6 @@ std::uint64_t World::Impl::send_faulty_packet(Event e, std::uint32_t psn) {
   // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
   // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
   // but speed.
-  auto on_time = [this](Event& p) {
-    p.seq = seq++;
-    push_wire(p);
-  };
   const std::uint64_t wire_time = e.time;
   const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
   if (faults.links_changed &&
@@ -80,7 +76,7 @@ std::uint64_t World::Impl::send_faulty_packet(Event e, std::uint32_t psn) {
   }
   if (drop) return e.time;
   if (e.time == wire_time) {
-    on_time(e);
+    push_wire(e);
   } else {
     schedule(e);
   }

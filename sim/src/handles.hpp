@@ -205,6 +205,10 @@ class SimQp : public QueuePair {
   void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
+  // The responder's ACK or NAK `code` to the requester of `request`, for its WQE `index`,
+  // carrying `bytes` of data (READ and atomic responses).
+  void send_response(const Event& request, EvKind kind, Nak code, std::uint32_t index,
+                     std::uint64_t value, std::uint64_t bytes);
   // The ACK for `e` can be left to the next message's (ACK coalescing).
   bool ack_coalesced(const Event& e) const noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.

@@ -215,7 +215,9 @@ struct World::Impl {
   std::vector<std::uint64_t> busy_wires;
   // The earliest time of the events scheduled since step() last reset it.
   std::uint64_t earliest_scheduled = UINT64_MAX;
-  void push_wire(const Event& e) {
+  // Puts a packet on its wire (in sequence, like schedule()).
+  void push_wire(Event e) {
+    e.seq = seq++;
     earliest_scheduled = std::min(earliest_scheduled, e.time);
     wires[e.wire].push(e);
     busy_wires[e.wire / 64] |= std::uint64_t{1} << (e.wire % 64);
@@ -246,9 +248,7 @@ struct World::Impl {
   // (`psn` of a request packet, or kNoPsn). Returns the time of its last copy's arrival.
   std::uint64_t send_packet(Event e, std::uint32_t psn) {
     if (faults.packets) return send_faulty_packet(e, psn);
-    // On time: joins its port's FIFO (times there never decrease).
-    e.seq = seq++;
-    push_wire(e);
+    push_wire(e);  // on time: joins its port's FIFO (times there never decrease)
     return e.time;
   }
   std::uint64_t send_faulty_packet(Event e, std::uint32_t psn);

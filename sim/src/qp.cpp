@@ -253,8 +253,7 @@ void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
     }
     w.num_sge = 0;
   } else {
-    Sge* sges = sq_sge(i);
-    for (std::size_t k = 0; k < wr.sg_list.size(); ++k) sges[k] = wr.sg_list[k];
+    std::copy(wr.sg_list.begin(), wr.sg_list.end(), sq_sge(i));
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   }
 }

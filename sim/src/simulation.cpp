@@ -63,19 +63,18 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   // A fiber other than the scheduler's own dispatcher is ready to run and has work to do: it
   // is not spinning on the world (spin_wait) since the world last moved.
   bool workers_ready() const noexcept {
-    for (const boost::fibers::context* c : ready_) {
-      if (c->is_context(boost::fibers::type::dispatcher_context)) continue;
-      if (std::find(spinning_.begin(), spinning_.end(), c) == spinning_.end()) return true;
-    }
-    return false;
+    return std::ranges::any_of(ready_, [this](const boost::fibers::context* c) {
+      return !c->is_context(boost::fibers::type::dispatcher_context) && !spinning(c);
+    });
   }
 
   // A spinning fiber is ready (it yielded).
   bool spinners_ready() const noexcept {
-    for (const boost::fibers::context* c : ready_) {
-      if (std::find(spinning_.begin(), spinning_.end(), c) != spinning_.end()) return true;
-    }
-    return false;
+    return std::ranges::any_of(ready_, [this](const boost::fibers::context* c) { return spinning(c); });
+  }
+
+  bool spinning(const boost::fibers::context* c) const noexcept {
+    return std::ranges::find(spinning_, c) != spinning_.end();
   }
 
   void spin(boost::fibers::context* c) { spinning_.push_back(c); }

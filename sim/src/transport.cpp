@@ -190,19 +190,15 @@ void SimQp::transmit() {
     wq.psn = (attr_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
     const int dst = ud ? wq.dst_dev : dst_dev_;
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
-    const std::uint64_t arrival = w.transmit_time(*dev_, port, bytes);
     if (rd) ++rd_atomic_outstanding_;
     e.index = sq_sent_;
+    e.time = w.transmit_time(*dev_, port, bytes);
     // rxe completes a UD send larger than the MTU without sending anything.
     const bool oversize = ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
     if (dst >= 0 && !oversize) {
-      e.kind = EvKind::deliver;
-      e.time = arrival;
       e.dev = static_cast<std::uint16_t>(dst);
       e.qpn = ud ? wq.remote_qpn : attr_.dest_qp_num;
       e.time = w.send_packet(e, wq.psn);
-    } else {
-      e.time = arrival;
     }
     if (!rc) {
       // Unreliable: the send completes once the message is on the wire; ordered after the
@@ -211,7 +207,6 @@ void SimQp::transmit() {
       done.kind = EvKind::ack;
       done.dev = static_cast<std::uint16_t>(dev_->index);
       done.qpn = qpn_;
-      done.code = 0;
       w.schedule(done);
     }
     ++sq_sent_;
@@ -354,17 +349,7 @@ void SimQp::on_deliver(const Event& e) {
   const QpState s = attr_.qp_state;
   if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) {
     // Dropped. The ACK the previous message left to this one goes out now.
-    if (ack_owed) {
-      Event r{};
-      r.time = w.transmit_time(*dev_, attr_.port_num, 0);
-      r.wire = w.wire_of(*dev_, attr_.port_num);
-      r.kind = EvKind::ack;
-      r.dev = e.src_dev;
-      r.qpn = e.src_qpn;
-      r.index = e.index - 1;
-      r.epoch = e.epoch;
-      w.send_packet(r, kNoPsn);
-    }
+    if (ack_owed) send_response(e, EvKind::ack, Nak::rnr, e.index - 1, 0, 0);
     return;
   }
   SendWqe& wq = req->sq_at(e.index);
@@ -405,18 +390,7 @@ void SimQp::on_deliver(const Event& e) {
   const bool rc = type_ == QpType::rc;
   const std::uint32_t diff = (wq.psn - epsn_) & 0xffffff;
   auto respond = [&](EvKind kind, Nak code, std::uint64_t value, std::uint64_t bytes) {
-    if (!rc) return;
-    Event r{};
-    r.time = w.transmit_time(*dev_, attr_.port_num, bytes);
-    r.wire = w.wire_of(*dev_, attr_.port_num);
-    r.kind = kind;
-    r.code = static_cast<std::uint8_t>(code);
-    r.dev = static_cast<std::uint16_t>(e.src_dev);
-    r.qpn = e.src_qpn;
-    r.index = e.index;
-    r.epoch = e.epoch;
-    r.value = value;
-    w.send_packet(r, kNoPsn);
+    if (rc) send_response(e, kind, code, e.index, value, bytes);
   };
   if (diff != 0) {
     if (!rc) {
@@ -426,16 +400,7 @@ void SimQp::on_deliver(const Event& e) {
       return;
     } else {
       // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.
-      Event r{};
-      r.time = w.transmit_time(*dev_, attr_.port_num, 0);
-      r.wire = w.wire_of(*dev_, attr_.port_num);
-      r.kind = EvKind::nak;
-      r.code = static_cast<std::uint8_t>(Nak::psn_seq);
-      r.dev = static_cast<std::uint16_t>(e.src_dev);
-      r.qpn = e.src_qpn;
-      r.index = e.index - diff;
-      r.epoch = e.epoch;
-      w.send_packet(r, kNoPsn);
+      send_response(e, EvKind::nak, Nak::psn_seq, e.index - diff, 0, 0);
       return;
     }
   }
@@ -575,6 +540,22 @@ void SimQp::on_deliver(const Event& e) {
     return;
   }
   respond(EvKind::ack, Nak::rnr, 0, response_bytes);
+}
+
+void SimQp::send_response(const Event& request, EvKind kind, Nak code, std::uint32_t index,
+                          std::uint64_t value, std::uint64_t bytes) {
+  World::Impl& w = world();
+  Event r{};
+  r.time = w.transmit_time(*dev_, attr_.port_num, bytes);
+  r.wire = w.wire_of(*dev_, attr_.port_num);
+  r.kind = kind;
+  r.code = static_cast<std::uint8_t>(code);
+  r.dev = request.src_dev;
+  r.qpn = request.src_qpn;
+  r.index = index;
+  r.epoch = request.epoch;
+  r.value = value;
+  w.send_packet(r, kNoPsn);
 }
 
 // ACK coalescing, as hardware responders do it: while the next packet on the wire is this
