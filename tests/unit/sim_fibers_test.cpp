@@ -31,6 +31,14 @@ SendWr signaled_send(const Sge& sge, std::uint64_t id) {
   return wr;
 }
 
+// Busy-polls `cq` until one completion comes, and returns it.
+WorkCompletion busy_poll_one(CompletionQueue& cq) {
+  WorkCompletion wc[1];
+  while (cq.poll(wc).count == 0) {
+  }
+  return wc[0];
+}
+
 // Application code: waits for one completion event on `cq`, then drains it. `robust` code
 // accepts that the CQ may already be empty (another thread took the completion between the
 // event and the poll); naive code treats that as an error. Returns completions taken.
@@ -402,18 +410,14 @@ TEST(Fibers, AnEmptyPollWaitsForTheOtherReadyFibers) {
     sim::Simulation sim(p.world);
     sim.spawn("timer", [&] { sim::sleep_for(p.world, std::chrono::milliseconds(10)); });
     sim.spawn("receiver", [&] {
-      WorkCompletion wc[1];
-      while (p.b.cq->poll(wc).count == 0) {
-      }
+      busy_poll_one(*p.b.cq);
       received_at = p.world.now();
     });
     sim.spawn("sender", [&] {
       for (int i = 0; i < 5; ++i) boost::this_fiber::yield();  // computing
       posted_at = p.world.now();
       ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);
-      WorkCompletion wc[1];
-      while (p.a.cq->poll(wc).count == 0) {
-      }
+      busy_poll_one(*p.a.cq);
     });
     sim.run();
     EXPECT_EQ(posted_at, 0u);
@@ -446,14 +450,11 @@ void all_poll_empty_then_send(const sim::Config& c) {
     EXPECT_EQ(p.a.cq->poll(wc).count, 0u);  // nothing yet, and nothing scheduled
     sim::sleep_for(p.world, std::chrono::microseconds(1));
     ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);
-    while (p.a.cq->poll(wc).count == 0) {
-    }
+    busy_poll_one(*p.a.cq);
   });
   sim.spawn("receiver", [&] {
-    WorkCompletion wc[1];
-    while (p.b.cq->poll(wc).count == 0) {
-    }
-    received = wc[0].wr_id == 7 && wc[0].status == WcStatus::success;
+    const WorkCompletion wc = busy_poll_one(*p.b.cq);
+    received = wc.wr_id == 7 && wc.status == WcStatus::success;
   });
   EXPECT_NO_THROW(sim.run());
   EXPECT_TRUE(received);
