@@ -77,35 +77,12 @@ rxe)
 		echo "ibv-overhead.sh: the guest mounts a tmpfs over $binary's directory: copy it elsewhere" >&2
 		exit 2 ;;
 	esac
-	# The guest needs the 9p modules of the VM's kernel (from the package rxe-run caches).
-	cache=${VERBSIM_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verbsim-rxe}
-	if ! compgen -G "$cache/debs/linux-image-*.deb" >/dev/null; then
-		"$root/tests/rxe/rxe-run" -- /bin/true || exit $?
-	fi
-	deb=$(compgen -G "$cache/debs/linux-image-*.deb" | tail -n 1)
-	mkdir -p "$work/k"
-	dpkg-deb -x "$deb" "$work/k"
-	kver=$(ls "$work/k/lib/modules")
-	depmod -b "$work/k" "$kver"
-	mods=()
-	declare -A seen=()
-	for m in 9p 9pnet_virtio virtio_pci; do
-		while read -r verb ko _; do
-			[[ $verb == insmod && -z ${seen[$ko]:-} ]] || continue
-			seen[$ko]=1
-			case $ko in
-			*.xz) xz -dc "$ko" >"${ko%.xz}"; ko=${ko%.xz} ;;
-			*.zst) zstd -qdc "$ko" >"${ko%.zst}"; ko=${ko%.zst} ;;
-			esac
-			mods+=("$ko")
-		done < <(modprobe -C /dev/null -d "$work/k" -S "$kver" --show-depends "$m")
-	done
-	withs=()
-	for m in "${mods[@]}"; do withs+=(--with "$m"); done
-	export VERBSIM_RXE_QEMU_ARGS="-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+	# The guest mounts the host's root over 9p and runs the host's valgrind in a chroot.
+	source "$root/tests/rxe/hostroot.sh"
+	hostroot_prepare "$work"
 	"$root/tests/rxe/rxe-run" --timeout "${VERBSIM_RXE_TIMEOUT:-900}" \
-		--script "$here/ibv-overhead-guest.sh" "${withs[@]}" \
-		-- "${mods[@]}" -- "${valgrind_args[@]}" --callgrind-out-file=/tmp/ibv-overhead.cg \
+		--script "$here/ibv-overhead-guest.sh" "${hostroot_withs[@]}" \
+		-- "${hostroot_modules[@]}" -- "${valgrind_args[@]}" --callgrind-out-file=/tmp/ibv-overhead.cg \
 		"$binary" "$@" >"$out"
 	;;
 esac

@@ -30,37 +30,13 @@ cp -r "$suite" "$work/tests"
 find "$work/tests" -name '*.gz' -exec gunzip -f {} +
 cp "$here/pyverbs_run.py" "$work/"
 
-# Populate rxe-run's cache (kernel package) if this is its first use.
-cache=${VERBSIM_RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verbsim-rxe}
-if ! compgen -G "$cache/debs/linux-image-*.deb" >/dev/null; then
-	"$root/tests/rxe/rxe-run" -- /bin/true || exit $?
-fi
-deb=$(compgen -G "$cache/debs/linux-image-*.deb" | tail -n 1)
-mkdir -p "$work/k"
-dpkg-deb -x "$deb" "$work/k"
-kver=$(ls "$work/k/lib/modules")
-depmod -b "$work/k" "$kver"
-mods=()
-declare -A seen=()
-for m in 9p 9pnet_virtio virtio_pci; do
-	while read -r verb ko _; do
-		[[ $verb == insmod && -z ${seen[$ko]:-} ]] || continue
-		seen[$ko]=1
-		case $ko in
-		*.xz) xz -dc "$ko" >"${ko%.xz}"; ko=${ko%.xz} ;;
-		*.zst) zstd -qdc "$ko" >"${ko%.zst}"; ko=${ko%.zst} ;;
-		esac
-		mods+=("$ko")
-	done < <(modprobe -C /dev/null -d "$work/k" -S "$kver" --show-depends "$m")
-done
-withs=()
-for m in "${mods[@]}"; do withs+=(--with "$m"); done
-
-export VERBSIM_RXE_QEMU_ARGS="-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+source "$root/tests/rxe/hostroot.sh"
+hostroot_prepare "$work"
 set +e
 "$root/tests/rxe/rxe-run" --timeout "${VERBSIM_RXE_TIMEOUT:-1200}" \
-	--script "$here/pyverbs-rxe-guest.sh" "${withs[@]}" \
-	-- "$work/tests" "$work/pyverbs_run.py" "${mods[@]}" -- --dev rxe0 -v >"$work/results.txt"
+	--script "$here/pyverbs-rxe-guest.sh" "${hostroot_withs[@]}" \
+	-- "$work/tests" "$work/pyverbs_run.py" "${hostroot_modules[@]}" -- --dev rxe0 -v \
+	>"$work/results.txt"
 rc=$?
 set -e
 grep '^PYVERBS-RESULT ' "$work/results.txt" | sed 's/^PYVERBS-RESULT //' >"$work/outcomes.txt" || true
