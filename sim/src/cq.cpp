@@ -79,17 +79,23 @@ void SimCq::destroy() {
   destroyed_ = true;
 }
 
+namespace {
+// What an empty poll returns, built without calling std::system_category() each time.
+const std::error_category& kSystem = std::system_category();
+}  // namespace
+
 PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   CqCore& c = *core_;
+  World::Impl& w = *c.ctx->world;
   if (c.count == 0) {
-    World::Impl& w = *c.ctx->world;
     if (fibers_running(w)) {
       spin_wait(w);  // other fibers run first; the world moves once they all wait on it
     } else {
       w.step();
     }
+    if (c.count == 0) return {std::error_code(0, kSystem), 0};
   }
-  const bool retire = c.ctx->world->traits->retire_on_poll;
+  const bool retire = w.traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
   const auto size = static_cast<std::uint32_t>(c.ring.size());
   const CqEntry* const ring = c.ring.data();
@@ -102,7 +108,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   }
   c.head = head;
   c.count -= n;
-  return {{}, n};
+  return {std::error_code(0, kSystem), n};
 }
 
 std::error_code SimCq::req_notify(bool solicited_only) noexcept {
@@ -166,7 +172,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     RecvWqe& w = rq.at(rq.tail);
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-    std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq.sge_at(rq.tail));
+    copy_sges(wr.sg_list, rq.sge_at(rq.tail));
     ++rq.tail;
     ++core_->pd->ctx->world->acct.posted;
   }

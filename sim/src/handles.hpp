@@ -212,7 +212,15 @@ class SimQp : public QueuePair {
   // The ACK for `e` can be left to the next message's (ACK coalescing).
   bool ack_coalesced(const Event& e) const noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
-  bool take_recv(RecvWqe& wqe, Sge*& sges);
+  bool take_recv(RecvWqe& wqe, Sge*& sges) {
+    RecvQueue& rq = srq_ ? srq_->rq : rq_;
+    if (rq.size() == 0) return false;
+    wqe = rq.at(rq.head);
+    sges = rq.sge_at(rq.head);
+    ++rq.head;
+    if (srq_) [[unlikely]] srq_->consumed();
+    return true;
+  }
   void apply(const QpAttr& attr, QpAttrMask mask);
   void raise(AsyncEventType type);
 
@@ -296,6 +304,63 @@ class FaultySrq final : public SimSrq {
   using SimSrq::SimSrq;
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
 };
+
+// Completions, written in place in the CQ ring. Inline: with the status a constant at the call
+// site, the success path is a few stores.
+inline void SimQp::complete_send(std::uint32_t index, WcStatus status) {
+  const SendWqe& w = sq_at(index);
+  ++world().acct.completed;
+  if (status == WcStatus::success && !w.signaled) return;
+  CqEntry& e = scq_->next_slot();
+  e.wc = WorkCompletion{};
+  e.wc.wr_id = w.wr_id;
+  e.wc.status = status;
+  switch (w.opcode) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: e.wc.opcode = WcOpcode::send; break;
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: e.wc.opcode = WcOpcode::rdma_write; break;
+    case WrOpcode::rdma_read: e.wc.opcode = WcOpcode::rdma_read; break;
+    case WrOpcode::atomic_cmp_and_swp: e.wc.opcode = WcOpcode::comp_swap; break;
+    case WrOpcode::atomic_fetch_and_add: e.wc.opcode = WcOpcode::fetch_add; break;
+  }
+  e.wc.byte_len = w.length;
+  if (status != WcStatus::success && traits().error_wc_zeroed) {
+    e.wc.opcode = WcOpcode::send;  // 0: rxe fills in the opcode and length only on success
+    e.wc.byte_len = 0;
+  }
+  e.wc.qp_num = qpn_;
+  e.qp = this;
+  e.sq_index = index;
+  e.send = true;
+  scq_->commit(e, false);
+}
+
+inline bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+  ++world().acct.completed;
+  CqEntry& e = rcq_->next_slot();
+  e.wc = WorkCompletion{};
+  e.wc.wr_id = wqe.wr_id;
+  e.wc.status = status;
+  if (status == WcStatus::success || !traits().error_wc_zeroed) {
+    e.wc.opcode = opcode;
+    e.wc.byte_len = byte_len;
+    e.wc.src_qp = src_qp;
+    if (with_imm) {
+      e.wc.imm_data = imm;
+      e.wc.wc_flags |= WcFlags::with_imm;
+    }
+  }  // else rxe: only wr_id, status and qp_num
+  if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
+    e.wc.wc_flags |= WcFlags::grh;
+  }
+  e.wc.qp_num = qpn_;
+  e.qp = this;
+  e.sq_index = 0;
+  e.send = false;
+  return rcq_->commit(e, solicited);
+}
 
 // Errors of the simulator's verbs name the libibverbs call.
 [[noreturn]] void fail(const char* verb, int err, std::string_view detail);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -271,11 +272,17 @@ struct World::Impl {
   int route(const Gid& gid) const noexcept;
   // Time a message of `bytes` leaving `port` of `dev` now arrives at the far end.
   std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
-    PortCore& p = dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
+    return transmit_time(egress(dev, port), bytes);
+  }
+  std::uint64_t transmit_time(PortCore& p, std::uint64_t bytes) noexcept {
     const std::uint64_t wire = (bytes + 64) * 8 / config.link_gbps;  // + headers
     const std::uint64_t start = std::max(now, p.busy_until);
     p.busy_until = start + wire;
     return p.busy_until + config.link_latency_ns;
+  }
+  // The port a packet leaves `dev` by (port 1 for a port number out of range).
+  static PortCore& egress(DevCore& dev, std::uint8_t port) noexcept {
+    return dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
   }
   std::uint16_t wire_of(const DevCore& dev, std::uint8_t port) const noexcept {
     const std::size_t p = port > 0 && port <= dev.ports.size() ? port - 1u : 0;
@@ -424,6 +431,16 @@ struct CqCore {
   void notify_if_armed(const CqEntry& e, bool solicited);
   void notify();
 };
+
+// Copies a work request's SGEs into its queue slot; one SGE (the common case) without a
+// call to memmove.
+inline void copy_sges(std::span<const Sge> from, Sge* to) noexcept {
+  if (from.size() == 1) {
+    *to = from[0];
+  } else {
+    std::copy(from.begin(), from.end(), to);
+  }
+}
 
 struct RecvWqe {
   std::uint64_t wr_id;

@@ -202,9 +202,13 @@ int SimQp::check_send(const SendWr& wr, std::uint64_t& length, const char*& reas
     return refuse(EINVAL, "opcode not supported on this QP type");
   }
   if (wr.sg_list.size() > max_send_sge_) return refuse(t.send_limit_errno, "too many SGEs");
-  length = 0;
-  for (const Sge& s : wr.sg_list) length += s.length;
-  if (any(wr.flags, SendFlags::inline_data)) {
+  if (wr.sg_list.size() == 1) {
+    length = wr.sg_list[0].length;
+  } else {
+    length = 0;
+    for (const Sge& s : wr.sg_list) length += s.length;
+  }
+  if (any(wr.flags, SendFlags::inline_data)) [[unlikely]] {
     if (length > reported_cap_.max_inline_data) {
       return refuse(t.send_limit_errno, "inline data larger than max_inline_data");
     }
@@ -212,11 +216,11 @@ int SimQp::check_send(const SendWr& wr, std::uint64_t& length, const char*& reas
       return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
-  if (is_atomic(wr.opcode) && (length != 8 || (wr.remote_addr & 7u) != 0)) {
+  if (is_atomic(wr.opcode) && (length != 8 || (wr.remote_addr & 7u) != 0)) [[unlikely]] {
     return refuse(EINVAL, "atomics need one 8-byte, 8-byte aligned operand");
   }
   if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
-  if (type_ == QpType::ud) {
+  if (type_ == QpType::ud) [[unlikely]] {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
     if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
     const auto& port = dev_->ports[0];
@@ -253,7 +257,7 @@ void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
     }
     w.num_sge = 0;
   } else {
-    std::copy(wr.sg_list.begin(), wr.sg_list.end(), sq_sge(i));
+    copy_sges(wr.sg_list, sq_sge(i));
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   }
 }
@@ -300,7 +304,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     RecvWqe& w = rq_.at(rq_.tail);
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-    std::copy(wr.sg_list.begin(), wr.sg_list.end(), rq_.sge_at(rq_.tail));
+    copy_sges(wr.sg_list, rq_.sge_at(rq_.tail));
     ++rq_.tail;
     ++world().acct.posted;
   }
@@ -321,61 +325,6 @@ void SimQp::complete_next(WcStatus status) {
   // this QP to ERR and flushes from sq_done_ on, re-entrantly.
   const std::uint32_t index = sq_done_++;
   complete_send(index, status);
-}
-
-void SimQp::complete_send(std::uint32_t index, WcStatus status) {
-  const SendWqe& w = sq_at(index);
-  ++world().acct.completed;
-  if (status == WcStatus::success && !w.signaled) return;
-  CqEntry& e = scq_->next_slot();
-  e.wc = WorkCompletion{};
-  e.wc.wr_id = w.wr_id;
-  e.wc.status = status;
-  switch (w.opcode) {
-    case WrOpcode::send:
-    case WrOpcode::send_with_imm: e.wc.opcode = WcOpcode::send; break;
-    case WrOpcode::rdma_write:
-    case WrOpcode::rdma_write_with_imm: e.wc.opcode = WcOpcode::rdma_write; break;
-    case WrOpcode::rdma_read: e.wc.opcode = WcOpcode::rdma_read; break;
-    case WrOpcode::atomic_cmp_and_swp: e.wc.opcode = WcOpcode::comp_swap; break;
-    case WrOpcode::atomic_fetch_and_add: e.wc.opcode = WcOpcode::fetch_add; break;
-  }
-  e.wc.byte_len = w.length;
-  if (status != WcStatus::success && traits().error_wc_zeroed) {
-    e.wc.opcode = WcOpcode::send;  // 0: rxe fills in the opcode and length only on success
-    e.wc.byte_len = 0;
-  }
-  e.wc.qp_num = qpn_;
-  e.qp = this;
-  e.sq_index = index;
-  e.send = true;
-  scq_->commit(e, false);
-}
-
-bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
-  ++world().acct.completed;
-  CqEntry& e = rcq_->next_slot();
-  e.wc = WorkCompletion{};
-  e.wc.wr_id = wqe.wr_id;
-  e.wc.status = status;
-  if (status == WcStatus::success || !traits().error_wc_zeroed) {
-    e.wc.opcode = opcode;
-    e.wc.byte_len = byte_len;
-    e.wc.src_qp = src_qp;
-    if (with_imm) {
-      e.wc.imm_data = imm;
-      e.wc.wc_flags |= WcFlags::with_imm;
-    }
-  }  // else rxe: only wr_id, status and qp_num
-  if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
-    e.wc.wc_flags |= WcFlags::grh;
-  }
-  e.wc.qp_num = qpn_;
-  e.qp = this;
-  e.sq_index = 0;
-  e.send = false;
-  return rcq_->commit(e, solicited);
 }
 
 void SimQp::raise(AsyncEventType type) {

@@ -3,6 +3,7 @@
 // UD without acknowledgements. A message's data is read from the sender's memory when it
 // arrives, as a NIC reads it by DMA while sending.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -26,8 +27,9 @@ bool opcode_supported(QpType type, WrOpcode op) noexcept {
 
 // Is [addr, addr+len) inside a memory region of `dev`'s table under `key`, owned by `pd`, with
 // every access bit of `need`? Returns its MR or nullptr.
-const MrCore* lookup(const DevCore& dev, std::uint32_t key, const PdCore* pd, std::uint64_t addr,
-                     std::uint64_t len, Access need) noexcept {
+[[gnu::always_inline]] inline const MrCore* lookup(const DevCore& dev, std::uint32_t key,
+                                                 const PdCore* pd, std::uint64_t addr,
+                                                 std::uint64_t len, Access need) noexcept {
   const MrCore* mr = dev.mrs.find(key >> 8);
   if (mr == nullptr || mr->key != key || mr->pd.get() != pd) return nullptr;
   if (need != Access::none && !all(mr->access, need)) return nullptr;
@@ -46,8 +48,13 @@ bool sge_keys_known(const DevCore& dev, const PdCore* pd, const Sge* sges, std::
   return true;
 }
 
-bool sges_valid(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint32_t n,
-                Access need) noexcept {
+[[gnu::always_inline]] inline bool sges_valid(const DevCore& dev, const PdCore* pd,
+                                             const Sge* sges, std::uint32_t n,
+                                             Access need) noexcept {
+  if (n == 1) {  // the common case, without the loop
+    return sges->length == 0 ||
+           lookup(dev, sges->lkey, pd, sges->addr, sges->length, need) != nullptr;
+  }
   for (std::uint32_t i = 0; i < n; ++i) {
     if (sges[i].length == 0) continue;
     if (lookup(dev, sges[i].lkey, pd, sges[i].addr, sges[i].length, need) == nullptr) return false;
@@ -56,6 +63,7 @@ bool sges_valid(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint
 }
 
 std::uint64_t sges_length(const Sge* sges, std::uint32_t n) noexcept {
+  if (n == 1) return sges->length;
   std::uint64_t len = 0;
   for (std::uint32_t i = 0; i < n; ++i) len += sges[i].length;
   return len;
@@ -71,14 +79,8 @@ void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint
   }
 }
 
-// Copies from one SGE list to another (sizes already checked).
-void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns) noexcept {
-  if (nd == 1 && ns == 1) {  // the common case
-    if (src->length == 0) return;  // its address may be anything
-    std::memcpy(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr),
-                src->length);
-    return;
-  }
+// Copies from one SGE list to another (sizes already checked), in general.
+void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns) noexcept {
   std::uint32_t di = 0;
   std::uint64_t doff = 0;
   for (std::uint32_t si = 0; si < ns; ++si) {
@@ -96,6 +98,15 @@ void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns)
       }
     }
   }
+}
+
+// Copies from one SGE list to another (sizes already checked).
+[[gnu::always_inline]] inline void sg_copy(const Sge* dst, std::uint32_t nd, const Sge* src,
+                                           std::uint32_t ns) noexcept {
+  if (nd != 1 || ns != 1) return sg_copy_lists(dst, nd, src, ns);
+  if (src->length == 0) return;  // its address may be anything
+  std::memcpy(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr),
+              src->length);
 }
 
 // The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
@@ -157,6 +168,7 @@ void SimQp::transmit() {
   e.kind = EvKind::deliver;
   e.src_dev = static_cast<std::uint16_t>(dev_->index);
   e.wire = w.wire_of(*dev_, port);
+  PortCore& egress = World::Impl::egress(*dev_, port);
   e.src_qpn = qpn_;
   e.epoch = epoch_;
   while (sq_sent_ != sq_post_) {
@@ -192,7 +204,7 @@ void SimQp::transmit() {
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
     if (rd) ++rd_atomic_outstanding_;
     e.index = sq_sent_;
-    e.time = w.transmit_time(*dev_, port, bytes);
+    e.time = w.transmit_time(egress, bytes);
     // rxe completes a UD send larger than the MTU without sending anything.
     const bool oversize = ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
     if (dst >= 0 && !oversize) {
@@ -330,16 +342,6 @@ void SimQp::on_rnr_retry(const Event& e) {
 
 // ---------------------------------------------------------------------------------------------
 // Responder
-
-bool SimQp::take_recv(RecvWqe& wqe, Sge*& sges) {
-  RecvQueue& rq = srq_ ? srq_->rq : rq_;
-  if (rq.size() == 0) return false;
-  wqe = rq.at(rq.head);
-  sges = rq.sge_at(rq.head);
-  ++rq.head;
-  if (srq_) srq_->consumed();
-  return true;
-}
 
 void SimQp::on_deliver(const Event& e) {
   World::Impl& w = world();
@@ -563,14 +565,21 @@ void SimQp::send_response(const Event& request, EvKind kind, Nak code, std::uint
 // Should this QP drop the next message (it left RTR/RTS meanwhile), the ACK owed goes out
 // then; should the next message be lost on the way, the requester retries both.
 bool SimQp::ack_coalesced(const Event& e) const noexcept {
+  if (type_ != QpType::rc) return false;  // only RC ACKs
   const World::Impl& w = world();
-  if (type_ != QpType::rc || !traits().coalesce_acks) return false;  // only RC ACKs
+  if (!w.traits->coalesce_acks) return false;
   const World::Impl::Fifo& wire = w.wires[e.wire];
   if (wire.empty()) return false;
   const Event& next = wire.front();
-  return next.kind == EvKind::deliver && next.dev == e.dev && next.qpn == e.qpn &&
-         next.src_dev == e.src_dev && next.src_qpn == e.src_qpn && next.epoch == e.epoch &&
-         next.index == e.index + 1;
+  // A deliver (code 0) of the same flow: kind, code, dev, qpn, src_dev, wire and src_qpn are
+  // two words; then the next index of the same epoch.
+  static_assert(offsetof(Event, kind) + 16 == offsetof(Event, index) &&
+                offsetof(Event, src_qpn) + 4 == offsetof(Event, index));
+  std::uint64_t a[2];
+  std::uint64_t b[2];
+  std::memcpy(a, &e.kind, sizeof a);
+  std::memcpy(b, &next.kind, sizeof b);
+  return a[0] == b[0] && a[1] == b[1] && next.index == e.index + 1 && next.epoch == e.epoch;
 }
 
 }  // namespace verbsim::sim

@@ -270,6 +270,34 @@ inline int World::Impl::next_event(std::uint64_t& time, std::uint64_t& runner_up
   return best;
 }
 
+inline void World::Impl::dispatch(const Event& e) {
+  digest.add(e.time);
+  digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
+             (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
+  digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
+  if (e.kind == EvKind::fault) {
+    run_timed_fault(config.faults.timed[e.index], e.code == 1);
+    return;
+  }
+  if (e.kind == EvKind::wake) {  // sim::sleep_for of a fiber
+    auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
+    if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
+    return;
+  }
+  if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
+  SimQp* qp = find_qp(e.dev, e.qpn);
+  if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
+  switch (e.kind) {
+    case EvKind::deliver: qp->on_deliver(e); break;
+    case EvKind::ack: qp->on_ack(e); break;
+    case EvKind::nak: qp->on_nak(e); break;
+    case EvKind::timeout: qp->on_timeout(e); break;
+    case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
+    case EvKind::fault:
+    case EvKind::wake: break;
+  }
+}
+
 bool World::Impl::step() {
   for (bool first = true;; first = false) {
     std::uint64_t t = 0;
@@ -302,34 +330,6 @@ bool World::Impl::step() {
     // Rescan only if something else may belong to this instant: an event that was pending
     // elsewhere, the next one of the same source, or one the handler just scheduled.
     if (!source_has_more && runner_up > now && earliest_scheduled > now) return true;
-  }
-}
-
-void World::Impl::dispatch(const Event& e) {
-  digest.add(e.time);
-  digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
-             (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
-  digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
-  if (e.kind == EvKind::fault) {
-    run_timed_fault(config.faults.timed[e.index], e.code == 1);
-    return;
-  }
-  if (e.kind == EvKind::wake) {  // sim::sleep_for of a fiber
-    auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
-    if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
-    return;
-  }
-  if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
-  SimQp* qp = find_qp(e.dev, e.qpn);
-  if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
-  switch (e.kind) {
-    case EvKind::deliver: qp->on_deliver(e); break;
-    case EvKind::ack: qp->on_ack(e); break;
-    case EvKind::nak: qp->on_nak(e); break;
-    case EvKind::timeout: qp->on_timeout(e); break;
-    case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
-    case EvKind::fault:
-    case EvKind::wake: break;
   }
 }
 
