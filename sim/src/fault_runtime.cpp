@@ -8,36 +8,6 @@
 
 namespace verbsim::sim {
 
-namespace {
-
-bool fires(const Trigger& t, std::uint64_t match, Rng& rng) {
-  if (t.nth != 0) return match == t.nth;
-  if (t.every != 0) return match % t.every == 0;
-  return rng.chance(t.probability);
-}
-
-bool matches(const Filter& f, std::uint32_t qpn, const DevCore* dev) {
-  if (f.qpn && *f.qpn != qpn) return false;
-  if (!f.device.empty() && (dev == nullptr || dev->name != f.device)) return false;
-  return true;
-}
-
-}  // namespace
-
-int World::Impl::verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) {
-  if (!faults.verbs[static_cast<int>(verb)]) return 0;
-  const auto& rules = config.faults.verbs;
-  for (const std::uint32_t i : faults.rules_of[static_cast<std::size_t>(verb)]) {
-    const VerbFault& f = rules[i];
-    if (!matches(f.where, qpn, dev)) continue;
-    if (fires(f.when, ++faults.verb_matches[i], rng)) {
-      digest.add(0xfa000000ull | i);
-      return f.err;
-    }
-  }
-  return 0;
-}
-
 bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
   if (dev >= devs.size()) return false;
   const auto& ports = devs[dev]->ports;
@@ -45,46 +15,48 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
   return ports[i].attr.state == PortState::active;
 }
 
-std::uint64_t World::Impl::send_faulty_packet(Event e, std::uint32_t psn) {
+std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t psn) {
   // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
   // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
   // but speed.
+  const Event& e = packet;
   const std::uint64_t wire_time = e.time;
+  std::uint64_t time = wire_time;
   const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
   if (faults.links_changed &&
       (!port_up(e.src_dev, 1) || !port_up(e.dev, 1) || !port_up(from_dev, 1))) {
     return e.time;
   }
   const std::uint32_t sender_qpn = e.kind == EvKind::deliver ? e.src_qpn : 0;
-  const DevCore* sender = from_dev < devs.size() ? devs[from_dev].get() : nullptr;
+  const int sender = from_dev < devs.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
   bool drop = false;
   bool duplicate = false;
-  const auto& rules = config.faults.packets;
-  for (std::size_t i = 0; i < rules.size(); ++i) {
-    const PacketFault& f = rules[i];
+  for (RuleCheck& r : faults.packet_rules) {
+    const PacketFault& f = config.faults.packets[r.index];
     if (f.psn && (psn == kNoPsn || *f.psn != psn)) continue;
-    if (f.where.qpn && *f.where.qpn != sender_qpn && *f.where.qpn != e.qpn) continue;
-    if (!f.where.device.empty() && (sender == nullptr || sender->name != f.where.device)) continue;
-    if (!fires(f.when, ++faults.packet_matches[i], rng)) continue;
-    digest.add(0xfb000000ull | i);
+    if (!r.matches_where(sender_qpn, e.qpn, sender)) continue;
+    if (!r.fires(rng)) continue;
+    digest.add(0xfb000000ull | r.index);
     switch (f.action) {
       case PacketAction::drop: drop = true; break;
-      case PacketAction::delay: e.time += f.by_ns; break;
-      case PacketAction::reorder: e.time += 1 + rng.below(std::max<std::uint64_t>(f.by_ns, 1)); break;
+      case PacketAction::delay: time += f.by_ns; break;
+      case PacketAction::reorder: time += 1 + rng.below(std::max<std::uint64_t>(f.by_ns, 1)); break;
       case PacketAction::duplicate: duplicate = true; break;
     }
   }
-  if (drop) return e.time;
-  if (e.time == wire_time) {
-    push_wire(e);
-  } else {
-    schedule(e);
+  if (drop) return time;
+  if (time == wire_time) {
+    push_wire(packet);
+    if (!duplicate) return time;
   }
+  Event late = packet;
+  late.time = time;
+  if (time != wire_time) schedule(late);
   if (duplicate) {
-    e.time += 1 + rng.below(1000);
-    schedule(e);
+    late.time += 1 + rng.below(1000);
+    schedule(late);
   }
-  return e.time;
+  return late.time;
 }
 
 void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {

@@ -161,11 +161,36 @@ struct Event {
   std::uint64_t value;      // rnr timer, timer generation
 };
 
-// Counters of the fault plan's rules (the plan itself stays in Config).
+// A rule of the fault plan as the data path checks it: its filter resolved to numbers when
+// the world is made, and its count of matches.
+struct RuleCheck {
+  static constexpr int kAnyDevice = -1;
+  static constexpr int kNoDevice = -2;  // names a device the world does not have
+  Trigger when;
+  std::uint64_t matches = 0;
+  std::uint32_t index = 0;  // in the plan's verb or packet rules
+  std::uint32_t qpn = 0;
+  bool any_qpn = true;
+  int dev = kAnyDevice;
+  // Does a call on QP `q` of device `device` (or a packet from `q` to `other_q`) match? A
+  // negative `device` is none.
+  // Counts a match; does the rule fire on it?
+  bool fires(Rng& rng) noexcept {
+    ++matches;
+    if (when.nth != 0) return matches == when.nth;
+    if (when.every != 0) return matches % when.every == 0;
+    return rng.chance(when.probability);
+  }
+  bool matches_where(std::uint32_t q, std::uint32_t other_q, int device) const noexcept {
+    return (any_qpn || qpn == q || qpn == other_q) &&
+           (dev == kAnyDevice || (device >= 0 && dev == device));
+  }
+};
+
+// The fault plan's rules at run time (the plan itself stays in Config).
 struct FaultState {
-  std::vector<std::uint64_t> verb_matches;
-  std::vector<std::uint64_t> packet_matches;
-  std::vector<std::uint32_t> rules_of[kVerbCount];  // indices into the plan's verb rules
+  std::vector<RuleCheck> verb_rules[kVerbCount];  // per verb, in plan order
+  std::vector<RuleCheck> packet_rules;            // in plan order
   bool verbs[kVerbCount] = {};
   bool packets = false;  // any packet rule, or a link is or was down
   bool links_changed = false;  // a timed fault took a link or device down at some point
@@ -252,9 +277,18 @@ struct World::Impl {
     push_wire(e);  // on time: joins its port's FIFO (times there never decrease)
     return e.time;
   }
-  std::uint64_t send_faulty_packet(Event e, std::uint32_t psn);
+  std::uint64_t send_faulty_packet(const Event& packet, std::uint32_t psn);
   // The errno a verb call fails with under the fault plan, or 0.
-  int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev);
+  int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) {
+    if (!faults.verbs[static_cast<int>(verb)]) return 0;
+    const int device = dev != nullptr ? dev->index : RuleCheck::kNoDevice;
+    for (RuleCheck& r : faults.verb_rules[static_cast<std::size_t>(verb)]) {
+      if (!r.matches_where(qpn, qpn, device) || !r.fires(rng)) continue;
+      digest.add(0xfa000000ull | r.index);
+      return config.faults.verbs[r.index].err;
+    }
+    return 0;
+  }
   // `undo`: the end of a link_down ... for=.
   void run_timed_fault(const TimedFault& f, bool undo);
   bool port_up(std::uint32_t dev, std::uint8_t port) const noexcept;

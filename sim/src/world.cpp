@@ -202,12 +202,27 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
   wires.resize(devs.size() * static_cast<std::size_t>(config.ports_per_device));
   busy_wires.assign((wires.size() + 63) / 64, 0);
   const FaultPlan& plan = config.faults;
-  faults.verb_matches.assign(plan.verbs.size(), 0);
-  faults.packet_matches.assign(plan.packets.size(), 0);
+  auto check = [&](const Trigger& when, const Filter& where, std::size_t i) {
+    RuleCheck r;
+    r.when = when;
+    r.index = static_cast<std::uint32_t>(i);
+    r.any_qpn = !where.qpn.has_value();
+    r.qpn = where.qpn.value_or(0);
+    if (!where.device.empty()) {
+      r.dev = RuleCheck::kNoDevice;
+      for (const auto& d : devs) {
+        if (d->name == where.device) r.dev = d->index;
+      }
+    }
+    return r;
+  };
   for (std::size_t i = 0; i < plan.verbs.size(); ++i) {
     const auto v = static_cast<std::size_t>(plan.verbs[i].verb);
     faults.verbs[v] = true;
-    faults.rules_of[v].push_back(static_cast<std::uint32_t>(i));
+    faults.verb_rules[v].push_back(check(plan.verbs[i].when, plan.verbs[i].where, i));
+  }
+  for (std::size_t i = 0; i < plan.packets.size(); ++i) {
+    faults.packet_rules.push_back(check(plan.packets[i].when, plan.packets[i].where, i));
   }
   faults.packets = !plan.packets.empty();
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
