@@ -197,11 +197,14 @@ class SimQp : public QueuePair {
   void arm_timer();
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);
+  void complete_send_ok(std::uint32_t index);
   // Completes the oldest incomplete send WQE (sq_done_).
   void complete_next(WcStatus status);
   // False when the receive CQ dropped the completion.
   bool complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                      std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+  bool complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
+                        std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
   void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
@@ -305,30 +308,29 @@ class FaultySrq final : public SimSrq {
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
 };
 
-// Completions, written in place in the CQ ring. Inline: with the status a constant at the call
-// site, the success path is a few stores.
-inline void SimQp::complete_send(std::uint32_t index, WcStatus status) {
+// The success paths of complete_send and complete_recv, inline where messages complete.
+inline WcOpcode wc_opcode_of(WrOpcode op) noexcept {
+  switch (op) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: return WcOpcode::send;
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+  }
+  return WcOpcode::send;
+}
+
+inline void SimQp::complete_send_ok(std::uint32_t index) {
   const SendWqe& w = sq_at(index);
   ++world().acct.completed;
-  if (status == WcStatus::success && !w.signaled) return;
+  if (!w.signaled) return;
   CqEntry& e = scq_->next_slot();
   e.wc = WorkCompletion{};
   e.wc.wr_id = w.wr_id;
-  e.wc.status = status;
-  switch (w.opcode) {
-    case WrOpcode::send:
-    case WrOpcode::send_with_imm: e.wc.opcode = WcOpcode::send; break;
-    case WrOpcode::rdma_write:
-    case WrOpcode::rdma_write_with_imm: e.wc.opcode = WcOpcode::rdma_write; break;
-    case WrOpcode::rdma_read: e.wc.opcode = WcOpcode::rdma_read; break;
-    case WrOpcode::atomic_cmp_and_swp: e.wc.opcode = WcOpcode::comp_swap; break;
-    case WrOpcode::atomic_fetch_and_add: e.wc.opcode = WcOpcode::fetch_add; break;
-  }
+  e.wc.opcode = wc_opcode_of(w.opcode);
   e.wc.byte_len = w.length;
-  if (status != WcStatus::success && traits().error_wc_zeroed) {
-    e.wc.opcode = WcOpcode::send;  // 0: rxe fills in the opcode and length only on success
-    e.wc.byte_len = 0;
-  }
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = index;
@@ -336,25 +338,21 @@ inline void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   scq_->commit(e, false);
 }
 
-inline bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
+                                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp,
+                                    bool solicited) {
   ++world().acct.completed;
   CqEntry& e = rcq_->next_slot();
   e.wc = WorkCompletion{};
-  e.wc.wr_id = wqe.wr_id;
-  e.wc.status = status;
-  if (status == WcStatus::success || !traits().error_wc_zeroed) {
-    e.wc.opcode = opcode;
-    e.wc.byte_len = byte_len;
-    e.wc.src_qp = src_qp;
-    if (with_imm) {
-      e.wc.imm_data = imm;
-      e.wc.wc_flags |= WcFlags::with_imm;
-    }
-  }  // else rxe: only wr_id, status and qp_num
-  if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
-    e.wc.wc_flags |= WcFlags::grh;
+  e.wc.wr_id = wr_id;
+  e.wc.opcode = opcode;
+  e.wc.byte_len = byte_len;
+  e.wc.src_qp = src_qp;
+  if (with_imm) {
+    e.wc.imm_data = imm;
+    e.wc.wc_flags = WcFlags::with_imm;
   }
+  if (type_ == QpType::ud || traits().recv_wc_grh) e.wc.wc_flags |= WcFlags::grh;
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = 0;

@@ -327,6 +327,51 @@ void SimQp::complete_next(WcStatus status) {
   complete_send(index, status);
 }
 
+void SimQp::complete_send(std::uint32_t index, WcStatus status) {
+  if (status == WcStatus::success) return complete_send_ok(index);
+  const SendWqe& w = sq_at(index);
+  ++world().acct.completed;
+  CqEntry& e = scq_->next_slot();
+  e.wc = WorkCompletion{};
+  e.wc.wr_id = w.wr_id;
+  e.wc.status = status;
+  if (!traits().error_wc_zeroed) {  // rxe fills in the opcode and length only on success
+    e.wc.opcode = wc_opcode_of(w.opcode);
+    e.wc.byte_len = w.length;
+  }
+  e.wc.qp_num = qpn_;
+  e.qp = this;
+  e.sq_index = index;
+  e.send = true;
+  scq_->commit(e, false);
+}
+
+bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+  if (status == WcStatus::success) {
+    return complete_recv_ok(wqe.wr_id, opcode, byte_len, imm, with_imm, src_qp, solicited);
+  }
+  ++world().acct.completed;
+  CqEntry& e = rcq_->next_slot();
+  e.wc = WorkCompletion{};
+  e.wc.wr_id = wqe.wr_id;
+  e.wc.status = status;
+  if (!traits().error_wc_zeroed) {
+    e.wc.opcode = opcode;
+    e.wc.byte_len = byte_len;
+    e.wc.src_qp = src_qp;
+    if (with_imm) {
+      e.wc.imm_data = imm;
+      e.wc.wc_flags |= WcFlags::with_imm;
+    }
+  }  // else rxe: only wr_id, status and qp_num
+  e.wc.qp_num = qpn_;
+  e.qp = this;
+  e.sq_index = 0;
+  e.send = false;
+  return rcq_->commit(e, solicited);
+}
+
 void SimQp::raise(AsyncEventType type) {
   AsyncEvent ev;
   ev.type = type;

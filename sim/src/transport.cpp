@@ -253,7 +253,7 @@ void SimQp::on_ack(const Event& e) {
     if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
       --rd_atomic_outstanding_;
     }
-    complete_next(WcStatus::success);
+    complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
     if (attr_.qp_state == QpState::err) return;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
@@ -275,7 +275,7 @@ void SimQp::on_nak(const Event& e) {
     if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
       --rd_atomic_outstanding_;
     }
-    complete_next(WcStatus::success);
+    complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
     if (attr_.qp_state == QpState::err) return;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
@@ -461,8 +461,7 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
       }
-      if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, wq.length, wq.imm, with_imm, 0,
-                         solicited) &&
+      if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, with_imm, 0, solicited) &&
           traits().recv_cq_overrun_errors_qp) {
         enter_error(false);  // rxe: no ACK; the requester times out
         return;
@@ -492,8 +491,8 @@ void SimQp::on_deliver(const Event& e) {
         sg_copy(&target, 1, src_sges, wq.num_sge);
       }
       if (with_imm &&
-          !complete_recv(rw, WcStatus::success, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm,
-                         true, 0, solicited) &&
+          !complete_recv_ok(rw.wr_id, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm, true, 0,
+                            solicited) &&
           traits().recv_cq_overrun_errors_qp) {
         enter_error(false);  // rxe: no ACK; the requester times out
         return;
