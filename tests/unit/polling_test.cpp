@@ -371,8 +371,8 @@ TEST_P(EachStrategy, DeliversEveryMessageOnceUnderFaults) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const Kind k : {Kind::busy, Kind::event, Kind::hybrid, Kind::batch}) {
-    for (const char* f : {"", "delay p=0.3 by=20us", "get_cq_event p=0.3 errno=EAGAIN",
-                          "delay p=0.2 by=5us; get_cq_event p=0.3 errno=EAGAIN; poll_cq p=0.05 errno=EAGAIN"}) {
+    for (const char* f : {"", "delay p=0.3 by=20us", "get_cq_event every=3 errno=EAGAIN",
+                          "delay p=0.2 by=5us; get_cq_event every=3 errno=EAGAIN; poll_cq p=0.05 errno=EAGAIN"}) {
       out.push_back({k, f, sim::Profile::strict});
     }
   }
