@@ -3,12 +3,22 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
+
+// For tests that compare the histories of seeds they choose: VERBSIM_SEED (as verbsim-swarm
+// sets it) overrides every world's seed, so what they compare no longer differs.
+#define VERBSIM_SKIP_IF_SEED_OVERRIDDEN()                                         \
+  do {                                                                           \
+    if (std::getenv("VERBSIM_SEED") != nullptr) {                                \
+      GTEST_SKIP() << "VERBSIM_SEED overrides the seeds this test sets";         \
+    }                                                                            \
+  } while (false)
 
 namespace verbsim::testing {
 

@@ -268,6 +268,7 @@ TEST(ResourceFaults, CqOverrunDepthShrinksTheCqButNotItsReportedSize) {
 }
 
 TEST(Determinism, SameSeedSameDigestUnderRandomFaults) {
+  VERBSIM_SKIP_IF_SEED_OVERRIDDEN();
   auto scenario = [](sim::World& world) {
     PairOptions o;
     testing::Side a = testing::make_side(world, "sim0", o);

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "../support/sim_pair.hpp"
 #include "verbsim/sim/simulation.hpp"
@@ -52,7 +51,7 @@ std::uint64_t golden_run() {
 }
 
 TEST(Golden, DigestIsTheSameOnEveryBuildAndRun) {
-  if (std::getenv("VERBSIM_SEED") != nullptr) GTEST_SKIP() << "VERBSIM_SEED overrides the fixed seed";
+  VERBSIM_SKIP_IF_SEED_OVERRIDDEN();
   const std::uint64_t first = golden_run();
   EXPECT_EQ(golden_run(), first);
   std::printf("golden digest: 0x%016llx\n", static_cast<unsigned long long>(first));
