@@ -241,6 +241,10 @@ struct World::Impl {
   std::vector<std::uint64_t> busy_wires;
   // The earliest time of the events scheduled since step() last reset it.
   std::uint64_t earliest_scheduled = UINT64_MAX;
+  // The wire the last event came from, while it holds more: no other source has an event
+  // before min(hint_runner_up, earliest_scheduled). Or kNoEvent. See next_source().
+  int hint_wire = -2;
+  std::uint64_t hint_runner_up = 0;
   // Puts a packet on its wire (in sequence, like schedule()).
   void push_wire(Event e) {
     e.seq = seq++;
@@ -298,6 +302,8 @@ struct World::Impl {
   static constexpr int kNoEvent = -2;
   static constexpr int kHeapEvent = -1;
   int next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept;
+  // next_event(), or the hinted wire when it certainly comes first.
+  int next_source(std::uint64_t& time, std::uint64_t& runner_up) noexcept;
   void dispatch(const Event& e);
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
     return dev < devs.size() ? devs[dev]->qps.find(qpn) : nullptr;

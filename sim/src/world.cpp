@@ -313,21 +313,34 @@ inline void World::Impl::dispatch(const Event& e) {
   }
 }
 
-bool World::Impl::step() {
-  for (bool first = true;; first = false) {
-    std::uint64_t t = 0;
-    std::uint64_t runner_up = 0;
-    const int from = next_event(t, runner_up);
-    if (first) {
-      if (from == kNoEvent) return false;
-      if (t > now) now = t;
-    } else if (from == kNoEvent || t > now) {
-      return true;
+inline int World::Impl::next_source(std::uint64_t& time, std::uint64_t& runner_up) noexcept {
+  // The wire the last event came from usually holds the next one too (a train of packets):
+  // then no scan is needed, as long as nothing scheduled since can come first.
+  if (hint_wire >= 0) {
+    const std::uint64_t others = std::min(hint_runner_up, earliest_scheduled);
+    const std::uint64_t t = wires[static_cast<std::size_t>(hint_wire)].front().time;
+    if (t < others) {
+      time = t;
+      runner_up = others;
+      return hint_wire;
     }
+  }
+  earliest_scheduled = UINT64_MAX;
+  return next_event(time, runner_up);
+}
+
+bool World::Impl::step() {
+  std::uint64_t t = 0;
+  std::uint64_t runner_up = 0;  // no other source has an event before this
+  int from = next_source(t, runner_up);
+  if (from == kNoEvent) return false;
+  if (t > now) now = t;
+  for (;;) {
     // The event goes straight into the history ring and runs from there (no handler steps
     // the world, so the slot stays put while it runs).
     Event& e = history[history_next++ % kHistory];
     bool source_has_more;  // its heap or wire holds another event of this instant
+    hint_wire = kNoEvent;
     if (from == kHeapEvent) {
       std::pop_heap(heap.begin(), heap.end(), Later{});
       const auto slot = static_cast<std::uint32_t>(heap.back().seq_slot & 0xffffff);
@@ -342,9 +355,18 @@ bool World::Impl::step() {
     }
     earliest_scheduled = UINT64_MAX;
     dispatch(e);
-    // Rescan only if something else may belong to this instant: an event that was pending
+    // What the handler scheduled may come before the other sources' events.
+    runner_up = std::min(runner_up, earliest_scheduled);
+    earliest_scheduled = UINT64_MAX;
+    if (from >= 0 && !wires[static_cast<std::size_t>(from)].empty()) {
+      hint_wire = from;
+      hint_runner_up = runner_up;
+    }
+    // Look again only if something else may belong to this instant: an event that was pending
     // elsewhere, the next one of the same source, or one the handler just scheduled.
-    if (!source_has_more && runner_up > now && earliest_scheduled > now) return true;
+    if (!source_has_more && runner_up > now) return true;
+    from = next_source(t, runner_up);
+    if (from == kNoEvent || t > now) return true;
   }
 }
 
