@@ -160,6 +160,7 @@ class SimQp : public QueuePair {
 
   // Transport (transport.cpp), driven by the world's events.
   void on_deliver(const Event& e);  // this QP is the responder
+  void deliver_ud(SimQp& req, std::uint32_t index);  // on_deliver for UD
   void on_ack(const Event& e);
   void on_nak(const Event& e);
   void on_timeout(const Event& e);

@@ -343,6 +343,40 @@ void SimQp::on_rnr_retry(const Event& e) {
 // ---------------------------------------------------------------------------------------------
 // Responder
 
+// A UD message: no PSN, no acknowledgement; the receive buffer gets the network header first.
+void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
+  const SendWqe& wq = req.sq_at(index);
+  const Sge* src_sges = req.sq_sge(index);
+  const std::uint8_t* src_inline = req.sq_inline(index);
+  if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
+  RecvWqe rw;
+  Sge* rs;
+  if (!take_recv(rw, rs)) return;
+  const std::uint64_t room = sges_length(rs, rw.num_sge);
+  if (room < 40u + wq.length || !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+    WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
+    if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
+    complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req.qpn_, false);
+    enter_error(false);
+    return;
+  }
+  // 40 bytes of network header, then the payload.
+  std::uint8_t payload[4096 + 40];
+  build_grh(payload, req.dev_->ports[0].gids.back(), dev_->ports[0].gids.back(), wq.length);
+  if (wq.inlined) {
+    std::memcpy(payload + 40, src_inline, wq.length);
+  } else {
+    gather_to(payload + 40, src_sges, wq.num_sge);
+  }
+  scatter(rs, rw.num_sge, payload, 40u + wq.length);
+  const bool imm = wq.opcode == WrOpcode::send_with_imm;
+  if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm,
+                     req.qpn_, any(wq.flags, SendFlags::solicited)) &&
+      traits().recv_cq_overrun_errors_qp) {
+    enter_error(false);
+  }
+}
+
 void SimQp::on_deliver(const Event& e) {
   World::Impl& w = world();
   SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
@@ -358,37 +392,7 @@ void SimQp::on_deliver(const Event& e) {
   const Sge* src_sges = req->sq_sge(e.index);
   const std::uint8_t* src_inline = req->sq_inline(e.index);
 
-  if (type_ == QpType::ud) {
-    if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
-    RecvWqe rw;
-    Sge* rs;
-    if (!take_recv(rw, rs)) return;
-    const std::uint64_t room = sges_length(rs, rw.num_sge);
-    if (room < 40u + wq.length || !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
-      WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
-      if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
-      complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req->qpn_, false);
-      enter_error(false);
-      return;
-    }
-    // 40 bytes of network header, then the payload.
-    std::uint8_t payload[4096 + 40];
-    build_grh(payload, req->dev_->ports[0].gids.back(), dev_->ports[0].gids.back(), wq.length);
-    if (wq.inlined) {
-      std::memcpy(payload + 40, src_inline, wq.length);
-    } else {
-      gather_to(payload + 40, src_sges, wq.num_sge);
-    }
-    scatter(rs, rw.num_sge, payload, 40u + wq.length);
-    const bool imm = wq.opcode == WrOpcode::send_with_imm;
-    if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm,
-                       req->qpn_, any(wq.flags, SendFlags::solicited)) &&
-        traits().recv_cq_overrun_errors_qp) {
-      enter_error(false);
-    }
-    return;
-  }
-
+  if (type_ == QpType::ud) return deliver_ud(*req, e.index);
   const bool rc = type_ == QpType::rc;
   const std::uint32_t diff = (wq.psn - epsn_) & 0xffffff;
   auto respond = [&](EvKind kind, Nak code, std::uint64_t value, std::uint64_t bytes) {
