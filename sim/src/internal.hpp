@@ -223,9 +223,9 @@ struct World::Impl {
     std::uint32_t tail = 0;  // == events.size(), kept to avoid dividing by sizeof(Event)
     bool empty() const noexcept { return head == tail; }
     const Event& front() const noexcept { return events[head]; }
-    void push(const Event& e) {
-      events.push_back(e);
+    Event& push(const Event& e) {
       ++tail;
+      return events.emplace_back(e);
     }
     void pop_into(Event& e) noexcept {
       e = events[head++];
@@ -246,10 +246,9 @@ struct World::Impl {
   int hint_wire = -2;
   std::uint64_t hint_runner_up = 0;
   // Puts a packet on its wire (in sequence, like schedule()).
-  void push_wire(Event e) {
-    e.seq = seq++;
+  void push_wire(const Event& e) {
+    wires[e.wire].push(e).seq = seq++;
     earliest_scheduled = std::min(earliest_scheduled, e.time);
-    wires[e.wire].push(e);
     busy_wires[e.wire / 64] |= std::uint64_t{1} << (e.wire % 64);
     ++in_flight;
   }
@@ -276,7 +275,7 @@ struct World::Impl {
   void schedule(Event e);
   // Schedules a packet on the wire, through the fault plan's packet rules and link states
   // (`psn` of a request packet, or kNoPsn). Returns the time of its last copy's arrival.
-  std::uint64_t send_packet(Event e, std::uint32_t psn) {
+  std::uint64_t send_packet(const Event& e, std::uint32_t psn) {
     if (faults.packets) return send_faulty_packet(e, psn);
     push_wire(e);  // on time: joins its port's FIFO (times there never decrease)
     return e.time;

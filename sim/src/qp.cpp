@@ -191,7 +191,8 @@ void SimQp::forget_cq_entries() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Posting
 
-int SimQp::check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept {
+[[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
+                                                 const char*& reason) const noexcept {
   const ProfileTraits& t = traits();
   auto refuse = [&reason](int err, const char* why) {
     reason = why;
@@ -231,7 +232,7 @@ int SimQp::check_send(const SendWr& wr, std::uint64_t& length, const char*& reas
   return 0;
 }
 
-void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
+[[gnu::always_inline]] inline void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;
