@@ -298,17 +298,34 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
 PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   if (srq_) return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
   if (attr_.qp_state == QpState::reset) return {errno_code(EINVAL), 0, "QP is in RESET"};
-  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
+  // The queue's indices in locals: the stores into its slots cannot change them.
+  const std::uint32_t room = rq_.cap - rq_.size();
+  const std::uint32_t max_sge = rq_.max_sge;
+  std::uint32_t tail = rq_.tail;
+  std::uint32_t i = 0;
+  int err = 0;
+  const char* why = "";
+  for (; i < wrs.size(); ++i) {
     const RecvWr& wr = wrs[i];
-    if (wr.sg_list.size() > rq_.max_sge) return {errno_code(EINVAL), i, "too many SGEs"};
-    if (rq_.size() >= rq_.cap) return {errno_code(ENOMEM), i, "receive queue full"};
-    RecvWqe& w = rq_.at(rq_.tail);
+    if (wr.sg_list.size() > max_sge) {
+      err = EINVAL;
+      why = "too many SGEs";
+      break;
+    }
+    if (i == room) {
+      err = ENOMEM;
+      why = "receive queue full";
+      break;
+    }
+    RecvWqe& w = rq_.at(tail);
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-    copy_sges(wr.sg_list, rq_.sge_at(rq_.tail));
-    ++rq_.tail;
-    ++world().acct.posted;
+    copy_sges(wr.sg_list, rq_.sge_at(tail));
+    ++tail;
   }
+  rq_.tail = tail;
+  world().acct.posted += i;
+  if (err != 0) return {errno_code(err), i, why};
   if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
