@@ -16,26 +16,41 @@ bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
 }
 
 std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t psn) {
+  const std::uint32_t from_dev = packet.kind == EvKind::deliver ? packet.src_dev : packet.dev;
+  if (faults.links_changed &&
+      (!port_up(packet.src_dev, 1) || !port_up(packet.dev, 1) || !port_up(from_dev, 1))) {
+    return packet.time;
+  }
+  const std::uint32_t sender_qpn = packet.kind == EvKind::deliver ? packet.src_qpn : 0;
+  const int sender = from_dev < devs.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
+  for (std::size_t i = 0; i < faults.packet_rules.size(); ++i) {
+    RuleCheck& r = faults.packet_rules[i];
+    if (!r.matches_psn(psn) || !r.matches_where(sender_qpn, packet.qpn, sender) || !r.fires(rng)) {
+      continue;
+    }
+    return apply_packet_faults(packet, psn, i, sender_qpn, sender);
+  }
+  push_wire(packet);  // on time
+  return packet.time;
+}
+
+std::uint64_t World::Impl::apply_packet_faults(const Event& packet, std::uint32_t psn,
+                                               std::size_t fired, std::uint32_t sender_qpn,
+                                               int sender) {
   // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
   // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
   // but speed.
-  const Event& e = packet;
-  const std::uint64_t wire_time = e.time;
+  const std::uint64_t wire_time = packet.time;
   std::uint64_t time = wire_time;
-  const std::uint32_t from_dev = e.kind == EvKind::deliver ? e.src_dev : e.dev;
-  if (faults.links_changed &&
-      (!port_up(e.src_dev, 1) || !port_up(e.dev, 1) || !port_up(from_dev, 1))) {
-    return e.time;
-  }
-  const std::uint32_t sender_qpn = e.kind == EvKind::deliver ? e.src_qpn : 0;
-  const int sender = from_dev < devs.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
   bool drop = false;
   bool duplicate = false;
-  for (RuleCheck& r : faults.packet_rules) {
+  for (std::size_t i = fired; i < faults.packet_rules.size(); ++i) {
+    RuleCheck& r = faults.packet_rules[i];
+    if (i != fired &&
+        (!r.matches_psn(psn) || !r.matches_where(sender_qpn, packet.qpn, sender) || !r.fires(rng))) {
+      continue;
+    }
     const PacketFault& f = config.faults.packets[r.index];
-    if (f.psn && (psn == kNoPsn || *f.psn != psn)) continue;
-    if (!r.matches_where(sender_qpn, e.qpn, sender)) continue;
-    if (!r.fires(rng)) continue;
     digest.add(0xfb000000ull | r.index);
     switch (f.action) {
       case PacketAction::drop: drop = true; break;

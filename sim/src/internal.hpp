@@ -166,24 +166,38 @@ struct Event {
 struct RuleCheck {
   static constexpr int kAnyDevice = -1;
   static constexpr int kNoDevice = -2;  // names a device the world does not have
-  Trigger when;
+  RuleCheck(const Trigger& when, const Filter& where, std::uint32_t index,
+            const std::vector<std::unique_ptr<DevCore>>& devs);
+
   std::uint64_t matches = 0;
-  std::uint32_t index = 0;  // in the plan's verb or packet rules
+  std::uint64_t fire_at = 0;  // the match that fires next (nth=, every=); 0: none
+  std::uint64_t every = 0;    // every=: how far the next one is
+  double probability = 0;     // p=
+  std::uint32_t index = 0;    // in the plan's verb or packet rules
   std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;      // packet rules
   bool any_qpn = true;
+  bool any_psn = true;
   int dev = kAnyDevice;
+
+  // Counts a match; does the rule fire on it? (The plan's Trigger, with the modulo of every=
+  // replaced by a countdown.)
+  bool fires(Rng& rng) noexcept {
+    if (++matches == fire_at) {
+      fire_at += every;
+      return true;
+    }
+    return probability > 0 && rng.unit() < probability;
+  }
   // Does a call on QP `q` of device `device` (or a packet from `q` to `other_q`) match? A
   // negative `device` is none.
-  // Counts a match; does the rule fire on it?
-  bool fires(Rng& rng) noexcept {
-    ++matches;
-    if (when.nth != 0) return matches == when.nth;
-    if (when.every != 0) return matches % when.every == 0;
-    return rng.chance(when.probability);
-  }
   bool matches_where(std::uint32_t q, std::uint32_t other_q, int device) const noexcept {
     return (any_qpn || qpn == q || qpn == other_q) &&
            (dev == kAnyDevice || (device >= 0 && dev == device));
+  }
+  // Does a packet carrying `p` (or kNoPsn) match the psn= filter?
+  bool matches_psn(std::uint32_t p) const noexcept {
+    return any_psn || (p == psn && p != kNoPsn);
   }
 };
 
@@ -281,6 +295,9 @@ struct World::Impl {
     return e.time;
   }
   std::uint64_t send_faulty_packet(const Event& packet, std::uint32_t psn);
+  // send_faulty_packet once rule `fired` fired: the rules from there on, then the actions.
+  std::uint64_t apply_packet_faults(const Event& packet, std::uint32_t psn, std::size_t fired,
+                                    std::uint32_t sender_qpn, int sender);
   // The errno a verb call fails with under the fault plan, or 0.
   int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) {
     if (!faults.verbs[static_cast<int>(verb)]) return 0;

@@ -165,6 +165,26 @@ Config Config::from_env() {
 
 // ---------------------------------------------------------------------------------------------
 
+RuleCheck::RuleCheck(const Trigger& when, const Filter& where, std::uint32_t i,
+                     const std::vector<std::unique_ptr<DevCore>>& devs)
+    : index(i) {
+  if (when.nth != 0) {
+    fire_at = when.nth;  // once
+  } else if (when.every != 0) {
+    fire_at = every = when.every;
+  } else {
+    probability = when.probability;
+  }
+  any_qpn = !where.qpn.has_value();
+  qpn = where.qpn.value_or(0);
+  if (!where.device.empty()) {
+    dev = kNoDevice;
+    for (const auto& d : devs) {
+      if (d->name == where.device) dev = d->index;
+    }
+  }
+}
+
 World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(config.profile)), rng(config.seed) {
   digest.add(config.seed);
   history.resize(kHistory);
@@ -202,27 +222,17 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
   wires.resize(devs.size() * static_cast<std::size_t>(config.ports_per_device));
   busy_wires.assign((wires.size() + 63) / 64, 0);
   const FaultPlan& plan = config.faults;
-  auto check = [&](const Trigger& when, const Filter& where, std::size_t i) {
-    RuleCheck r;
-    r.when = when;
-    r.index = static_cast<std::uint32_t>(i);
-    r.any_qpn = !where.qpn.has_value();
-    r.qpn = where.qpn.value_or(0);
-    if (!where.device.empty()) {
-      r.dev = RuleCheck::kNoDevice;
-      for (const auto& d : devs) {
-        if (d->name == where.device) r.dev = d->index;
-      }
-    }
-    return r;
-  };
   for (std::size_t i = 0; i < plan.verbs.size(); ++i) {
     const auto v = static_cast<std::size_t>(plan.verbs[i].verb);
     faults.verbs[v] = true;
-    faults.verb_rules[v].push_back(check(plan.verbs[i].when, plan.verbs[i].where, i));
+    faults.verb_rules[v].emplace_back(plan.verbs[i].when, plan.verbs[i].where,
+                                      static_cast<std::uint32_t>(i), devs);
   }
   for (std::size_t i = 0; i < plan.packets.size(); ++i) {
-    faults.packet_rules.push_back(check(plan.packets[i].when, plan.packets[i].where, i));
+    RuleCheck& r = faults.packet_rules.emplace_back(plan.packets[i].when, plan.packets[i].where,
+                                                     static_cast<std::uint32_t>(i), devs);
+    r.any_psn = !plan.packets[i].psn.has_value();
+    r.psn = plan.packets[i].psn.value_or(0);
   }
   faults.packets = !plan.packets.empty();
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
