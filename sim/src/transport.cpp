@@ -343,6 +343,28 @@ void SimQp::on_rnr_retry(const Event& e) {
 // ---------------------------------------------------------------------------------------------
 // Responder
 
+// ACK coalescing, as hardware responders do it: while the next packet on the wire is this
+// QP's next message, the response to that one (an ACK or a NAK) acknowledges this one too.
+// Should this QP drop the next message (it left RTR/RTS meanwhile), the ACK owed goes out
+// then; should the next message be lost on the way, the requester retries both.
+[[gnu::always_inline]] inline bool SimQp::ack_coalesced(const Event& e) const noexcept {
+  if (type_ != QpType::rc) return false;  // only RC ACKs
+  const World::Impl& w = world();
+  if (!w.traits->coalesce_acks) return false;
+  const World::Impl::Fifo& wire = w.wires[e.wire];
+  if (wire.empty()) return false;
+  const Event& next = wire.front();
+  // A deliver (code 0) of the same flow: kind, code, dev, qpn, src_dev, wire and src_qpn are
+  // two words; then the next index of the same epoch.
+  static_assert(offsetof(Event, kind) + 16 == offsetof(Event, index) &&
+                offsetof(Event, src_qpn) + 4 == offsetof(Event, index));
+  std::uint64_t a[2];
+  std::uint64_t b[2];
+  std::memcpy(a, &e.kind, sizeof a);
+  std::memcpy(b, &next.kind, sizeof b);
+  return a[0] == b[0] && a[1] == b[1] && next.index == e.index + 1 && next.epoch == e.epoch;
+}
+
 // A UD message: no PSN, no acknowledgement; the receive buffer gets the network header first.
 void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   const SendWqe& wq = req.sq_at(index);
@@ -561,28 +583,6 @@ void SimQp::send_response(const Event& request, EvKind kind, Nak code, std::uint
   r.epoch = request.epoch;
   r.value = value;
   w.send_packet(r, kNoPsn);
-}
-
-// ACK coalescing, as hardware responders do it: while the next packet on the wire is this
-// QP's next message, the response to that one (an ACK or a NAK) acknowledges this one too.
-// Should this QP drop the next message (it left RTR/RTS meanwhile), the ACK owed goes out
-// then; should the next message be lost on the way, the requester retries both.
-bool SimQp::ack_coalesced(const Event& e) const noexcept {
-  if (type_ != QpType::rc) return false;  // only RC ACKs
-  const World::Impl& w = world();
-  if (!w.traits->coalesce_acks) return false;
-  const World::Impl::Fifo& wire = w.wires[e.wire];
-  if (wire.empty()) return false;
-  const Event& next = wire.front();
-  // A deliver (code 0) of the same flow: kind, code, dev, qpn, src_dev, wire and src_qpn are
-  // two words; then the next index of the same epoch.
-  static_assert(offsetof(Event, kind) + 16 == offsetof(Event, index) &&
-                offsetof(Event, src_qpn) + 4 == offsetof(Event, index));
-  std::uint64_t a[2];
-  std::uint64_t b[2];
-  std::memcpy(a, &e.kind, sizeof a);
-  std::memcpy(b, &next.kind, sizeof b);
-  return a[0] == b[0] && a[1] == b[1] && next.index == e.index + 1 && next.epoch == e.epoch;
 }
 
 }  // namespace verbsim::sim
