@@ -79,11 +79,6 @@ void SimCq::destroy() {
   destroyed_ = true;
 }
 
-namespace {
-// What an empty poll returns, built without calling std::system_category() each time.
-const std::error_category& kSystem = std::system_category();
-}  // namespace
-
 PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   CqCore& c = *core_;
   World::Impl& w = *c.ctx->world;
@@ -93,7 +88,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
     } else {
       w.step();
     }
-    if (c.count == 0) return {std::error_code(0, kSystem), 0};
+    if (c.count == 0) return {no_error(), 0};
   }
   const bool retire = w.traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
@@ -108,7 +103,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   }
   c.head = head;
   c.count -= n;
-  return {std::error_code(0, kSystem), n};
+  return {no_error(), n};
 }
 
 std::error_code SimCq::req_notify(bool solicited_only) noexcept {
@@ -176,7 +171,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++rq.tail;
     ++core_->pd->ctx->world->acct.posted;
   }
-  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
 }
 
 void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "rng.hpp"
@@ -99,11 +100,14 @@ class IdTable {
   explicit IdTable(std::uint32_t base) : base_(base) {}
   T* find(std::uint32_t id) const noexcept {
     const std::uint32_t i = id - base_;
-    return i < slots_.size() ? slots_[i] : nullptr;
+    return i < size_ ? slots_[i] : nullptr;
   }
   void insert(std::uint32_t id, T* p) {
     const std::uint32_t i = id - base_;
-    if (i >= slots_.size()) slots_.resize(i + 1, nullptr);
+    if (i >= slots_.size()) {
+      slots_.resize(i + 1, nullptr);
+      size_ = static_cast<std::uint32_t>(slots_.size());
+    }
     slots_[i] = p;
   }
   void erase(std::uint32_t id) noexcept {
@@ -120,6 +124,7 @@ class IdTable {
 
  private:
   std::uint32_t base_;
+  std::uint32_t size_ = 0;  // slots_.size(), without the division on the data path
   std::vector<T*> slots_;
 };
 
@@ -145,6 +150,11 @@ enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault,
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
 
 inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
+
+// The error_code of a data-path verb that succeeded. `std::error_code{}` calls
+// std::system_category(), a function in libstdc++, on every post and poll.
+inline const std::error_category& kSystemCategory = std::system_category();
+inline std::error_code no_error() noexcept { return {0, kSystemCategory}; }
 
 struct Event {
   std::uint64_t time;

@@ -292,7 +292,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
     return {errno_code(EINVAL), 0, "QP is not in RTS"};
   }
   if (s == QpState::rts) transmit();
-  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
 }
 
 PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
@@ -332,7 +332,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
     }
   }
-  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
 }
 
 // ---------------------------------------------------------------------------------------------

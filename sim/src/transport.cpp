@@ -157,7 +157,7 @@ void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
 // Requester
 
 void SimQp::transmit() {
-  if (attr_.qp_state != QpState::rts || rnr_wait_) return;
+  if (sq_sent_ == sq_post_ || attr_.qp_state != QpState::rts || rnr_wait_) return;
   World::Impl& w = world();
   const bool had_outstanding = sq_done_ != sq_sent_;
   const bool rc = type_ == QpType::rc;
