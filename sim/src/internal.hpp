@@ -152,9 +152,12 @@ enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
 inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
 
 // The error_code of a data-path verb that succeeded. `std::error_code{}` calls
-// std::system_category(), a function in libstdc++, on every post and poll.
-inline const std::error_category& kSystemCategory = std::system_category();
-inline std::error_code no_error() noexcept { return {0, kSystemCategory}; }
+// std::system_category(), a function in libstdc++, on every post and poll; a function-local
+// static is initialised on first use, whatever the order of static initialisers.
+inline std::error_code no_error() noexcept {
+  static const std::error_category& system = std::system_category();
+  return {0, system};
+}
 
 struct Event {
   std::uint64_t time;
@@ -271,10 +274,10 @@ struct World::Impl {
   std::uint64_t hint_runner_up = 0;
   // Puts a packet on its wire (in sequence, like schedule()).
   void push_wire(const Event& e) {
-    wires[e.wire].push(e).seq = seq++;
     earliest_scheduled = std::min(earliest_scheduled, e.time);
     busy_wires[e.wire / 64] |= std::uint64_t{1} << (e.wire % 64);
     ++in_flight;
+    wires[e.wire].push(e).seq = seq++;  // the copy in the FIFO gets the sequence number
   }
   void pop_wire(std::size_t i, Event& e) noexcept {
     Fifo& f = wires[i];
