@@ -13,8 +13,8 @@
 # It builds verbsim-bench and verbsim-memory-bench (set CMAKE_BUILD_PARALLEL_LEVEL to limit the
 # build's jobs), runs each once with --benchmark_format=json and every figure comes from those
 # two runs, except the instruction counts: BM_SimSend and BM_SimSendUnderFaultPlan at qps:64
-# once more under callgrind (about a minute), which on a shared machine are the reliable
-# measure of the fault plan's cost. A full run takes a few minutes. It is a manual command, not a test: it exits 0 when
+# once more under callgrind (tests/bench/sim-instructions.sh, about 20 s), which on a shared
+# machine are the reliable measure of the fault plan's cost. A full run takes a few minutes. It is a manual command, not a test: it exits 0 when
 # targets are missed (they are marked FAIL), non-zero only when something could not be
 # measured. Timings depend on the machine and its load: run it on a quiet machine.
 # docs/PERFORMANCE.md has the reference figures and those this script cannot measure (the
@@ -85,18 +85,11 @@ echo "report.sh: running verbsim-bench ($reps repetitions; a few minutes)..." >&
 echo "report.sh: running verbsim-memory-bench..." >&2
 "$membench" "${flags[@]}" >"$tmp/memory.json"
 
-# Instructions per WR: the verbs send_loop calls (post_send, poll, post_recv), inclusive.
-: >"$tmp/plain.calls"
-: >"$tmp/faulty.calls"
-if ((do_callgrind)) && command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null
-then
-  for run in plain:BM_SimSend faulty:BM_SimSendUnderFaultPlan; do
-    echo "report.sh: running ${run#*:}/qps:64 under callgrind..." >&2
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/${run%%:*}.cg" \
-      --toggle-collect='*send_loop*' "$bench" --benchmark_filter="^${run#*:}/qps:64\$" \
-      --benchmark_min_time=0.1 >/dev/null 2>&1
-    callgrind_annotate --tree=calling "$tmp/${run%%:*}.cg" >"$tmp/${run%%:*}.calls" 2>/dev/null
-  done
+# Instructions per WR with and without a fault plan: tests/bench/sim-instructions.sh.
+: >"$tmp/instructions.txt"
+if ((do_callgrind)) && command -v valgrind >/dev/null; then
+  echo "report.sh: counting instructions per WR under callgrind (sim-instructions.sh)..." >&2
+  "$root/tests/bench/sim-instructions.sh" "$bench" >"$tmp/instructions.txt" || true
 fi
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -104,13 +97,13 @@ if [[ $commit != unknown ]] && ! git -C "$root" diff --quiet HEAD 2>/dev/null; t
   commit="$commit+changes"
 fi
 
-"$py" - "$tmp/bench.json" "$tmp/memory.json" "$commit" "$quick" "$reps" "$tmp/plain.calls" \
-  "$tmp/faulty.calls" <<'EOF'
+"$py" - "$tmp/bench.json" "$tmp/memory.json" "$commit" "$quick" "$reps" \
+  "$tmp/instructions.txt" <<'EOF'
 import json
 import re
 import sys
 
-bench_json, memory_json, commit, quick, reps, plain_calls, faulty_calls = sys.argv[1:8]
+bench_json, memory_json, commit, quick, reps, instructions_txt = sys.argv[1:7]
 quick = quick == "1"
 FLAT = 1.25  # max/min ns per WR up to which the cost per WR counts as flat
 
@@ -200,29 +193,15 @@ row("heap per idle QP, worst N (bytes_per_qp)", f"{worst:.0f} B", "<= 512 B", wo
 heap = max(get(memory, f"BM_QpMemory/qps:100000/connected:{c}", "total_mib") for c in (0, 1))
 row("heap with 100,000 QPs (total_mib)", f"{heap:.1f} MiB", "<= 1 GiB", heap <= 1024)
 
-# Fault injection on.
-def instructions_per_wr(path):
-    """Inclusive instructions of the verbs send_loop calls, per WR (16 per post_send), from
-    callgrind_annotate --tree=calling; None without a callgrind run."""
-    total, posts = 0, 0
-    with open(path) as f:
-        blocks = f.read().split("\n\n")
-    for block in blocks:
-        lines = block.strip().split("\n")
-        if not any(re.search(r"\*\s.*::send_loop\(", line) for line in lines):
-            continue
-        for line in lines:
-            m = re.match(r"\s*([\d,]+) \([^)]*\)\s+>\s+[^:]*:(.*?) \(([\d,]+)x\)", line)
-            if not m or not re.search(r"::(post_send|post_recv|poll)\(std::span", m.group(2)):
-                continue
-            total += int(m.group(1).replace(",", ""))
-            if "::post_send(" in m.group(2):
-                posts += int(m.group(3).replace(",", ""))
-    return total / (16 * posts) if posts else None
-
-
-plain_ipw = instructions_per_wr(plain_calls)
-faulty_ipw = instructions_per_wr(faulty_calls)
+# Fault injection on: "plain N", "faulty N", "ratio R" from sim-instructions.sh, if it ran.
+counts = {}
+with open(instructions_txt) as f:
+    for line in f:
+        key, _, value = line.partition(" ")
+        if value.strip():
+            counts[key] = float(value)
+plain_ipw = counts.get("plain")
+faulty_ipw = counts.get("faulty")
 if plain_ipw and faulty_ipw:
     row("instructions per WR, BM_SimSend qps:64", f"{plain_ipw:.0f}", "", None)
     ratio = faulty_ipw / plain_ipw

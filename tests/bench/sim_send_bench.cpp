@@ -73,6 +73,22 @@ bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
   return true;
 }
 
+// One timed iteration: post `batch` on `tx_qp`, take its send and receive completions, and
+// replace the receives it consumed with `refill`. Returns why it failed, or nullptr. A function
+// of its own so that callgrind can count exactly the timed work (--toggle-collect='*one_batch*',
+// tests/bench/sim-instructions.sh).
+[[gnu::noinline]] const char* one_batch(sim::World& world, QueuePair& tx_qp, CompletionQueue& tx_cq,
+                                        QueuePair& rx_qp, CompletionQueue& rx_cq,
+                                        std::span<const SendWr> batch,
+                                        std::span<const RecvWr> refill) {
+  if (!tx_qp.post_send(batch)) return "post_send failed";
+  if (!await(world, tx_cq, kBatch) || !await(world, rx_cq, kBatch)) {
+    return "a batch did not complete successfully";
+  }
+  if (!rx_qp.post_recv(refill)) return "post_recv failed";
+  return nullptr;
+}
+
 void send_loop(benchmark::State& state, const sim::Config& config) {
   const int pairs = static_cast<int>(state.range(0));
   sim::World world(config);
@@ -107,17 +123,9 @@ void send_loop(benchmark::State& state, const sim::Config& config) {
   std::size_t q = 0;
   for (auto _ : state) {
     const auto batch = std::span(sends).subspan(q * kBatch, kBatch);
-    if (!tx.qps[q]->post_send(batch)) {
-      state.SkipWithError("post_send failed");
-      break;
-    }
-    if (!await(world, *tx.cq, kBatch) || !await(world, *rx.cq, kBatch)) {
-      state.SkipWithError("a batch did not complete successfully");
-      break;
-    }
     const auto refill = std::span(recvs).subspan((q * 2 + half[q]) * kBatch, kBatch);
-    if (!rx.qps[q]->post_recv(refill)) {
-      state.SkipWithError("post_recv failed");
+    if (const char* error = one_batch(world, *tx.qps[q], *tx.cq, *rx.qps[q], *rx.cq, batch, refill)) {
+      state.SkipWithError(error);
       break;
     }
     half[q] ^= 1;
