@@ -164,6 +164,10 @@ class SimQp : public QueuePair {
   void on_ack(const Event& e);
   void on_nak(const Event& e);
   void on_timeout(const Event& e);
+  // For a timer event of this QP that would do nothing when it fires (armed before a RESET or
+  // ERR, or nothing outstanding any more): forgets it and returns true. step() drops such an
+  // event before time can jump to it; a NIC stops the timer when the last WQE is acknowledged.
+  bool drop_idle_timer(const Event& e) noexcept;
   void on_rnr_retry(const Event& e);
   // Frees send slots up to and including `index` (a polled completion, hardware profiles).
   void retire_through(std::uint32_t index) noexcept {

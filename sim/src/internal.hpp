@@ -333,6 +333,8 @@ struct World::Impl {
   int next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept;
   // next_event(), or the hinted wire when it certainly comes first.
   int next_source(std::uint64_t& time, std::uint64_t& runner_up) noexcept;
+  // Drops the heap's first event if it is a timer that would do nothing (SimQp::drop_idle_timer).
+  bool drop_idle_timer_on_top();
   void dispatch(const Event& e);
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
     return dev < devs.size() ? devs[dev]->qps.find(qpn) : nullptr;

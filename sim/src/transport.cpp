@@ -313,10 +313,16 @@ void SimQp::on_nak(const Event& e) {
   enter_error(false);
 }
 
+bool SimQp::drop_idle_timer(const Event& e) noexcept {
+  if (e.value != timer_gen_) return true;  // armed before a RESET or ERR
+  if (attr_.qp_state != QpState::err && !rnr_wait_ && sq_done_ != sq_sent_) return false;
+  timer_armed_ = false;  // nothing outstanding (or an RNR wait, or ERR): the timer stops
+  return true;
+}
+
 void SimQp::on_timeout(const Event& e) {
-  if (e.value != timer_gen_) return;
+  if (drop_idle_timer(e)) return;
   timer_armed_ = false;
-  if (attr_.qp_state == QpState::err || rnr_wait_ || sq_done_ == sq_sent_) return;
   if (world().now < timer_deadline_) {
     schedule_timer();  // progress since it was armed: sleep until the current deadline
     return;

@@ -286,6 +286,31 @@ TEST_P(Ops, BackToBackMessagesShareOneAckExceptOnRxe) {
   EXPECT_TRUE(led.balanced());
 }
 
+// Once every WQE is acknowledged the QP's ACK timer stops: polling an empty CQ then does not
+// move virtual time to the timer's deadline (67 ms with the default timeout), so work posted
+// right after that poll runs at once. (The timer's event is still in the heap, lazily
+// cancelled: step() drops it instead of jumping to it.)
+TEST_P(Ops, AnEmptyPollDoesNotWaitForTheAckTimerOfAnIdleQp) {
+  SimPair p(config());
+  Ledger led;
+  const Sge ss = p.a.sge(0, 8);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(1, ss)));
+  ASSERT_EQ(led.poll_n(p.world, *p.a.cq, 1).size(), 1u);
+  ASSERT_EQ(led.poll_n(p.world, *p.b.cq, 1).size(), 1u);
+  const std::uint64_t idle_since = p.world.now();
+  WorkCompletion wc[1];
+  EXPECT_EQ(p.b.cq->poll(wc).count, 0u);  // nothing to come: the timer's event is dropped
+  EXPECT_EQ(p.world.now(), idle_since);
+  EXPECT_EQ(p.world.pending_events(), 0u);
+  ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(2, ss)));
+  ASSERT_EQ(led.poll_n(p.world, *p.b.cq, 1).size(), 1u);
+  ASSERT_EQ(led.poll_n(p.world, *p.a.cq, 1).size(), 1u);
+  EXPECT_LT(p.world.now() - idle_since, 100'000u) << "the second message waited for a timer";
+  EXPECT_TRUE(led.balanced());
+}
+
 // A message whose ACK was left to the next one is still acknowledged when the responder drops
 // that next one (here: it went to ERR in between): only the dropped message fails.
 TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
