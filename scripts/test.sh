@@ -61,8 +61,8 @@ if ! ctest --test-dir "$release" -R '^(ibv_overhead_dropin|sim_instructions)$' \
   cat "$release/instructions.log" >&2
   exit 1
 fi
-echo "ibv_overhead_dropin, sim_instructions (Release): $(grep -E 'tests passed|No tests were found' \
-  "$release/instructions.log" | tail -n 1)"
+echo "ibv_overhead_dropin, sim_instructions (Release): $(grep -E \
+  'tests passed|No tests were found' "$release/instructions.log" | tail -n 1)"
 
 # Repeat ctest's summary so that it is the last thing this script prints.
 grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true

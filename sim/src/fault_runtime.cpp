@@ -46,10 +46,10 @@ std::uint64_t World::Impl::apply_packet_faults(const Event& packet, std::uint32_
   bool duplicate = false;
   for (std::size_t i = fired; i < faults.packet_rules.size(); ++i) {
     RuleCheck& r = faults.packet_rules[i];
-    if (i != fired &&
-        (!r.matches_psn(psn) || !r.matches_where(sender_qpn, packet.qpn, sender) || !r.fires(rng))) {
-      continue;
-    }
+    const bool fires = i == fired || (r.matches_psn(psn) &&
+                                      r.matches_where(sender_qpn, packet.qpn, sender) &&
+                                      r.fires(rng));
+    if (!fires) continue;
     const PacketFault& f = config.faults.packets[r.index];
     digest.add(0xfb000000ull | r.index);
     switch (f.action) {

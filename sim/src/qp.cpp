@@ -232,7 +232,8 @@ void SimQp::forget_cq_entries() noexcept {
   return 0;
 }
 
-[[gnu::always_inline]] inline void SimQp::enqueue_send(const SendWr& wr, std::uint32_t length) noexcept {
+[[gnu::always_inline]] inline void SimQp::enqueue_send(const SendWr& wr,
+                                                      std::uint32_t length) noexcept {
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;

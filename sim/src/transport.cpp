@@ -381,7 +381,8 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   Sge* rs;
   if (!take_recv(rw, rs)) return;
   const std::uint64_t room = sges_length(rs, rw.num_sge);
-  if (room < 40u + wq.length || !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+  if (room < 40u + wq.length ||
+      !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
     WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
     if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
     complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req.qpn_, false);

@@ -8,7 +8,8 @@
 #   tests/bench/same-history.sh [--seeds N] OLD_BUILD_DIR NEW_BUILD_DIR
 #
 # e.g. with the previous commit built in a worktree:
-#   git worktree add /tmp/base HEAD~1 && cmake -S /tmp/base -B /tmp/base/b -DCMAKE_BUILD_TYPE=Release
+#   git worktree add /tmp/base HEAD~1
+#   cmake -S /tmp/base -B /tmp/base/b -DCMAKE_BUILD_TYPE=Release
 #   cmake --build /tmp/base/b --target verbsim-perf pingpong
 #   tests/bench/same-history.sh /tmp/base/b build-release
 #
@@ -39,7 +40,8 @@ plans=(
   ""
   "drop p=0.01; reorder p=0.1 by=2us; duplicate p=0.02"
   "delay p=0.2 by=1us; post_send p=0.02 errno=ENOMEM"
-  "drop psn=5; drop nth=3; duplicate every=7; delay qp=17 p=0.3 by=1us; reorder dev=sim1 p=0.2 by=3us"
+  "drop psn=5; drop nth=3; duplicate every=7; delay qp=17 p=0.3 by=1us;
+   reorder dev=sim1 p=0.2 by=3us"
   "poll_cq every=5 errno=EAGAIN; drop dev=sim0 every=11; duplicate qp=18 nth=4"
 )
 tests=("send_bw -s 64 -n 3000 -q 3" "write_bw -s 4096 -n 2000 -q 2" "read_bw -s 1024 -n 1000 -q 2"
