@@ -203,6 +203,7 @@ class SimQp : public QueuePair {
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_send_ok(std::uint32_t index);
+  void push_send_wc(std::uint32_t index, WcStatus status, bool detail);
   // Completes the oldest incomplete send WQE (sq_done_).
   void complete_next(WcStatus status);
   // False when the receive CQ dropped the completion.
@@ -327,20 +328,28 @@ inline WcOpcode wc_opcode_of(WrOpcode op) noexcept {
   return WcOpcode::send;
 }
 
-inline void SimQp::complete_send_ok(std::uint32_t index) {
+// Writes the completion of send WQE `index` into the send CQ; `detail`: with its opcode and
+// length (rxe leaves them out of an error completion).
+inline void SimQp::push_send_wc(std::uint32_t index, WcStatus status, bool detail) {
   const SendWqe& w = sq_at(index);
-  ++world().acct.completed;
-  if (!w.signaled) return;
   CqEntry& e = scq_->next_slot();
   e.wc = WorkCompletion{};
   e.wc.wr_id = w.wr_id;
-  e.wc.opcode = wc_opcode_of(w.opcode);
-  e.wc.byte_len = w.length;
+  e.wc.status = status;
+  if (detail) {
+    e.wc.opcode = wc_opcode_of(w.opcode);
+    e.wc.byte_len = w.length;
+  }
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = index;
   e.send = true;
   scq_->commit(e, false);
+}
+
+inline void SimQp::complete_send_ok(std::uint32_t index) {
+  ++world().acct.completed;
+  if (sq_at(index).signaled) push_send_wc(index, WcStatus::success, true);
 }
 
 inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,

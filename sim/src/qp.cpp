@@ -348,21 +348,8 @@ void SimQp::complete_next(WcStatus status) {
 
 void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   if (status == WcStatus::success) return complete_send_ok(index);
-  const SendWqe& w = sq_at(index);
   ++world().acct.completed;
-  CqEntry& e = scq_->next_slot();
-  e.wc = WorkCompletion{};
-  e.wc.wr_id = w.wr_id;
-  e.wc.status = status;
-  if (!traits().error_wc_zeroed) {  // rxe fills in the opcode and length only on success
-    e.wc.opcode = wc_opcode_of(w.opcode);
-    e.wc.byte_len = w.length;
-  }
-  e.wc.qp_num = qpn_;
-  e.qp = this;
-  e.sq_index = index;
-  e.send = true;
-  scq_->commit(e, false);
+  push_send_wc(index, status, !traits().error_wc_zeroed);  // an error is always completed
 }
 
 bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
