@@ -144,6 +144,7 @@ struct DevCore {
   int live_cqs = 0;
 };
 
+// Events for a QP first, then the others (dispatch() tells them apart with one compare).
 enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake };
 
 // NAK codes carried by EvKind::nak (value field).

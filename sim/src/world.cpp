@@ -300,13 +300,13 @@ inline void World::Impl::dispatch(const Event& e) {
   digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
              (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
   digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
-  if (e.kind == EvKind::fault) {
-    run_timed_fault(config.faults.timed[e.index], e.code == 1);
-    return;
-  }
-  if (e.kind == EvKind::wake) {  // sim::sleep_for of a fiber
-    auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
-    if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
+  if (e.kind >= EvKind::fault) [[unlikely]] {  // not for a QP: fault or wake
+    if (e.kind == EvKind::fault) {
+      run_timed_fault(config.faults.timed[e.index], e.code == 1);
+    } else {  // sim::sleep_for of a fiber
+      auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
+      if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
+    }
     return;
   }
   if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
