@@ -206,6 +206,9 @@ class SimQp : public QueuePair {
   void push_send_wc(std::uint32_t index, WcStatus status, bool detail);
   // Completes the oldest incomplete send WQE (sq_done_).
   void complete_next(WcStatus status);
+  // Completes the send WQEs from sq_done_ up to `end` (excluded) successfully, as an ACK or a
+  // NAK acknowledges them; false when that overran the CQ and took the QP to ERR.
+  bool acknowledge_until(std::uint32_t end);
   // False when the receive CQ dropped the completion.
   bool complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                      std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);

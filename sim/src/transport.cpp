@@ -246,17 +246,22 @@ void SimQp::schedule_timer() {
   w.schedule(e);
 }
 
-void SimQp::on_ack(const Event& e) {
-  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
-  if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
-  while (static_cast<std::int32_t>(e.index - sq_done_) >= 0) {
+inline bool SimQp::acknowledge_until(std::uint32_t end) {
+  while (sq_done_ != end) {
     if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
       --rd_atomic_outstanding_;
     }
     complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
-    if (attr_.qp_state == QpState::err) return;  // its CQ overran
+    if (attr_.qp_state == QpState::err) return false;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  return true;
+}
+
+void SimQp::on_ack(const Event& e) {
+  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
+  if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
+  if (!acknowledge_until(e.index + 1)) return;
   retry_left_ = attr_.retry_cnt;
   rnr_left_ = attr_.rnr_retry;
   if (type_ == QpType::rc && sq_done_ != sq_sent_) arm_timer();
@@ -270,15 +275,7 @@ void SimQp::on_ack(const Event& e) {
 void SimQp::on_nak(const Event& e) {
   if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
-  // A NAK acknowledges everything before it.
-  while (sq_done_ != e.index) {
-    if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
-      --rd_atomic_outstanding_;
-    }
-    complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
-    if (attr_.qp_state == QpState::err) return;  // its CQ overran
-  }
-  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  if (!acknowledge_until(e.index)) return;  // a NAK acknowledges everything before it
   WcStatus fatal = WcStatus::success;
   switch (static_cast<Nak>(e.code)) {
     case Nak::rnr:
