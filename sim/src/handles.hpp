@@ -214,6 +214,8 @@ class SimQp : public QueuePair {
                      std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
   bool complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
                         std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+  bool push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
   void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
@@ -355,26 +357,40 @@ inline void SimQp::complete_send_ok(std::uint32_t index) {
   if (sq_at(index).signaled) push_send_wc(index, WcStatus::success, true);
 }
 
-inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
-                                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp,
-                                    bool solicited) {
-  ++world().acct.completed;
+// Writes a receive completion into the receive CQ; false when the CQ dropped it. An error
+// completion carries only wr_id, status and qp_num on rxe (error_wc_zeroed).
+inline bool SimQp::push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode opcode,
+                                std::uint32_t byte_len, std::uint32_t imm, bool with_imm,
+                                std::uint32_t src_qp, bool solicited) {
   CqEntry& e = rcq_->next_slot();
   e.wc = WorkCompletion{};
   e.wc.wr_id = wr_id;
-  e.wc.opcode = opcode;
-  e.wc.byte_len = byte_len;
-  e.wc.src_qp = src_qp;
-  if (with_imm) {
-    e.wc.imm_data = imm;
-    e.wc.wc_flags = WcFlags::with_imm;
+  e.wc.status = status;
+  if (status == WcStatus::success || !traits().error_wc_zeroed) {
+    e.wc.opcode = opcode;
+    e.wc.byte_len = byte_len;
+    e.wc.src_qp = src_qp;
+    if (with_imm) {
+      e.wc.imm_data = imm;
+      e.wc.wc_flags = WcFlags::with_imm;
+    }
   }
-  if (type_ == QpType::ud || traits().recv_wc_grh) e.wc.wc_flags |= WcFlags::grh;
+  if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
+    e.wc.wc_flags |= WcFlags::grh;
+  }
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = 0;
   e.send = false;
   return rcq_->commit(e, solicited);
+}
+
+inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
+                                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp,
+                                    bool solicited) {
+  ++world().acct.completed;
+  return push_recv_wc(wr_id, WcStatus::success, opcode, byte_len, imm, with_imm, src_qp,
+                      solicited);
 }
 
 // Errors of the simulator's verbs name the libibverbs call.

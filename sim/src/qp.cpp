@@ -354,28 +354,8 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
 
 bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                           std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
-  if (status == WcStatus::success) {
-    return complete_recv_ok(wqe.wr_id, opcode, byte_len, imm, with_imm, src_qp, solicited);
-  }
   ++world().acct.completed;
-  CqEntry& e = rcq_->next_slot();
-  e.wc = WorkCompletion{};
-  e.wc.wr_id = wqe.wr_id;
-  e.wc.status = status;
-  if (!traits().error_wc_zeroed) {
-    e.wc.opcode = opcode;
-    e.wc.byte_len = byte_len;
-    e.wc.src_qp = src_qp;
-    if (with_imm) {
-      e.wc.imm_data = imm;
-      e.wc.wc_flags |= WcFlags::with_imm;
-    }
-  }  // else rxe: only wr_id, status and qp_num
-  e.wc.qp_num = qpn_;
-  e.qp = this;
-  e.sq_index = 0;
-  e.send = false;
-  return rcq_->commit(e, solicited);
+  return push_recv_wc(wqe.wr_id, status, opcode, byte_len, imm, with_imm, src_qp, solicited);
 }
 
 void SimQp::raise(AsyncEventType type) {
