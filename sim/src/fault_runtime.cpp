@@ -10,9 +10,8 @@ namespace verbsim::sim {
 
 bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
   if (dev >= devs.size()) return false;
-  const auto& ports = devs[dev]->ports;
-  const std::size_t i = port >= 1 && port <= ports.size() ? port - 1u : 0;
-  return ports[i].attr.state == PortState::active;
+  const DevCore& d = *devs[dev];
+  return d.ports[port_index(d, port)].attr.state == PortState::active;
 }
 
 std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t psn) {

@@ -100,14 +100,11 @@ class IdTable {
   explicit IdTable(std::uint32_t base) : base_(base) {}
   T* find(std::uint32_t id) const noexcept {
     const std::uint32_t i = id - base_;
-    return i < size_ ? slots_[i] : nullptr;
+    return i < slots_.size() ? slots_[i] : nullptr;
   }
   void insert(std::uint32_t id, T* p) {
     const std::uint32_t i = id - base_;
-    if (i >= slots_.size()) {
-      slots_.resize(i + 1, nullptr);
-      size_ = static_cast<std::uint32_t>(slots_.size());
-    }
+    if (i >= slots_.size()) slots_.resize(i + 1, nullptr);
     slots_[i] = p;
   }
   void erase(std::uint32_t id) noexcept {
@@ -124,7 +121,6 @@ class IdTable {
 
  private:
   std::uint32_t base_;
-  std::uint32_t size_ = 0;  // slots_.size(), without the division on the data path
   std::vector<T*> slots_;
 };
 
@@ -352,13 +348,17 @@ struct World::Impl {
     p.busy_until = start + wire;
     return p.busy_until + config.link_latency_ns;
   }
-  // The port a packet leaves `dev` by (port 1 for a port number out of range).
+  // Index in dev.ports of port number `port` (port 1's for a number out of range).
+  static std::size_t port_index(const DevCore& dev, std::uint8_t port) noexcept {
+    return port > 0 && port <= dev.ports.size() ? port - 1u : 0;
+  }
+  // The port a packet leaves `dev` by.
   static PortCore& egress(DevCore& dev, std::uint8_t port) noexcept {
-    return dev.ports[port > 0 && port <= dev.ports.size() ? port - 1 : 0];
+    return dev.ports[port_index(dev, port)];
   }
   std::uint16_t wire_of(const DevCore& dev, std::uint8_t port) const noexcept {
-    const std::size_t p = port > 0 && port <= dev.ports.size() ? port - 1u : 0;
-    return static_cast<std::uint16_t>(static_cast<std::size_t>(dev.index) * dev.ports.size() + p);
+    return static_cast<std::uint16_t>(static_cast<std::size_t>(dev.index) * dev.ports.size() +
+                                      port_index(dev, port));
   }
   std::size_t pending() const noexcept { return heap.size() + in_flight; }
 };
