@@ -328,7 +328,8 @@ struct World::Impl {
   static constexpr int kNoEvent = -2;
   static constexpr int kHeapEvent = -1;
   int next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept;
-  // next_event(), or the hinted wire when it certainly comes first.
+  // next_event(), or the hinted wire when it certainly comes first; drops idle timers on the
+  // way (drop_idle_timer_on_top).
   int next_source(std::uint64_t& time, std::uint64_t& runner_up) noexcept;
   // Drops the heap's first event if it is a timer that would do nothing (SimQp::drop_idle_timer).
   bool drop_idle_timer_on_top();

@@ -348,17 +348,18 @@ inline int World::Impl::next_source(std::uint64_t& time, std::uint64_t& runner_u
     }
   }
   earliest_scheduled = UINT64_MAX;
-  return next_event(time, runner_up);
+  int from = next_event(time, runner_up);
+  // A timer that would do nothing is dropped rather than run: time must not jump to it (an
+  // application that polls an idle CQ just before it posts more work would wait a whole ACK
+  // timeout, which no NIC makes it do).
+  while (from == kHeapEvent && drop_idle_timer_on_top()) from = next_event(time, runner_up);
+  return from;
 }
 
 bool World::Impl::step() {
   std::uint64_t t = 0;
   std::uint64_t runner_up = 0;  // no other source has an event before this
   int from = next_source(t, runner_up);
-  // A timer that would do nothing is dropped rather than run: time must not jump to it (an
-  // application that polls an idle CQ just before it posts more work would wait a whole ACK
-  // timeout, which no NIC makes it do).
-  while (from == kHeapEvent && drop_idle_timer_on_top()) from = next_source(t, runner_up);
   if (from == kNoEvent) return false;
   if (t > now) now = t;
   for (;;) {
@@ -392,7 +393,6 @@ bool World::Impl::step() {
     // elsewhere, the next one of the same source, or one the handler just scheduled.
     if (!source_has_more && runner_up > now) return true;
     from = next_source(t, runner_up);
-    while (from == kHeapEvent && drop_idle_timer_on_top()) from = next_source(t, runner_up);
     if (from == kNoEvent || t > now) return true;
   }
 }
