@@ -24,10 +24,9 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
   const int sender = from_dev < devs.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
   for (std::size_t i = 0; i < faults.packet_rules.size(); ++i) {
     RuleCheck& r = faults.packet_rules[i];
-    if (!r.matches_psn(psn) || !r.matches_where(sender_qpn, packet.qpn, sender) || !r.fires(rng)) {
-      continue;
+    if (r.fires_on_packet(psn, sender_qpn, packet.qpn, sender, rng)) {
+      return apply_packet_faults(packet, psn, i, sender_qpn, sender);
     }
-    return apply_packet_faults(packet, psn, i, sender_qpn, sender);
   }
   push_wire(packet);  // on time
   return packet.time;
@@ -45,10 +44,7 @@ std::uint64_t World::Impl::apply_packet_faults(const Event& packet, std::uint32_
   bool duplicate = false;
   for (std::size_t i = fired; i < faults.packet_rules.size(); ++i) {
     RuleCheck& r = faults.packet_rules[i];
-    const bool fires = i == fired || (r.matches_psn(psn) &&
-                                      r.matches_where(sender_qpn, packet.qpn, sender) &&
-                                      r.fires(rng));
-    if (!fires) continue;
+    if (i != fired && !r.fires_on_packet(psn, sender_qpn, packet.qpn, sender, rng)) continue;
     const PacketFault& f = config.faults.packets[r.index];
     digest.add(0xfb000000ull | r.index);
     switch (f.action) {

@@ -209,6 +209,12 @@ struct RuleCheck {
   bool matches_psn(std::uint32_t p) const noexcept {
     return any_psn || (p == psn && p != kNoPsn);
   }
+  // A packet rule: does it match a packet carrying `p` from QP `from` (of device `device`) to
+  // QP `to`, and fire on it?
+  bool fires_on_packet(std::uint32_t p, std::uint32_t from, std::uint32_t to, int device,
+                       Rng& rng) noexcept {
+    return matches_psn(p) && matches_where(from, to, device) && fires(rng);
+  }
 };
 
 // The fault plan's rules at run time (the plan itself stays in Config).
@@ -504,6 +510,14 @@ struct CqCore {
   void notify_if_armed(const CqEntry& e, bool solicited);
   void notify();
 };
+
+// Bytes an SGE list covers; one SGE (the common case) without the loop.
+inline std::uint64_t sges_length(std::span<const Sge> sges) noexcept {
+  if (sges.size() == 1) return sges[0].length;
+  std::uint64_t len = 0;
+  for (const Sge& s : sges) len += s.length;
+  return len;
+}
 
 // Copies a work request's SGEs into its queue slot; one SGE (the common case) without a
 // call to memmove.

@@ -203,12 +203,7 @@ void SimQp::forget_cq_entries() noexcept {
     return refuse(EINVAL, "opcode not supported on this QP type");
   }
   if (wr.sg_list.size() > max_send_sge_) return refuse(t.send_limit_errno, "too many SGEs");
-  if (wr.sg_list.size() == 1) {
-    length = wr.sg_list[0].length;
-  } else {
-    length = 0;
-    for (const Sge& s : wr.sg_list) length += s.length;
-  }
+  length = sges_length(wr.sg_list);
   if (any(wr.flags, SendFlags::inline_data)) [[unlikely]] {
     if (length > reported_cap_.max_inline_data) {
       return refuse(t.send_limit_errno, "inline data larger than max_inline_data");

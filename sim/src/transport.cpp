@@ -62,13 +62,6 @@ bool sge_keys_known(const DevCore& dev, const PdCore* pd, const Sge* sges, std::
   return true;
 }
 
-std::uint64_t sges_length(const Sge* sges, std::uint32_t n) noexcept {
-  if (n == 1) return sges->length;
-  std::uint64_t len = 0;
-  for (std::uint32_t i = 0; i < n; ++i) len += sges[i].length;
-  return len;
-}
-
 // Scatters `len` bytes from `src` into the SGE list.
 void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint64_t len) noexcept {
   for (std::uint32_t i = 0; i < n && len > 0; ++i) {
@@ -377,7 +370,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   RecvWqe rw;
   Sge* rs;
   if (!take_recv(rw, rs)) return;
-  const std::uint64_t room = sges_length(rs, rw.num_sge);
+  const std::uint64_t room = sges_length({rs, rw.num_sge});
   if (room < 40u + wq.length ||
       !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
     WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
@@ -474,7 +467,7 @@ void SimQp::on_deliver(const Event& e) {
         return;
       }
       const bool qp_op = traits().responder_errors_are_qp_op;
-      if (sges_length(rs, rw.num_sge) < wq.length) {
+      if (sges_length({rs, rw.num_sge}) < wq.length) {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_len_err, WcOpcode::recv,
                       0, 0, false, 0, false);
         responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
