@@ -9,7 +9,8 @@ packages=(
   libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers rdma-core
   libboost-fiber-dev librange-v3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  valgrind
+  valgrind  # instruction-count guards (ibv_overhead_dropin, sim_instructions)
+  python3  # sim-instructions.sh and report.sh read callgrind's and benchmark's output with it
   python3-pyverbs  # rdma-core's pyverbs test suite, run against the libibverbs drop-in
 )
 
