@@ -141,7 +141,7 @@ struct Host {
   void post_recv(std::uint64_t i) {
     const Sge sge = mr->sge(i * size, size);
     if (const PostResult r = qp->post_recv(RecvWr{i, {&sge, 1}}); !r) {
-      throw std::system_error(r.error, std::string(role) + ": ibv_post_recv (" + r.reason + ")");
+      throw std::system_error(r.error(), std::string(role) + ": ibv_post_recv (" + r.reason + ")");
     }
   }
   // Sends `seq` as immediate data with its payload from tx slot seq % kSlots. Every send is
@@ -159,7 +159,7 @@ struct Host {
     wr.imm_data = seq;
     wr.sg_list = {&sge, 1};
     if (const PostResult r = qp->post_send(wr); !r) {
-      throw std::system_error(r.error, std::string(role) + ": ibv_post_send (" + r.reason + ")");
+      throw std::system_error(r.error(), std::string(role) + ": ibv_post_send (" + r.reason + ")");
     }
     ++unreaped;
   }
@@ -167,7 +167,7 @@ struct Host {
   void reap() {
     WorkCompletion wc[16];
     const PollResult r = scq->poll(wc);
-    if (r.error) throw std::system_error(r.error, std::string(role) + ": ibv_poll_cq");
+    if (r.err != 0) throw std::system_error(r.error(), std::string(role) + ": ibv_poll_cq");
     check(std::span<const WorkCompletion>(wc, r.count));
     unreaped -= r.count;
   }

@@ -45,9 +45,9 @@ void serve(echo::Host& h, const echo::Options& o, int timeout_ms) {
   for (std::uint32_t served = 0; served < o.messages;) {
     const PollResult r = poller.try_next(wc);
     if (r.count == 0) {
-      if (r.error != Condition::would_block) {
+      if (r.error() != Condition::would_block) {
         ::close(ep);
-        throw std::system_error(r.error, "server: waiting for requests");
+        throw std::system_error(r.error(), "server: waiting for requests");
       }
       // Nothing yet, and the CQ is armed: sleep until the channel's fd is readable.
       epoll_event events[4];
@@ -88,7 +88,7 @@ void request(echo::Setup& s, const echo::Options& o) {
     }
     for (std::uint32_t got = 0; got < n;) {
       const PollResult r = poller.next(wc);
-      if (r.error) throw std::system_error(r.error, "client: waiting for replies");
+      if (r.err != 0) throw std::system_error(r.error(), "client: waiting for replies");
       h.check({wc, r.count});
       for (const WorkCompletion& c : std::span(wc, r.count)) {
         if (h.received(c) != next + got) throw std::runtime_error("client: a reply came out of order");

@@ -34,7 +34,7 @@ void serve(echo::Setup& s, const echo::Options& o) {
   WorkCompletion wc[1];
   for (std::uint32_t sent = 0; sent < o.messages;) {
     const PollResult r = poller.next(wc);
-    if (r.error) throw std::system_error(r.error, "server: waiting for requests");
+    if (r.err != 0) throw std::system_error(r.error(), "server: waiting for requests");
     h.check({wc, r.count});
     const std::uint32_t first = h.received(wc[0]);
     h.post_recv(wc[0].wr_id);
@@ -70,7 +70,7 @@ void request(echo::Setup& s, const echo::Options& o) {
     const std::uint32_t n = std::min(o.burst, o.messages - next);
     for (std::uint32_t got = 0; got < n;) {
       const PollResult r = poller.next(wc);
-      if (r.error) throw std::system_error(r.error, "client: waiting for messages");
+      if (r.err != 0) throw std::system_error(r.error(), "client: waiting for messages");
       const std::uint64_t now = clock.now_ns();
       h.check({wc, r.count});
       for (const WorkCompletion& c : std::span(wc, r.count)) {

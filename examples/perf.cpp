@@ -161,7 +161,7 @@ struct Bench {
   void post_recv(std::uint32_t qi) {
     const Sge sge = server.mr->sge(server.rx_off(qi), size);
     if (const PostResult r = server.qps[qi]->post_recv(RecvWr{qi, {&sge, 1}}); !r) {
-      throw std::system_error(r.error, std::string("server: ibv_post_recv (") + r.reason + ")");
+      throw std::system_error(r.error(), std::string("server: ibv_post_recv (") + r.reason + ")");
     }
   }
   void post(Side& from, Side& to, std::uint32_t qi, bool signaled) {
@@ -178,13 +178,13 @@ struct Bench {
     wr.remote_addr = reinterpret_cast<std::uintptr_t>(to.buf.data() + remote);
     wr.rkey = to.mr->rkey();
     if (const PostResult r = from.qps[qi]->post_send(wr); !r) {
-      throw std::system_error(r.error, std::string("ibv_post_send (") + r.reason + ")");
+      throw std::system_error(r.error(), std::string("ibv_post_send (") + r.reason + ")");
     }
   }
   // Polls `s`'s CQ once; throws on a failed completion.
   std::span<const WorkCompletion> poll(Side& s, std::span<WorkCompletion> wc) {
     const PollResult r = s.cq->poll(wc);
-    if (r.error) throw std::system_error(r.error, "ibv_poll_cq");
+    if (r.err != 0) throw std::system_error(r.error(), "ibv_poll_cq");
     for (const WorkCompletion& c : wc.first(r.count)) {
       if (c.status != WcStatus::success) {
         throw std::runtime_error("a completion has status " + std::string(to_string(c.status)));
@@ -308,7 +308,7 @@ Result run_lat(Bench& b) {
       // The client's receive for the reply is posted before its SEND can be answered.
       const Sge rsge = b.client.mr->sge(b.client.rx_off(0), b.size);
       if (const PostResult r = b.client.qps[0]->post_recv(RecvWr{0, {&rsge, 1}}); !r) {
-        throw std::system_error(r.error, std::string("client: ibv_post_recv (") + r.reason + ")");
+        throw std::system_error(r.error(), std::string("client: ibv_post_recv (") + r.reason + ")");
       }
       b.post(b.client, b.server, 0, true);
       await_cqes(b.server, 1);  // the request

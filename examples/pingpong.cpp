@@ -97,7 +97,7 @@ struct Side {
   void post_recv() {
     const Sge sge = mr->sge(size, size);
     if (const PostResult r = qp->post_recv(RecvWr{kRecvId, {&sge, 1}}); !r) {
-      throw std::system_error(r.error, std::string(role) + ": ibv_post_recv (" + r.reason + ")");
+      throw std::system_error(r.error(), std::string(role) + ": ibv_post_recv (" + r.reason + ")");
     }
   }
   void post_send() {
@@ -108,7 +108,7 @@ struct Side {
     wr.flags = SendFlags::signaled;
     wr.sg_list = {&sge, 1};
     if (const PostResult r = qp->post_send(wr); !r) {
-      throw std::system_error(r.error, std::string(role) + ": ibv_post_send (" + r.reason + ")");
+      throw std::system_error(r.error(), std::string(role) + ": ibv_post_send (" + r.reason + ")");
     }
   }
   // Busy-polls the CQ until `n` completions arrived (on the simulator an empty poll lets virtual
@@ -117,7 +117,7 @@ struct Side {
     WorkCompletion wc[2];
     while (n > 0) {
       const PollResult r = cq->poll(std::span(wc, std::min(n, 2)));
-      if (r.error) throw std::system_error(r.error, std::string(role) + ": ibv_poll_cq");
+      if (r.err != 0) throw std::system_error(r.error(), std::string(role) + ": ibv_poll_cq");
       check_completions(std::span(wc, r.count));
       n -= static_cast<int>(r.count);
       if (r.count == 0 && world != nullptr && world->pending_events() == 0) {

@@ -11,7 +11,7 @@ namespace verbsim {
 
 namespace {
 
-PollResult canceled() noexcept { return {errno_code(ECANCELED), 0}; }
+PollResult canceled() noexcept { return {0, ECANCELED}; }
 
 // get_cq_event found nothing to read: a spurious wake-up, not a failure.
 bool no_event(const std::error_code& e) noexcept {
@@ -80,7 +80,7 @@ PollResult BusyPoller::do_next(std::span<WorkCompletion> out, const std::stop_to
   PollResult r;
   for (;;) {
     r = poll_once(out);
-    if (r.error || r.count > 0) break;
+    if (r.err != 0 || r.count > 0) break;
     if (stop.stop_requested()) {
       r = canceled();
       break;
@@ -95,7 +95,7 @@ PollResult BusyPoller::do_next(std::span<WorkCompletion> out, const std::stop_to
 
 PollResult ChannelPoller::poll_after_wake(std::span<WorkCompletion> out) noexcept {
   const PollResult r = poll_once(out);
-  if (woke_ && !r.error && r.count == 0) ++stats_.empty_wakeups;
+  if (woke_ && r.err == 0 && r.count == 0) ++stats_.empty_wakeups;
   woke_ = false;
   return r;
 }
@@ -103,9 +103,9 @@ PollResult ChannelPoller::poll_after_wake(std::span<WorkCompletion> out) noexcep
 PollResult ChannelPoller::arm_and_sleep(std::span<WorkCompletion> out, Wait wait) {
   // Arm first, then poll once more: a completion that arrived after the caller's last poll but
   // before the arm raises no event, and would otherwise sit in the CQ while we sleep.
-  if (const std::error_code e = cq_.req_notify(solicited_only_)) return {e, 0};
+  if (const std::error_code e = cq_.req_notify(solicited_only_)) return {0, e.value()};
   const PollResult r = poll_once(out);
-  if (r.error || r.count > 0) return r;
+  if (r.err != 0 || r.count > 0) return r;
   CompletionQueue* fired = nullptr;
   std::error_code e;
   if (wait == Wait::blocking) {
@@ -117,8 +117,8 @@ PollResult ChannelPoller::arm_and_sleep(std::span<WorkCompletion> out, Wait wait
   } else {
     e = channel_.get_cq_event(fired, Wait::nonblocking);
   }
-  if (no_event(e)) return {errno_code(EAGAIN), 0};
-  if (e) return {e, 0};
+  if (no_event(e)) return {0, EAGAIN};
+  if (e) return {0, e.value()};
   // Acknowledge at once: ibv_destroy_cq waits for every event to be acknowledged.
   fired->ack_events(1);
   ++stats_.wakeups;
@@ -126,7 +126,7 @@ PollResult ChannelPoller::arm_and_sleep(std::span<WorkCompletion> out, Wait wait
   // The event disarmed the CQ. Re-arming now, before draining, lets the next completion wake
   // another poller asleep on the channel while this one works.
   if (rearm_on_wake_) {
-    if (const std::error_code ae = cq_.req_notify(solicited_only_)) return {ae, 0};
+    if (const std::error_code ae = cq_.req_notify(solicited_only_)) return {0, ae.value()};
   }
   return {};
 }
@@ -136,10 +136,10 @@ PollResult ChannelPoller::try_next(std::span<WorkCompletion> out) {
   PollResult r;
   for (;;) {
     r = poll_after_wake(out);
-    if (r.error || r.count > 0) break;
+    if (r.err != 0 || r.count > 0) break;
     // EAGAIN here leaves the CQ armed with no event pending: the fd will wake the caller.
     r = arm_and_sleep(out, Wait::nonblocking);
-    if (r.error || r.count > 0) break;
+    if (r.err != 0 || r.count > 0) break;
     // An event was taken, which disarmed the CQ: poll, and re-arm if it is empty.
   }
   stats_.polling_ns += clock_.now_ns() - t0;
@@ -152,13 +152,13 @@ PollResult EventPoller::do_next(std::span<WorkCompletion> out, const std::stop_t
   PollResult r;
   for (;;) {
     r = poll_after_wake(out);
-    if (r.error || r.count > 0) break;
+    if (r.err != 0 || r.count > 0) break;
     if (stop.stop_requested()) {
       r = canceled();
       break;
     }
     r = arm_and_sleep(out, Wait::blocking);
-    if (r.count > 0 || (r.error && !no_event(r.error))) break;
+    if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
   }
   stats_.polling_ns += (clock_.now_ns() - t0) - (stats_.sleeping_ns - slept0);
   return r;
@@ -174,7 +174,7 @@ PollResult HybridPoller::do_next(std::span<WorkCompletion> out, const std::stop_
   PollResult r;
   for (;;) {
     r = poll_after_wake(out);
-    if (r.error || r.count > 0) break;
+    if (r.err != 0 || r.count > 0) break;
     if (stop.stop_requested()) {
       r = canceled();
       break;
@@ -185,7 +185,7 @@ PollResult HybridPoller::do_next(std::span<WorkCompletion> out, const std::stop_
     if (now - idle_since_ < idle_ns_ && still < kStillClockPolls) continue;
     // Idle for long enough: sleep until the next completion, then poll again.
     r = arm_and_sleep(out, Wait::blocking);
-    if (r.count > 0 || (r.error && !no_event(r.error))) break;
+    if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
     idle_since_ = last = clock_.now_ns();
     still = 0;
   }

@@ -88,7 +88,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
     } else {
       w.step();
     }
-    if (c.count == 0) return {no_error(), 0};
+    if (c.count == 0) return {0, 0};
   }
   const bool retire = w.traits->retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
@@ -103,7 +103,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   }
   c.head = head;
   c.count -= n;
-  return {no_error(), n};
+  return {n, 0};
 }
 
 std::error_code SimCq::req_notify(bool solicited_only) noexcept {
@@ -162,8 +162,8 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
   RecvQueue& rq = core_->rq;
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
     const RecvWr& wr = wrs[i];
-    if (wr.sg_list.size() > rq.max_sge) return {errno_code(EINVAL), i, "too many SGEs"};
-    if (rq.size() >= rq.cap) return {errno_code(ENOMEM), i, "shared receive queue full"};
+    if (wr.sg_list.size() > rq.max_sge) return {i, EINVAL, "too many SGEs"};
+    if (rq.size() >= rq.cap) return {i, ENOMEM, "shared receive queue full"};
     RecvWqe& w = rq.at(rq.tail);
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
@@ -171,7 +171,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++rq.tail;
     ++core_->pd->ctx->world->acct.posted;
   }
-  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
+  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
 void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {

@@ -147,21 +147,21 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
 
 PostResult FaultyQp::post_send(std::span<const SendWr> wrs) noexcept {
   if (int err = world().verb_fault(Verb::post_send, qpn_, dev_)) {
-    return {errno_code(err), 0, "injected by the fault plan"};
+    return {0, err, "injected by the fault plan"};
   }
   return SimQp::post_send(wrs);
 }
 
 PostResult FaultyQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   if (int err = world().verb_fault(Verb::post_recv, qpn_, dev_)) {
-    return {errno_code(err), 0, "injected by the fault plan"};
+    return {0, err, "injected by the fault plan"};
   }
   return SimQp::post_recv(wrs);
 }
 
 PollResult FaultyCq::poll(std::span<WorkCompletion> out) noexcept {
   if (int err = core_->ctx->world->verb_fault(Verb::poll_cq, 0, core_->ctx->dev)) {
-    return {errno_code(err), 0};
+    return {0, err};
   }
   return SimCq::poll(out);
 }
@@ -182,7 +182,7 @@ std::error_code FaultyChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
 
 PostResult FaultySrq::post_recv(std::span<const RecvWr> wrs) noexcept {
   if (int err = core_->pd->ctx->world->verb_fault(Verb::post_srq_recv, 0, core_->dev)) {
-    return {errno_code(err), 0, "injected by the fault plan"};
+    return {0, err, "injected by the fault plan"};
   }
   return SimSrq::post_recv(wrs);
 }

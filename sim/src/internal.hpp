@@ -148,14 +148,6 @@ enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
 
 inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
 
-// The error_code of a data-path verb that succeeded. `std::error_code{}` calls
-// std::system_category(), a function in libstdc++, on every post and poll; a function-local
-// static is initialised on first use, whatever the order of static initialisers.
-inline std::error_code no_error() noexcept {
-  static const std::error_category& system = std::system_category();
-  return {0, system};
-}
-
 struct Event {
   std::uint64_t time;
   std::uint64_t seq;

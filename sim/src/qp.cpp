@@ -264,7 +264,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   const QpState s = attr_.qp_state;
   const bool early = s == QpState::reset || s == QpState::init || s == QpState::rtr;
   if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
-    return {errno_code(EINVAL), 0, "QP is not in RTS"};
+    return {0, EINVAL, "QP is not in RTS"};
   }
   Accounting& acct = world().acct;
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
@@ -272,7 +272,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
     const char* reason = "";
     if (const int err = check_send(wrs[i], length, reason); err != 0) {
       if (i > 0 && s == QpState::rts) transmit();
-      return {errno_code(err), i, reason};
+      return {i, err, reason};
     }
     enqueue_send(wrs[i], static_cast<std::uint32_t>(length));
     ++acct.posted;
@@ -285,15 +285,15 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   if (early && t.post_send_needs_rts) {
     // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
     // once the QP is in RTS and a later post_send rings the doorbell.
-    return {errno_code(EINVAL), 0, "QP is not in RTS"};
+    return {0, EINVAL, "QP is not in RTS"};
   }
   if (s == QpState::rts) transmit();
-  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
+  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
 PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
-  if (srq_) return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
-  if (attr_.qp_state == QpState::reset) return {errno_code(EINVAL), 0, "QP is in RESET"};
+  if (srq_) return {0, EINVAL, "QP receives from an SRQ"};
+  if (attr_.qp_state == QpState::reset) return {0, EINVAL, "QP is in RESET"};
   // The queue's indices in locals: the stores into its slots cannot change them.
   const std::uint32_t room = rq_.cap - rq_.size();
   const std::uint32_t max_sge = rq_.max_sge;
@@ -321,14 +321,14 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   }
   rq_.tail = tail;
   world().acct.posted += i;
-  if (err != 0) return {errno_code(err), i, why};
+  if (err != 0) return {i, err, why};
   if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
     }
   }
-  return {no_error(), static_cast<std::uint32_t>(wrs.size()), ""};
+  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -141,12 +141,12 @@ MEASURED bool layer_post_recv(QueuePair& qp, const Buffer& b, std::uint64_t wr_i
 
 MEASURED int layer_poll_one(CompletionQueue& cq, WorkCompletion& wc) {
   const PollResult r = cq.poll({&wc, 1});
-  return r.error ? -1 : static_cast<int>(r.count);
+  return r.error() ? -1 : static_cast<int>(r.count);
 }
 
 MEASURED int layer_poll_empty(CompletionQueue& cq, WorkCompletion& wc) {
   const PollResult r = cq.poll({&wc, 1});
-  return r.error ? -1 : static_cast<int>(r.count);
+  return r.error() ? -1 : static_cast<int>(r.count);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ struct Side {
   void post_recv(std::uint64_t slot) {
     const Sge sge = mr->sge(slot * size, size);
     if (const PostResult r = qp->post_recv(RecvWr{slot, {&sge, 1}}); !r) {
-      throw std::system_error(r.error, "ibv_post_recv");
+      throw std::system_error(r.error(), "ibv_post_recv");
     }
   }
   void send(std::uint32_t seq) {
@@ -157,7 +157,7 @@ struct Side {
     wr.flags = ++sends % 8 == 0 ? SendFlags::signaled : SendFlags::none;
     wr.imm_data = seq;
     wr.sg_list = {&sge, 1};
-    if (const PostResult r = qp->post_send(wr); !r) throw std::system_error(r.error, "ibv_post_send");
+    if (const PostResult r = qp->post_send(wr); !r) throw std::system_error(r.error(), "ibv_post_send");
   }
 };
 
@@ -250,7 +250,7 @@ class Bench {
         }
         const std::uint64_t woke = poller->stats().wakeups;
         const PollResult r = poller->next(wc);
-        if (r.error) throw std::system_error(r.error, "server");
+        if (r.err != 0) throw std::system_error(r.error(), "server");
         // The simulator's model of what a wake-up costs on a host: interrupt, event, scheduler.
         if (world_ != nullptr && o_.wake_ns > 0 && poller->stats().wakeups != woke) {
           sim::sleep_for(*world_, std::chrono::nanoseconds(o_.wake_ns));
@@ -273,7 +273,7 @@ class Bench {
         const std::uint64_t t = clock.now_ns();
         client_.send(seq);
         const PollResult r = waiter->next(wc);
-        if (r.error || wc[0].status != WcStatus::success || wc[0].imm_data != seq) {
+        if (r.error() || wc[0].status != WcStatus::success || wc[0].imm_data != seq) {
           throw std::runtime_error("client: bad reply");
         }
         rtt[seq] = clock.now_ns() - t;

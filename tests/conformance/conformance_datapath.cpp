@@ -53,8 +53,8 @@ TEST_P(Datapath, SendRecv) {
   fill(kSrc, 64, 1);
   const Sge s = sge(kSrc, 64);
   const Sge r = sge(kDst, 128);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   const auto sw = poll_n(*p.cq_a, 1);
   const auto rw = poll_n(*p.cq_b, 1);
   CHECK_OBS("sender", describe(sw), "SUCCESS/SEND/64");
@@ -73,10 +73,10 @@ TEST_P(Datapath, SendWithImmediate) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 32);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
   SendWr wr = send_wr(1, &s, WrOpcode::send_with_imm);
   wr.imm_data = 0x12345678;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/32");
   const auto rw = poll_n(*p.cq_b, 1);
   CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/32");
@@ -91,8 +91,8 @@ TEST_P(Datapath, RdmaWrite) {
   fill(kSrc, 200, 7);
   const Sge s = sge(kSrc, 200);
   const Sge r = sge(kDst + 4096, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);  // a WRITE must not consume it
-  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey())).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());  // a WRITE must not consume it
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey())).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/200");
   CHECK_OBS("receiver", describe(poll_quiet(*p.cq_b)), "none");
   CHECK_OBS("data", same(kSrc, kDst, 200), true);
@@ -103,10 +103,10 @@ TEST_P(Datapath, RdmaWriteWithImmediate) {
   fill(kSrc, 128, 3);
   const Sge s = sge(kSrc, 128);
   const Sge r = sge(kDst + 4096, 16);  // an immediate consumes a receive; no data lands in it
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
   SendWr wr = rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey());
   wr.imm_data = 0xcafe;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/128");
   const auto rw = poll_n(*p.cq_b, 1);
   CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV_RDMA_WITH_IMM/128");
@@ -121,7 +121,7 @@ TEST_P(Datapath, RdmaRead) {
   Pair p = make_pair();
   fill(kDst, 300, 11);
   const Sge s = sge(kAux, 300);
-  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error, 0);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/300");
   CHECK_OBS("data", same(kAux, kDst, 300), true);
 }
@@ -134,7 +134,7 @@ TEST_P(Datapath, CompareAndSwapSwaps) {
   SendWr wr = rdma_wr(1, WrOpcode::atomic_cmp_and_swp, &s, mr().address(kDst), mr().rkey());
   wr.compare_add = 5;
   wr.swap = 9;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/COMP_SWAP/8");
   CHECK_OBS("remote", word(kDst), 9);
   CHECK_OBS("returned", word(kAux), 5);
@@ -147,7 +147,7 @@ TEST_P(Datapath, CompareAndSwapMismatch) {
   SendWr wr = rdma_wr(1, WrOpcode::atomic_cmp_and_swp, &s, mr().address(kDst), mr().rkey());
   wr.compare_add = 6;
   wr.swap = 9;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/COMP_SWAP/8");
   CHECK_OBS("remote", word(kDst), 5);
   CHECK_OBS("returned", word(kAux), 5);
@@ -159,7 +159,7 @@ TEST_P(Datapath, FetchAndAdd) {
   const Sge s = sge(kAux, 8);
   SendWr wr = rdma_wr(1, WrOpcode::atomic_fetch_and_add, &s, mr().address(kDst), mr().rkey());
   wr.compare_add = 7;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/FETCH_ADD/8");
   CHECK_OBS("remote", word(kDst), 17);
   CHECK_OBS("returned", word(kAux), 10);
@@ -170,15 +170,15 @@ TEST_P(Datapath, AtomicMisalignedRefused) {
   const Sge s = sge(kAux, 8);
   SendWr wr = rdma_wr(1, WrOpcode::atomic_fetch_and_add, &s, mr().address(kDst + 4), mr().rkey());
   const PostResult r = p.a->post_send(wr);
-  CHECK_ERR("post", r.error, EINVAL);
+  CHECK_ERR("post", r.error(), EINVAL);
   CHECK_OBS("posted", r.posted, 0);
 }
 
 TEST_P(Datapath, ZeroLengthSend) {
   Pair p = make_pair();
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, nullptr)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, nullptr)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/0");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/0");
 }
@@ -191,10 +191,10 @@ TEST_P(Datapath, GatherAndScatter) {
   RecvWr rw;
   rw.wr_id = 2;
   rw.sg_list = r;
-  ASSERT_FALSE(p.b->post_recv(rw).error);
+  ASSERT_FALSE(p.b->post_recv(rw).error());
   SendWr wr = send_wr(1, nullptr);
   wr.sg_list = s;
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/60");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/60");
   CHECK_OBS("data", same(kSrc, kDst, 40) && same(kSrc + 40, kDst + 1000, 20), true);
@@ -205,8 +205,8 @@ TEST_P(Datapath, MultiPacketSend) {
   fill(kSrc, 10000, 5);
   const Sge s = sge(kSrc, 10000);
   const Sge r = sge(kDst, 12000);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/10000");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/10000");
   CHECK_OBS("data", same(kSrc, kDst, 10000), true);
@@ -216,11 +216,11 @@ TEST_P(Datapath, UnsignaledSendsCompleteSilently) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 8);
-  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error());
   const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::none),
                         send_wr(2, &s, WrOpcode::send, SendFlags::none),
                         send_wr(3, &s, WrOpcode::send, SendFlags::none), send_wr(4, &s)};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   const auto sw = poll_n(*p.cq_a, 1);
   CHECK_OBS("sender", describe(sw), "SUCCESS/SEND/8");
   CHECK_OBS("wr_id", sw.empty() ? 0 : sw[0].wr_id, 4);
@@ -232,9 +232,9 @@ TEST_P(Datapath, SqSigAllSignalsEverything) {
   Pair p = make_pair(PairOptions::signal_all());
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 8);
-  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error());
   const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::none), send_wr(2, &s)};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/SEND/8,SUCCESS/SEND/8");
 }
 
@@ -246,8 +246,8 @@ TEST_P(Datapath, InlineSendAtLimit) {
   std::vector<char> copy(mem(kSrc), mem(kSrc) + 64);
   const Sge s = sge(kSrc, 64);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)).error(), 0);
   std::memset(mem(kSrc), 0, 64);  // inline: the data was copied at post time
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/64");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
@@ -260,7 +260,7 @@ TEST_P(Datapath, InlineAboveLimitRefused) {
   const Sge s = sge(kSrc, limit + 1);
   const SendWr wrs[] = {send_wr(1, &s, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data)};
   const PostResult r = p.a->post_send(wrs);
-  CHECK_ERR("post", r.error, expect().inline_too_long);
+  CHECK_ERR("post", r.error(), expect().inline_too_long);
   CHECK_OBS("posted", r.posted, 0);
   CHECK_OBS("state", p.a->state(), QpState::rts);
 }
@@ -272,7 +272,7 @@ TEST_P(Datapath, TooManySendSges) {
   SendWr wr = send_wr(1, nullptr);
   wr.sg_list = s;
   const PostResult r = p.a->post_send(wr);
-  CHECK_ERR("post", r.error, expect().send_too_many_sge);
+  CHECK_ERR("post", r.error(), expect().send_too_many_sge);
   CHECK_OBS("posted", r.posted, 0);
 }
 
@@ -284,21 +284,21 @@ TEST_P(Datapath, TooManyRecvSges) {
   wr.wr_id = 1;
   wr.sg_list = r;
   const PostResult res = p.a->post_recv(wr);
-  CHECK_ERR("post", res.error, EINVAL);
+  CHECK_ERR("post", res.error(), EINVAL);
   CHECK_OBS("posted", res.posted, 0);
 }
 
 TEST_P(Datapath, BatchStopsAtBadRequest) {
   Pair p = make_pair(PairOptions::with(QpCap{16, 16, 1, 1, 0}));
   const Sge r = sge(kDst, 64);
-  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error());
   const Sge s = sge(kSrc, 8);
   const Sge two[] = {sge(kSrc, 8), sge(kSrc + 8, 8)};
   SendWr bad = send_wr(2, nullptr);
   bad.sg_list = two;
   const SendWr wrs[] = {send_wr(1, &s), bad, send_wr(3, &s)};
   const PostResult res = p.a->post_send(wrs);
-  CHECK_ERR("post", res.error, expect().send_too_many_sge);
+  CHECK_ERR("post", res.error(), expect().send_too_many_sge);
   CHECK_OBS("posted", res.posted, 1);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
   CHECK_OBS("more", describe(poll_quiet(*p.cq_a)), "none");
@@ -309,7 +309,7 @@ TEST_P(Datapath, ReadWithoutResponderResources) {
   o.b.max_dest_rd_atomic = 0;
   Pair p = make_pair(o);
   const Sge s = sge(kAux, 64);
-  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error, 0);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey())).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_inv_req_err, WcOpcode::rdma_read, 64));
   CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
   CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
@@ -320,10 +320,10 @@ TEST_P(Datapath, UcSendAndWrite) {
   fill(kSrc, 64, 2);
   const Sge s = sge(kSrc, 64);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
   const SendWr wrs[] = {send_wr(1, &s),
                         rdma_wr(3, WrOpcode::rdma_write, &s, mr().address(kDst + 1024), mr().rkey())};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/SEND/64,SUCCESS/RDMA_WRITE/64");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
   pass_time(std::chrono::milliseconds(20));
@@ -336,7 +336,7 @@ TEST_P(Datapath, UcSendAndWrite) {
 TEST_P(Ordering, SendQueueCompletesInPostOrder) {
   Pair p = make_pair();
   const Sge r = sge(kDst, 64);
-  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(10 + i, &r)).error());
   word(kDst + 4096) = 1;
   const Sge s = sge(kSrc, 16);
   const Sge rd = sge(kAux, 16);
@@ -347,7 +347,7 @@ TEST_P(Ordering, SendQueueCompletesInPostOrder) {
                         rdma_wr(2, WrOpcode::rdma_write, &s, mr().address(kDst + 1024), mr().rkey()),
                         rdma_wr(3, WrOpcode::rdma_read, &rd, mr().address(kDst + 2048), mr().rkey()),
                         fa, send_wr(5, &s)};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   const auto wcs = poll_n(*p.cq_a, 5);
   CHECK_OBS("sender", describe(wcs),
             "SUCCESS/SEND/16,SUCCESS/RDMA_WRITE/16,SUCCESS/RDMA_READ/16,SUCCESS/FETCH_ADD/8,SUCCESS/SEND/16");
@@ -359,12 +359,12 @@ TEST_P(Ordering, SendQueueCompletesInPostOrder) {
 TEST_P(Ordering, ReceivesCompleteInPostOrder) {
   Pair p = make_pair();
   const Sge r = sge(kDst, 64);
-  for (std::uint64_t i = 0; i < 8; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(100 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 8; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(100 + i, &r)).error());
   std::vector<Sge> s;
   for (std::uint32_t i = 0; i < 8; ++i) s.push_back(sge(kSrc, i + 1));
   std::vector<SendWr> wrs;
   for (std::uint32_t i = 0; i < 8; ++i) wrs.push_back(send_wr(i, &s[i]));
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   const auto rw = poll_n(*p.cq_b, 8);
   std::string got;
   for (const auto& wc : rw) got += std::to_string(wc.wr_id - 100) + ":" + std::to_string(wc.byte_len) + " ";
@@ -380,7 +380,7 @@ TEST_P(Ordering, ReadSeesEarlierWrite) {
   const Sge rd = sge(kAux, 256);
   const SendWr wrs[] = {rdma_wr(1, WrOpcode::rdma_write, &w, mr().address(kDst), mr().rkey(), SendFlags::none),
                         rdma_wr(2, WrOpcode::rdma_read, &rd, mr().address(kDst), mr().rkey())};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/256");
   CHECK_OBS("data", same(kSrc, kAux, 256), true);
 }
@@ -389,11 +389,11 @@ TEST_P(Ordering, ErrorCompletionsFollowSuccessfulOnes) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 16);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &r)).error());
   const SendWr wrs[] = {send_wr(1, &s),
                         rdma_wr(2, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey() ^ 0x80),
                         send_wr(3, &s)};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 3)),
             "SUCCESS/SEND/16," + err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 16) + "," +
                 err_wc(WcStatus::wr_flush_err, WcOpcode::send, 16));
@@ -407,8 +407,8 @@ TEST_P(Ud, SendRecvWithGrh) {
   fill(kSrc, 100, 30);
   const Sge s = sge(kSrc, 100);
   const Sge r = sge(kDst, 40 + 200);
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/100");
   const auto rw = poll_n(*u.p.cq_b, 1);
   CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/140");
@@ -423,8 +423,8 @@ TEST_P(Ud, GrhAreaHoldsIpv4Header) {
   const Sge s = sge(kSrc, 16);
   const Sge r = sge(kDst, 40 + 16);
   std::memset(mem(kDst), 0xee, 40);
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error(), 0);
   CHECK_OBS("receiver", describe(poll_n(*u.p.cq_b, 1)), "SUCCESS/RECV/56");
   const auto* g = reinterpret_cast<const unsigned char*>(mem(kDst));
   bool zeros = true;
@@ -442,11 +442,11 @@ TEST_P(Ud, SendWithImmediate) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
   SendWr wr = ud_send(u, 1, &s);
   wr.opcode = WrOpcode::send_with_imm;
   wr.imm_data = 77;
-  CHECK_ERR("post", u.p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", u.p.a->post_send(wr).error(), 0);
   const auto rw = poll_n(*u.p.cq_b, 1);
   CHECK_OBS("receiver", describe(rw), "SUCCESS/RECV/48");
   ASSERT_EQ(rw.size(), 1u);
@@ -459,8 +459,8 @@ TEST_P(Ud, QkeyMismatchDropped) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s, 0x22222222)).error, 0);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s, 0x22222222)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/8");
   CHECK_OBS("receiver", describe(poll_quiet(*u.p.cq_b)), "none");
   CHECK_OBS("receiver_state", u.p.b->state(), QpState::rts);
@@ -470,9 +470,9 @@ TEST_P(Ud, LargerThanMtu) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 2000);
   const Sge r = sge(kDst, 4096);
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
   const PostResult res = u.p.a->post_send(ud_send(u, 1, &s));
-  CHECK_ERR("post", res.error, expect().ud_oversize_post);
+  CHECK_ERR("post", res.error(), expect().ud_oversize_post);
   const bool accepted = expect().ud_oversize_post == 0;
   CHECK_OBS("sender", describe(accepted ? poll_n(*u.p.cq_a, 1) : poll_quiet(*u.p.cq_a)),
             accepted ? "SUCCESS/SEND/2000" : "none");
@@ -484,8 +484,8 @@ TEST_P(Ud, ReceiveBufferTooSmall) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 100);
   const Sge r = sge(kDst, 60);  // < 40 + 100
-  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error, 0);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/100");
   const auto rw = poll_n(*u.p.cq_b, 1);
   CHECK_OBS("receiver_status", rw.empty() ? "none" : obs_str(rw[0].status), expect().ud_recv_too_small);
@@ -501,7 +501,7 @@ TEST_P(Ud, RdmaWriteOnUd) {
   wr.remote_addr = mr().address(kDst);
   wr.rkey = mr().rkey();
   const PostResult r = u.p.a->post_send(wr);
-  CHECK_ERR("post", r.error, expect().bad_opcode_post);
+  CHECK_ERR("post", r.error(), expect().bad_opcode_post);
   const bool accepted = expect().bad_opcode_post == 0;
   CHECK_OBS("posted", r.posted, accepted ? 1 : 0);
   CHECK_OBS("sender", describe(accepted ? poll_n(*u.p.cq_a, 1) : poll_quiet(*u.p.cq_a)),

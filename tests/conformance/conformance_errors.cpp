@@ -34,11 +34,11 @@ TEST_P(Overflow, SendQueueOneByOne) {
   PostResult last;
   for (std::uint64_t i = 0; i < depth + 1; ++i) {
     last = p.a->post_send(send_wr(i, &s));
-    if (last.error) break;
+    if (last.error()) break;
     ++accepted;
   }
   CHECK_OBS("accepted", accepted, depth);
-  CHECK_ERR("next", last.error, ENOMEM);
+  CHECK_ERR("next", last.error(), ENOMEM);
   CHECK_OBS("query.max_send_wr", p.a->query().cap.max_send_wr, depth);
   move_to(*p.a, QpState::err);
   CHECK_OBS("flushed", poll_n(*p.cq_a, depth).size(), depth);
@@ -51,7 +51,7 @@ TEST_P(Overflow, SendQueueChain) {
   std::vector<SendWr> wrs;
   for (std::uint64_t i = 0; i < 10; ++i) wrs.push_back(send_wr(i, &s));
   const PostResult r = p.a->post_send(wrs);
-  CHECK_ERR("post", r.error, ENOMEM);
+  CHECK_ERR("post", r.error(), ENOMEM);
   CHECK_OBS("posted", r.posted, depth);
   move_to(*p.a, QpState::err);
   CHECK_OBS("flushed", poll_n(*p.cq_a, depth).size(), depth);
@@ -62,13 +62,13 @@ TEST_P(Overflow, SendSlotFreesWithoutPolling) {
   const std::uint32_t depth = expect().wq_depth(4);
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 8);
-  for (std::uint64_t i = 0; i < depth + 1; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(i, &r)).error);
-  for (std::uint64_t i = 0; i < depth; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error);
+  for (std::uint64_t i = 0; i < depth + 1; ++i) ASSERT_FALSE(p.b->post_recv(recv_wr(i, &r)).error());
+  for (std::uint64_t i = 0; i < depth; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error());
   CHECK_OBS("delivered", poll_n(*p.cq_b, depth).size(), depth);
   pass_time(std::chrono::milliseconds(50));  // the sender's completions arrive, unpolled
   const PostResult next = p.a->post_send(send_wr(99, &s));
-  CHECK_ERR("post_after_completion", next.error, expect().slot_frees_without_poll ? 0 : ENOMEM);
-  const std::size_t total = depth + (next.error ? 0 : 1);
+  CHECK_ERR("post_after_completion", next.error(), expect().slot_frees_without_poll ? 0 : ENOMEM);
+  const std::size_t total = depth + (next.error() ? 0 : 1);
   CHECK_OBS("completions", poll_n(*p.cq_a, total).size(), total);
 }
 
@@ -80,11 +80,11 @@ TEST_P(Overflow, RecvQueueOneByOne) {
   PostResult last;
   for (std::uint64_t i = 0; i < depth + 1; ++i) {
     last = p.b->post_recv(recv_wr(i, &r));
-    if (last.error) break;
+    if (last.error()) break;
     ++accepted;
   }
   CHECK_OBS("accepted", accepted, depth);
-  CHECK_ERR("next", last.error, ENOMEM);
+  CHECK_ERR("next", last.error(), ENOMEM);
   CHECK_OBS("query.max_recv_wr", p.b->query().cap.max_recv_wr, depth);
 }
 
@@ -94,7 +94,7 @@ TEST_P(Overflow, RecvQueueChain) {
   std::vector<RecvWr> wrs;
   for (std::uint64_t i = 0; i < 10; ++i) wrs.push_back(recv_wr(i, &r));
   const PostResult res = p.b->post_recv(wrs);
-  CHECK_ERR("post", res.error, ENOMEM);
+  CHECK_ERR("post", res.error(), ENOMEM);
   CHECK_OBS("posted", res.posted, expect().wq_depth(4));
 }
 
@@ -106,10 +106,10 @@ TEST_P(Overflow, SharedReceiveQueue) {
   std::vector<RecvWr> wrs;
   for (std::uint64_t i = 0; i < 10; ++i) wrs.push_back(recv_wr(i, &r));
   const PostResult res = srq->post_recv(wrs);
-  CHECK_ERR("post", res.error, ENOMEM);
+  CHECK_ERR("post", res.error(), ENOMEM);
   CHECK_OBS("posted", res.posted, depth);
   const PostResult more = srq->post_recv(recv_wr(50, &r));
-  CHECK_ERR("post_full", more.error, ENOMEM);
+  CHECK_ERR("post_full", more.error(), ENOMEM);
 }
 
 TEST_P(Overflow, SharedReceiveQueueLimits) {
@@ -122,7 +122,7 @@ TEST_P(Overflow, SharedReceiveQueueLimits) {
   RecvWr wr;
   wr.sg_list = two;
   const PostResult res = srq->post_recv(wr);
-  CHECK_ERR("too_many_sges", res.error, EINVAL);
+  CHECK_ERR("too_many_sges", res.error(), EINVAL);
 }
 
 TEST_P(Overflow, SharedReceiveQueueFeedsTwoQps) {
@@ -136,11 +136,11 @@ TEST_P(Overflow, SharedReceiveQueueFeedsTwoQps) {
   connect_pair(*a1, *b1);
   connect_pair(*a2, *b2);
   const Sge r = sge(kDst, 64);
-  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(10 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(10 + i, &r)).error());
   const Sge s = sge(kSrc, 16);
-  ASSERT_FALSE(a1->post_send(send_wr(1, &s)).error);
+  ASSERT_FALSE(a1->post_send(send_wr(1, &s)).error());
   const auto w1 = poll_n(*cqb, 1);
-  ASSERT_FALSE(a2->post_send(send_wr(2, &s)).error);
+  ASSERT_FALSE(a2->post_send(send_wr(2, &s)).error());
   const auto w2 = poll_n(*cqb, 1);
   ASSERT_EQ(w1.size() + w2.size(), 2u);
   CHECK_OBS("first", describe(w1), "SUCCESS/RECV/16");
@@ -161,10 +161,10 @@ TEST_P(Overflow, SendCqOverrun) {
   CHECK_OBS("cqe", scq->cqe(), 7);
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 8);
-  for (std::uint64_t i = 0; i < 25; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &r)).error);
+  for (std::uint64_t i = 0; i < 25; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &r)).error());
   std::vector<SendWr> wrs;
   for (std::uint64_t i = 0; i < 24; ++i) wrs.push_back(send_wr(i, &s));
-  ASSERT_FALSE(a->post_send(wrs).error);
+  ASSERT_FALSE(a->post_send(wrs).error());
   (void)poll_n(*rcq, 24);  // everything was delivered (or the sender failed)
   pass_time(std::chrono::milliseconds(50));
   const auto events = take_async_events();
@@ -179,7 +179,7 @@ TEST_P(Overflow, SendCqOverrun) {
   CHECK_OBS("kept_first_seven_ok", ok, true);
   // Drained, the CQ takes completions again (rxe); a CQ in error stays silent.
   const PostResult again = a->post_send(send_wr(100, &s));
-  CHECK_ERR("post_after", again.error, 0);
+  CHECK_ERR("post_after", again.error(), 0);
   const auto after = drops ? poll_n(*scq, 1) : poll_quiet(*scq);
   CHECK_OBS("after", describe(after), drops ? "SUCCESS/SEND/8" : "none");
 }
@@ -195,9 +195,9 @@ TEST_P(Overflow, RecvCqOverrun) {
   connect_pair(*a, *b, oa);
   const Sge s = sge(kSrc, 8);
   const Sge r = sge(kDst, 8);
-  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &r)).error);
+  for (std::uint64_t i = 0; i < 12; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &r)).error());
   for (std::uint64_t i = 0; i < 12; ++i) {
-    ASSERT_FALSE(a->post_send(send_wr(i, &s)).error);
+    ASSERT_FALSE(a->post_send(send_wr(i, &s)).error());
   }
   const auto sent = poll_n(*scq, 12);
   pass_time(std::chrono::milliseconds(200));
@@ -223,7 +223,7 @@ TEST_P(Errors, RnrRetryExceeded) {
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 32);
   const SendWr wrs[] = {send_wr(1, &s), send_wr(2, &s)};
-  CHECK_ERR("post", p.a->post_send(wrs).error, 0);
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 32) + "," +
                                                      err_wc(WcStatus::wr_flush_err, WcOpcode::send, 32));
   CHECK_OBS("sender_state", wait_state(*p.a, QpState::err), QpState::err);
@@ -238,7 +238,7 @@ TEST_P(Errors, RnrRetryCounted) {
   o.b.min_rnr_timer = 1;  // 0.01 ms
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 32);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 32));
   CHECK_OBS("sender_state", wait_state(*p.a, QpState::err), QpState::err);
 }
@@ -248,10 +248,10 @@ TEST_P(Errors, RnrThenSuccess) {
   o.b.min_rnr_timer = 1;
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 32);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("waiting", describe(poll_quiet(*p.cq_a)), "none");
   const Sge r = sge(kDst, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/32");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/32");
   CHECK_OBS("sender_state", p.a->state(), QpState::rts);
@@ -263,7 +263,7 @@ TEST_P(Errors, RnrOnWriteWithImmediate) {
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 16);
   SendWr wr = rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey());
-  CHECK_ERR("post", p.a->post_send(wr).error, 0);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::rdma_write, 16));
 }
 
@@ -283,7 +283,7 @@ TEST_P(Errors, RetryExceededToMissingQp) {
   modify_to_rtr(*a, Endpoint{gid(), gone, 200}, options(o));
   modify_to_rts(*a, 100, options(o));
   const Sge s = sge(kSrc, 16);
-  CHECK_ERR("post", a->post_send(send_wr(1, &s)).error, 0);
+  CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*cq, 1)), err_wc(WcStatus::retry_exc_err, WcOpcode::send, 16));
   CHECK_OBS("sender_state", wait_state(*a, QpState::err), QpState::err);
 }
@@ -296,10 +296,10 @@ class RemoteAccess : public Errors {
   // Posts two receives on b, then `wr` and a SEND on a; returns the sender's completions.
   std::vector<WorkCompletion> run(Pair& p, const SendWr& wr) {
     const Sge r = sge(kDst + 8192, 64);
-    EXPECT_FALSE(p.b->post_recv(recv_wr(20, &r)).error);
-    EXPECT_FALSE(p.b->post_recv(recv_wr(21, &r)).error);
+    EXPECT_FALSE(p.b->post_recv(recv_wr(20, &r)).error());
+    EXPECT_FALSE(p.b->post_recv(recv_wr(21, &r)).error());
     const SendWr wrs[] = {wr, send_wr(2, nullptr)};
-    EXPECT_FALSE(p.a->post_send(wrs).error);
+    EXPECT_FALSE(p.a->post_send(wrs).error());
     return poll_n(*p.cq_a, 2);
   }
   // The failed WR's completion, then the flushed zero-length SEND behind it.
@@ -385,9 +385,9 @@ TEST_P(Errors, ReceiveBufferTooSmall) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 64);
   const Sge r = sge(kDst, 32);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(3, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(3, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(expect().recv_too_small_requester, WcOpcode::send, 64));
   const auto rw = poll_n(*p.cq_b, 2);
   CHECK_OBS("receiver_first", rw.empty() ? "none" : obs_str(rw[0].status), expect().recv_too_small);
@@ -401,9 +401,9 @@ TEST_P(Errors, FlushOnMoveToErr) {
   o.b.min_rnr_timer = 0;  // a's sends wait on RNR
   Pair p = make_pair(o);
   const Sge r = sge(kDst, 64);
-  for (std::uint64_t i = 0; i < 5; ++i) ASSERT_FALSE(p.a->post_recv(recv_wr(100 + i, &r)).error);
+  for (std::uint64_t i = 0; i < 5; ++i) ASSERT_FALSE(p.a->post_recv(recv_wr(100 + i, &r)).error());
   const Sge s = sge(kSrc, 16);
-  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error());
   CHECK_OBS("before", describe(poll_quiet(*p.cq_a)), "none");
   move_to(*p.a, QpState::err);
   const auto wcs = poll_n(*p.cq_a, 8);
@@ -425,7 +425,7 @@ TEST_P(Errors, FlushedSendsKeepPostOrder) {
   o.b.min_rnr_timer = 0;
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 16);
-  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(p.a->post_send(send_wr(i, &s)).error());
   move_to(*p.a, QpState::err);
   std::string ids;
   for (const auto& wc : poll_n(*p.cq_a, 4)) ids += std::to_string(wc.wr_id);

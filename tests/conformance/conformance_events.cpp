@@ -30,8 +30,8 @@ class Channel : public Conformance {
   void send(Pair& p, std::uint64_t id, SendFlags flags = SendFlags::signaled) {
     const Sge s = sge(0, 8);
     const Sge r = sge(8192, 64);
-    ASSERT_FALSE(p.b->post_recv(recv_wr(id + 100, &r)).error);
-    ASSERT_FALSE(p.a->post_send(send_wr(id, &s, WrOpcode::send, flags)).error);
+    ASSERT_FALSE(p.b->post_recv(recv_wr(id + 100, &r)).error());
+    ASSERT_FALSE(p.a->post_send(send_wr(id, &s, WrOpcode::send, flags)).error());
     ASSERT_EQ(poll_n(*p.cq_a, 1).size(), 1u);
   }
   void TearDown() override {
@@ -130,7 +130,7 @@ TEST_P(Channel, SolicitedOnlyAndSendError) {
   connect_pair(*a, *b, oa);
   ASSERT_FALSE(cqa->req_notify(true));
   const Sge s = sge(0, 8);
-  ASSERT_FALSE(a->post_send(send_wr(1, &s)).error);
+  ASSERT_FALSE(a->post_send(send_wr(1, &s)).error());
   CHECK_OBS("wcs", describe(poll_n(*cqa, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 8));
   CompletionQueue* cq = nullptr;
   const int err = take_event(cq);
@@ -141,7 +141,7 @@ TEST_P(Channel, SolicitedOnlyAndSendError) {
 TEST_P(Channel, SolicitedOnlyAndReceiveFlush) {
   Pair p = channel_pair();
   const Sge r = sge(8192, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(7, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(7, &r)).error());
   ASSERT_FALSE(p.cq_b->req_notify(true));
   move_to(*p.b, QpState::err);
   CHECK_OBS("wcs", poll_n(*p.cq_b, 1).size(), 1);
@@ -165,7 +165,7 @@ TEST_P(Async, AsyncFdReadableOnlyWithEvent) {
 TEST_P(Async, RemoteAccessErrorEvents) {
   Pair p = make_pair();
   const Sge s = sge(0, 16);
-  ASSERT_FALSE(p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(8192), mr().rkey() + 0x100)).error);
+  ASSERT_FALSE(p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(8192), mr().rkey() + 0x100)).error());
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 16));
   pass_time(std::chrono::milliseconds(100));
   CHECK_OBS("events", describe(take_async_events()),
@@ -178,9 +178,9 @@ TEST_P(Async, CommunicationEstablished) {
   modify_to_init(*p.b, options());
   modify_to_rtr(*p.b, endpoint(*p.a, 100), options());  // b stays in RTR
   const Sge r = sge(8192, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
   const Sge s = sge(0, 8);
-  ASSERT_FALSE(p.a->post_send(send_wr(1, &s)).error);
+  ASSERT_FALSE(p.a->post_send(send_wr(1, &s)).error());
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
   pass_time(std::chrono::milliseconds(50));
@@ -207,21 +207,21 @@ TEST_P(Async, SrqLimitReached) {
   auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
   connect_pair(*a, *b);
   const Sge r = sge(8192, 64);
-  for (std::uint64_t i = 0; i < 7; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error);
+  for (std::uint64_t i = 0; i < 7; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error());
   SrqAttr limit;
   limit.srq_limit = 4;
   CHECK_ERR("arm", verb_errno([&] { srq->modify(limit, SrqAttrMask::limit); }), 0);
   const Sge s = sge(0, 8);
-  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 3).size(), 3u);
   pass_time(std::chrono::milliseconds(50));
   CHECK_OBS("events_at_limit", describe(take_async_events()), "none");  // 4 left: not below 4
-  ASSERT_FALSE(a->post_send(send_wr(3, &s)).error);
+  ASSERT_FALSE(a->post_send(send_wr(3, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
   pass_time(std::chrono::milliseconds(50));
   CHECK_OBS("events", describe(take_async_events()), "SRQ_LIMIT_REACHED");
   CHECK_OBS("limit_after", srq->query().srq_limit, 0);
-  ASSERT_FALSE(a->post_send(send_wr(9, &s)).error);
+  ASSERT_FALSE(a->post_send(send_wr(9, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
   pass_time(std::chrono::milliseconds(50));
   CHECK_OBS("events_disarmed", describe(take_async_events()), "none");

@@ -63,7 +63,7 @@ class Polling : public Conformance {
     connect_pair(*l.a, *l.b);
     const Sge r = sge(8192, 64);
     for (std::uint32_t i = 0; i < messages + kExtra; ++i) {
-      EXPECT_FALSE(l.b->post_recv(recv_wr(i, &r)).error);
+      EXPECT_FALSE(l.b->post_recv(recv_wr(i, &r)).error());
     }
     return l;
   }
@@ -79,8 +79,8 @@ class Polling : public Conformance {
       WorkCompletion wc[16];
       (void)l.cq_a->poll(wc);
       const PostResult r = l.a->post_send(wr);
-      if (!r.error) return;
-      ASSERT_TRUE(r.error == Condition::queue_full) << r.error.message() << " " << r.reason;
+      if (!r.error()) return;
+      ASSERT_TRUE(r.error() == Condition::queue_full) << r.error().message() << " " << r.reason;
       ASSERT_LT(tries, 100000);
       pause(1us);
     }
@@ -160,9 +160,9 @@ TEST_P(Polling, EachStrategyTakesEveryMessageOnce) {
                      largest_drain = std::max<std::size_t>(largest_drain, r.count);
                    } else {
                      r = poller->next(buf);
-                     if (!r.error) take({buf.data(), r.count});
+                     if (!r.error()) take({buf.data(), r.count});
                    }
-                   ASSERT_FALSE(r.error) << r.error.message();
+                   ASSERT_FALSE(r.error()) << r.error().message();
                  }
                },
                [&] {
@@ -202,9 +202,9 @@ TEST_P(Polling, SeveralPollersShareOneCqAndChannel) {
       WorkCompletion wc[4];
       for (;;) {
         const PollResult r = pollers[i]->next(wc, stop.get_token());
-        if (r.error.value() == ECANCELED) break;
-        if (r.error) {
-          ADD_FAILURE() << name(kinds[i]) << ": " << r.error.message();
+        if (r.error().value() == ECANCELED) break;
+        if (r.error()) {
+          ADD_FAILURE() << name(kinds[i]) << ": " << r.error().message();
           break;
         }
         for (const WorkCompletion& c : std::span(wc, r.count)) {
@@ -272,8 +272,8 @@ TEST_P(Polling, EpollLoopOverTheChannelFd) {
                    got += r.count;
                    continue;
                  }
-                 if (r.error != Condition::would_block) {
-                   ADD_FAILURE() << r.error.message();
+                 if (r.error() != Condition::would_block) {
+                   ADD_FAILURE() << r.error().message();
                    break;
                  }
                  epoll_event out[2];

@@ -253,8 +253,8 @@ TEST_P(QpStates, ReusedAfterErrAndReset) {
   connect_pair(*p.a, *p.b);
   const Sge s = sge(0, 32);
   const Sge r = sge(4096, 32);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/32");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/32");
 }
@@ -417,12 +417,12 @@ class PostEarly : public Posting {
     }
     const Sge s = sge(0, 48);
     const PostResult r = p.a->post_send(send_wr(1, &s));
-    CHECK_ERR("post", r.error, expect().post_send_before_rts);
+    CHECK_ERR("post", r.error(), expect().post_send_before_rts);
     CHECK_OBS("posted", r.posted, expect().post_send_before_rts == 0 ? 1 : 0);
     CHECK_OBS("state", p.a->state(), state);
     const Sge rs = sge(4096, 64);
     ASSERT_EQ(apply(*p.b, to_init(QpType::rc)), 0);
-    ASSERT_FALSE(p.b->post_recv(recv_wr(9, &rs)).error);
+    ASSERT_FALSE(p.b->post_recv(recv_wr(9, &rs)).error());
     // Finish the connection (PSNs as connect_pair would set them).
     connect(*p.b, 200, endpoint(*p.a, 100), options());
     if (state == QpState::reset) modify_to_init(*p.a, options());
@@ -433,9 +433,9 @@ class PostEarly : public Posting {
     CHECK_OBS("at_rts", describe(runs_at_rts ? poll_n(*p.cq_a, 1) : poll_quiet(*p.cq_a)),
               runs_at_rts ? "SUCCESS/SEND/48" : "none");
     // The next post rings the doorbell.
-    ASSERT_FALSE(p.b->post_recv(recv_wr(10, &rs)).error);
+    ASSERT_FALSE(p.b->post_recv(recv_wr(10, &rs)).error());
     const Sge s2 = sge(0, 24);
-    CHECK_ERR("next_post", p.a->post_send(send_wr(2, &s2)).error, 0);
+    CHECK_ERR("next_post", p.a->post_send(send_wr(2, &s2)).error(), 0);
     const bool both = kept && !runs_at_rts;
     CHECK_OBS("after_next", describe(poll_n(*p.cq_a, both ? 2 : 1)),
               both ? "SUCCESS/SEND/48,SUCCESS/SEND/24" : "SUCCESS/SEND/24");
@@ -453,7 +453,7 @@ TEST_P(Posting, RecvInResetRefused) {
   const Sge r = sge(0, 64);
   const RecvWr wrs[] = {recv_wr(1, &r), recv_wr(2, &r)};
   const PostResult res = qp->post_recv(wrs);
-  CHECK_ERR("post", res.error, EINVAL);
+  CHECK_ERR("post", res.error(), EINVAL);
   CHECK_OBS("posted", res.posted, 0);
 }
 
@@ -461,10 +461,10 @@ TEST_P(Posting, RecvInInitIsKept) {
   Pair p = make_pair(PairOptions::unconnected());
   modify_to_init(*p.b, options());
   const Sge r = sge(4096, 64);
-  CHECK_ERR("post_in_init", p.b->post_recv(recv_wr(5, &r)).error, 0);
+  CHECK_ERR("post_in_init", p.b->post_recv(recv_wr(5, &r)).error(), 0);
   connect_pair(*p.a, *p.b);
   const Sge s = sge(0, 40);
-  ASSERT_FALSE(p.a->post_send(send_wr(1, &s)).error);
+  ASSERT_FALSE(p.a->post_send(send_wr(1, &s)).error());
   const auto wcs = poll_n(*p.cq_b, 1);
   CHECK_OBS("receiver", describe(wcs), "SUCCESS/RECV/40");
   CHECK_OBS("wr_id", wcs.empty() ? 0 : wcs[0].wr_id, 5);
@@ -473,7 +473,7 @@ TEST_P(Posting, RecvInInitIsKept) {
 TEST_P(Posting, RecvInRtrAccepted) {
   auto qp = qp_in(QpState::rtr);
   const Sge r = sge(0, 64);
-  CHECK_ERR("post", qp->post_recv(recv_wr(1, &r)).error, 0);
+  CHECK_ERR("post", qp->post_recv(recv_wr(1, &r)).error(), 0);
 }
 
 TEST_P(Posting, SendInErrFlushes) {
@@ -482,7 +482,7 @@ TEST_P(Posting, SendInErrFlushes) {
   const Sge s = sge(0, 64);
   const SendWr wrs[] = {send_wr(1, &s), send_wr(2, &s)};
   const PostResult r = p.a->post_send(wrs);
-  CHECK_ERR("post", r.error, 0);
+  CHECK_ERR("post", r.error(), 0);
   CHECK_OBS("posted", r.posted, 2);
   const std::string flush = err_wc(WcStatus::wr_flush_err, WcOpcode::send, 64);
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 2)), flush + "," + flush);
@@ -493,7 +493,7 @@ TEST_P(Posting, RecvInErr) {
   Pair p = make_pair();
   move_to(*p.a, QpState::err);
   const Sge r = sge(0, 64);
-  CHECK_ERR("post", p.a->post_recv(recv_wr(1, &r)).error, 0);
+  CHECK_ERR("post", p.a->post_recv(recv_wr(1, &r)).error(), 0);
   const auto wcs = expect().post_recv_in_err_completes ? poll_n(*p.cq_a, 1) : poll_quiet(*p.cq_a);
   CHECK_OBS("wcs", wcs.empty() ? "none" : obs_str(wcs[0].status),
             expect().post_recv_in_err_completes ? "WR_FLUSH_ERR" : "none");
@@ -504,17 +504,17 @@ TEST_P(Posting, SendInSqdWaitsForRts) {
   ASSERT_EQ(apply(*p.a, bare(QpState::sqd)), 0);
   ASSERT_EQ(wait_state(*p.a, QpState::sqd), QpState::sqd);
   const Sge r = sge(4096, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(9, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(9, &r)).error());
   const Sge s = sge(0, 16);
-  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error, 0);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("in_sqd", describe(poll_quiet(*p.cq_a)), "none");
   ASSERT_EQ(apply(*p.a, bare(QpState::rts)), 0);
   const bool starts = expect().rts_starts_send_queue;
   CHECK_OBS("at_rts", describe(starts ? poll_n(*p.cq_a, 1) : poll_quiet(*p.cq_a)),
             starts ? "SUCCESS/SEND/16" : "none");
-  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &r)).error());
   const Sge s2 = sge(0, 24);
-  CHECK_ERR("next_post", p.a->post_send(send_wr(2, &s2)).error, 0);
+  CHECK_ERR("next_post", p.a->post_send(send_wr(2, &s2)).error(), 0);
   CHECK_OBS("after_next", describe(poll_n(*p.cq_a, starts ? 1 : 2)),
             starts ? "SUCCESS/SEND/24" : "SUCCESS/SEND/16,SUCCESS/SEND/24");
 }
@@ -526,7 +526,7 @@ TEST_P(Posting, UdSendWithoutAddressHandle) {
   wr.remote_qpn = qp->qp_num();
   wr.remote_qkey = 0x11111111;
   const PostResult r = qp->post_send(wr);
-  CHECK_ERR("post", r.error, EINVAL);
+  CHECK_ERR("post", r.error(), EINVAL);
   CHECK_OBS("posted", r.posted, 0);
 }
 

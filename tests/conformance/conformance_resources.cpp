@@ -124,8 +124,8 @@ TEST_P(Memory, SendFromDeregisteredRegion) {
   const Sge s = m->sge(0, 64);
   destroy(m);
   const Sge r = sge(0, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
   const auto wcs = poll_n(*p.cq_a, 1);
   CHECK_OBS("wcs", describe(wcs), err_wc(expect().bad_lkey, WcOpcode::send, 64));
   CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
@@ -139,11 +139,11 @@ TEST_P(Memory, DeregisterWhileSendWaits) {
   Pair p = make_pair(o);
   auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
   const Sge s = m->sge(0, 64);
-  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
   pass_time(std::chrono::milliseconds(100));  // not polling: the simulator would run the retry
   CHECK_ERR("dereg", verb_errno([&] { destroy(m); }), 0);
   const Sge r = sge(0, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(expect().bad_lkey, WcOpcode::send, 64));
   CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
   CHECK_OBS("receiver", describe(poll_quiet(*p.cq_b)), "none");
@@ -154,8 +154,8 @@ TEST_P(Memory, SendBeyondRegionEnd) {
   auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
   const Sge s = m->sge(4096 - 32, 64);  // 32 bytes past the end
   const Sge r = sge(0, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::send, 64));
   CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
 }
@@ -166,8 +166,8 @@ TEST_P(Memory, SendFromRegionOfAnotherPd) {
   auto m = pd2->reg_mr(mem(8192), 4096, Access::local_write);
   const Sge s = m->sge(0, 64);
   const Sge r = sge(0, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(expect().bad_lkey, WcOpcode::send, 64));
   CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
 }
@@ -179,7 +179,7 @@ TEST_P(Memory, WriteToDeregisteredRegion) {
   const std::uint64_t addr = m->address(0);
   destroy(m);
   const Sge s = sge(0, 64);
-  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_write, &s, addr, rkey)).error, 0);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_write, &s, addr, rkey)).error(), 0);
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64));
   CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
   CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
@@ -189,7 +189,7 @@ TEST_P(Memory, ReadIntoRegionWithoutLocalWrite) {
   Pair p = make_pair();
   auto local = pd().reg_mr(mem(8192), 4096, Access::remote_read);
   const Sge s = local->sge(0, 64);
-  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_read, &s, mr().address(0), mr().rkey())).error, 0);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(7, WrOpcode::rdma_read, &s, mr().address(0), mr().rkey())).error(), 0);
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::rdma_read, 64));
   CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
 }
@@ -199,8 +199,8 @@ TEST_P(Memory, ReceiveIntoRegionWithoutLocalWrite) {
   auto ro = pd().reg_mr(mem(8192), 4096, Access::remote_read);
   const Sge r = ro->sge(0, 64);
   const Sge s = sge(0, 64);
-  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error);
-  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error, 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
   CHECK_OBS("sender_wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_op_err, WcOpcode::send, 64));
   const auto rw = poll_n(*p.cq_b, 1);
   CHECK_OBS("receiver_status", rw.empty() ? "none" : obs_str(rw[0].status), expect().recv_no_local_write);
@@ -307,7 +307,7 @@ TEST_P(QpCreate, QpOnSharedReceiveQueue) {
   modify_to_init(*qp, options());
   const Sge r = sge(0, 64);
   const PostResult res = qp->post_recv(recv_wr(1, &r));
-  CHECK_ERR("post_recv_on_qp", res.error, EINVAL);
+  CHECK_ERR("post_recv_on_qp", res.error(), EINVAL);
 }
 
 VERBSIM_CONFORMANCE_SUITE(Device);

@@ -175,8 +175,8 @@ std::vector<WorkCompletion> Conformance::poll_n(CompletionQueue& cq, std::size_t
   while (out.size() < n) {
     const std::size_t want = std::min<std::size_t>(16, n - out.size());
     const PollResult r = cq.poll(std::span(wc, want));
-    if (r.error) {
-      ADD_FAILURE() << "poll: " << r.error.message();
+    if (r.error()) {
+      ADD_FAILURE() << "poll: " << r.error().message();
       break;
     }
     out.insert(out.end(), wc, wc + r.count);
@@ -197,7 +197,7 @@ std::vector<WorkCompletion> Conformance::poll_quiet(CompletionQueue& cq) {
   WorkCompletion wc[16];
   for (;;) {
     const PollResult r = cq.poll(wc);
-    if (r.error || r.count == 0) break;
+    if (r.error() || r.count == 0) break;
     out.insert(out.end(), wc, wc + r.count);
   }
   return out;

@@ -157,7 +157,7 @@ inline std::vector<WorkCompletion> bounded_poll(sim::World& world, CompletionQue
       break;
     }
     const PollResult r = cq.poll(wc);
-    EXPECT_FALSE(r.error);
+    EXPECT_FALSE(r.error());
     out.insert(out.end(), wc, wc + r.count);
     if (r.count == 0 && world.pending_events() == 0) break;
   }

@@ -88,7 +88,7 @@ inline std::vector<WorkCompletion> poll_n(sim::World& world, CompletionQueue& cq
   WorkCompletion wc[16];
   while (out.size() < n) {
     const PollResult r = cq.poll(wc);
-    EXPECT_FALSE(r.error);
+    EXPECT_FALSE(r.error());
     out.insert(out.end(), wc, wc + r.count);
     if (r.count == 0 && world.pending_events() == 0) break;
   }

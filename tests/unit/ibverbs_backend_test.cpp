@@ -171,7 +171,7 @@ TEST(IbverbsBackend, SmokeOnARealDevice) {
   EXPECT_EQ(cq->req_notify().value(), EINVAL);  // no channel
   WorkCompletion wc[4];
   const PollResult polled = cq->poll(wc);
-  EXPECT_FALSE(polled.error);
+  EXPECT_FALSE(polled.error());
   EXPECT_EQ(polled.count, 0u);
 
   std::string buf(4096, '\0');
@@ -190,7 +190,7 @@ TEST(IbverbsBackend, SmokeOnARealDevice) {
   EXPECT_EQ(qp->state(), QpState::reset);
   SendWr wr;  // UD without an address handle
   const PostResult posted = qp->post_send(wr);
-  EXPECT_EQ(posted.error.value(), EINVAL);
+  EXPECT_EQ(posted.error().value(), EINVAL);
   EXPECT_EQ(posted.posted, 0u);
 
   // Resources still in use refuse to go and stay usable.

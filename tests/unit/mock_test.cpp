@@ -20,8 +20,8 @@ int post_with_backpressure(QueuePair& qp, CompletionQueue& cq, const SendWr& wr)
   int polls = 0;
   for (;;) {
     const PostResult r = qp.post_send(wr);
-    if (!r.error) return polls;
-    if (r.error != Condition::queue_full) throw std::system_error(r.error, "post_send");
+    if (!r.error()) return polls;
+    if (r.error() != Condition::queue_full) throw std::system_error(r.error(), "post_send");
     WorkCompletion wc[4];
     (void)cq.poll(wc);
     ++polls;
@@ -33,10 +33,10 @@ TEST(Mock, BackpressureRetriesAfterEveryQueueFullErrno) {
     testing::MockQueuePair qp;
     testing::MockCompletionQueue cq;
     EXPECT_CALL(qp, post_send(_))
-        .WillOnce(Return(PostResult{errno_code(err), 0, "send queue full"}))
-        .WillOnce(Return(PostResult{errno_code(err), 0, "send queue full"}))
-        .WillOnce(Return(PostResult{{}, 1, ""}));
-    EXPECT_CALL(cq, poll(_)).Times(2).WillRepeatedly(Return(PollResult{{}, 0}));
+        .WillOnce(Return(PostResult{0, err, "send queue full"}))
+        .WillOnce(Return(PostResult{0, err, "send queue full"}))
+        .WillOnce(Return(PostResult{1, 0, ""}));
+    EXPECT_CALL(cq, poll(_)).Times(2).WillRepeatedly(Return(PollResult{0, 0}));
     EXPECT_EQ(post_with_backpressure(qp, cq, SendWr{}), 2) << "errno " << err;
   }
 }
@@ -44,7 +44,7 @@ TEST(Mock, BackpressureRetriesAfterEveryQueueFullErrno) {
 TEST(Mock, OtherErrorsAreNotRetried) {
   testing::MockQueuePair qp;
   testing::MockCompletionQueue cq;
-  EXPECT_CALL(qp, post_send(_)).WillOnce(Return(PostResult{errno_code(EINVAL), 0, "QP is not in RTS"}));
+  EXPECT_CALL(qp, post_send(_)).WillOnce(Return(PostResult{0, EINVAL, "QP is not in RTS"}));
   EXPECT_CALL(cq, poll(_)).Times(0);
   EXPECT_THROW(post_with_backpressure(qp, cq, SendWr{}), std::system_error);
 }
@@ -54,7 +54,7 @@ TEST(Mock, PollCanScriptErrorCompletions) {
   EXPECT_CALL(cq, poll(_)).WillOnce(Invoke([](std::span<WorkCompletion> out) {
     out[0].wr_id = 9;
     out[0].status = WcStatus::rnr_retry_exc_err;
-    return PollResult{{}, 1};
+    return PollResult{1, 0};
   }));
   WorkCompletion wc[2];
   const PollResult r = cq.poll(wc);

@@ -117,7 +117,7 @@ struct Rig {
     if (watch == Watch::receives) {
       const Sge rs = b.sge(0, 64);
       for (std::uint32_t i = 0; i < s.messages + kExtraRecvs; ++i) {
-        EXPECT_FALSE(rqp->post_recv(RecvWr{i, {&rs, 1}}).error);
+        EXPECT_FALSE(rqp->post_recv(RecvWr{i, {&rs, 1}}).error());
       }
     }
   }
@@ -160,8 +160,8 @@ struct Rig {
         (void)a.cq->poll(wc);
       }
       const PostResult r = sqp->post_send(wr);
-      if (!r.error) return;
-      ASSERT_TRUE(r.error == Condition::queue_full) << r.error.message() << " " << r.reason;
+      if (!r.error()) return;
+      ASSERT_TRUE(r.error() == Condition::queue_full) << r.error().message() << " " << r.reason;
       sim::sleep_for(world, 1us);
     }
   }
@@ -236,12 +236,12 @@ Outcome run(const Spec& s) {
           EXPECT_LE(r.count, s.max_per_wake);
         } else {
           r = pollers[i]->next(buf, stop.get_token());
-          if (!r.error) handle({buf.data(), r.count});
+          if (!r.error()) handle({buf.data(), r.count});
         }
-        if (r.error.value() == ECANCELED) break;
-        if (r.error == Condition::would_block) continue;  // an injected poll_cq EAGAIN
-        if (r.error) {
-          ADD_FAILURE() << pollers[i]->name() << ": " << r.error.message();
+        if (r.error().value() == ECANCELED) break;
+        if (r.error() == Condition::would_block) continue;  // an injected poll_cq EAGAIN
+        if (r.error()) {
+          ADD_FAILURE() << pollers[i]->name() << ": " << r.error().message();
           break;
         }
         if (s.work.count() > 0) sim::sleep_for(rig.world, s.work);
@@ -542,7 +542,7 @@ TEST(Event, SolicitedOnlyWakesForTheSolicitedSend) {
   connect(*a.qp, 1, {b.ctx->query_gid(1, 1), rqp->qp_num(), 2});
   connect(*rqp, 2, testing::endpoint_of(a, 1));
   const Sge rs = b.sge(0, 64);
-  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(rqp->post_recv(RecvWr{i, {&rs, 1}}).error);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(rqp->post_recv(RecvWr{i, {&rs, 1}}).error());
   EventPoller poller(*rcq, *ch, b.ctx->clock(), /*solicited_only=*/true);
   std::uint64_t woke_at = 0;
   std::uint32_t got = 0;
@@ -550,7 +550,7 @@ TEST(Event, SolicitedOnlyWakesForTheSolicitedSend) {
   sim.spawn("server", [&] {
     WorkCompletion wc[8];
     const PollResult r = poller.next(wc);
-    ASSERT_FALSE(r.error);
+    ASSERT_FALSE(r.error());
     woke_at = world.now();
     got = r.count;
   });
@@ -560,10 +560,10 @@ TEST(Event, SolicitedOnlyWakesForTheSolicitedSend) {
     SendWr wr;
     wr.sg_list = {&ss, 1};
     sim::sleep_for(world, 10us);
-    for (int i = 0; i < 3; ++i) ASSERT_FALSE(a.qp->post_send(wr).error);  // unsolicited
+    for (int i = 0; i < 3; ++i) ASSERT_FALSE(a.qp->post_send(wr).error());  // unsolicited
     sim::sleep_for(world, 50us);
     wr.flags = SendFlags::solicited;
-    ASSERT_FALSE(a.qp->post_send(wr).error);
+    ASSERT_FALSE(a.qp->post_send(wr).error());
     sim::sleep_for(world, 10us);
     ticking = false;
   });
@@ -584,7 +584,7 @@ TEST(Event, ReturnsEdeadlkWhenNothingCanEverComplete) {
   EventPoller poller(*cq, *ch, p.b.ctx->clock());
   WorkCompletion wc[1];
   const PollResult r = poller.next(wc);
-  EXPECT_EQ(r.error.value(), EDEADLK);
+  EXPECT_EQ(r.error().value(), EDEADLK);
   EXPECT_EQ(poller.stats().sleeps, 1u);
   EXPECT_EQ(poller.stats().polls, 2u) << "poll, arm, poll once more, sleep";
 }
@@ -596,7 +596,7 @@ TEST(Busy, StopsWhenAsked) {
   stop.request_stop();
   WorkCompletion wc[1];
   const PollResult r = poller.next(wc, stop.get_token());
-  EXPECT_EQ(r.error.value(), ECANCELED);
+  EXPECT_EQ(r.error().value(), ECANCELED);
   EXPECT_EQ(r.count, 0u);
   EXPECT_EQ(poller.stats().polls, 1u);
 }
@@ -652,8 +652,8 @@ EpollLoop epoll_receive(ChannelPoller& poller, std::uint32_t n, std::vector<int>
       got += r.count;
       continue;
     }
-    if (r.error != Condition::would_block) {
-      ADD_FAILURE() << r.error.message();
+    if (r.error() != Condition::would_block) {
+      ADD_FAILURE() << r.error().message();
       break;
     }
     epoll_event events[2];

@@ -70,13 +70,13 @@ struct Scene {
     for (int i = 0; i < n; ++i) {
       const RecvWr wr = testing::recv_wr(static_cast<std::uint64_t>(i), rs);
       if (srq) {
-        ASSERT_FALSE(srq->post_recv(wr).error);
+        ASSERT_FALSE(srq->post_recv(wr).error());
       } else {
-        ASSERT_FALSE(qp_b->post_recv(wr).error);
+        ASSERT_FALSE(qp_b->post_recv(wr).error());
       }
     }
   }
-  void post(const SendWr& wr) { ASSERT_FALSE(qp_a->post_send(wr).error); }
+  void post(const SendWr& wr) { ASSERT_FALSE(qp_a->post_send(wr).error()); }
 
   sim::World world;
   Node a, b;

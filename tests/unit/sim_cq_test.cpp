@@ -58,7 +58,7 @@ struct Overrun {
     for (int i = 0; i < n; ++i) {
       const PostResult r = qp->post_send(
           rdma_wr(first + static_cast<std::uint64_t>(i), WrOpcode::rdma_write, ls, *b.mr, 0));
-      ASSERT_FALSE(r.error) << r.reason;
+      ASSERT_FALSE(r.error()) << r.reason;
     }
   }
   std::vector<WorkCompletion> take(CompletionQueue& cq) {

@@ -40,11 +40,11 @@ std::vector<WorkCompletion> exchange(SimPair& p, int n, bool poll = true) {
   const Sge rs = p.b.sge(0, 256);
   const Sge ss = p.a.sge(0, 64);
   for (int i = 0; i < n; ++i) {
-    EXPECT_FALSE(p.b.qp->post_recv(RecvWr{static_cast<std::uint64_t>(100 + i), {&rs, 1}}).error);
+    EXPECT_FALSE(p.b.qp->post_recv(RecvWr{static_cast<std::uint64_t>(100 + i), {&rs, 1}}).error());
   }
   for (int i = 0; i < n; ++i) {
     const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, static_cast<std::uint64_t>(i)));
-    EXPECT_FALSE(r.error) << r.reason;
+    EXPECT_FALSE(r.error()) << r.reason;
   }
   if (!poll) return {};
   return poll_n(p.world, *p.a.cq, static_cast<std::size_t>(n));
@@ -97,13 +97,13 @@ TEST(VerbFaults, NthPostSendFailsWithTheErrnoAndNothingIsPosted) {
   SimPair p(with_faults("post_send nth=2 errno=ENOMEM"));
   const Sge ss = p.a.sge(0, 8);
   const Sge rs = p.b.sge(0, 64);
-  for (int i = 0; i < 3; ++i) ASSERT_FALSE(p.b.qp->post_recv(RecvWr{1, {&rs, 1}}).error);
-  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 1)).error);
+  for (int i = 0; i < 3; ++i) ASSERT_FALSE(p.b.qp->post_recv(RecvWr{1, {&rs, 1}}).error());
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 1)).error());
   const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 2));
-  EXPECT_EQ(r.error.value(), ENOMEM);
-  EXPECT_EQ(r.error, Condition::queue_full);
+  EXPECT_EQ(r.error().value(), ENOMEM);
+  EXPECT_EQ(r.error(), Condition::queue_full);
   EXPECT_EQ(r.posted, 0u);
-  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 3)).error);
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, ss, 3)).error());
   const auto wcs = drain(p.world, *p.a.cq);
   std::vector<std::uint64_t> send_ids;
   for (const auto& wc : wcs) {
@@ -115,10 +115,10 @@ TEST(VerbFaults, NthPostSendFailsWithTheErrnoAndNothingIsPosted) {
 TEST(VerbFaults, EveryNthPollReturnsTheErrnoOnTheFilteredDeviceOnly) {
   SimPair p(with_faults("poll_cq every=2 errno=EAGAIN dev=sim0"));
   WorkCompletion wc[4];
-  EXPECT_FALSE(p.a.cq->poll(wc).error);
-  EXPECT_EQ(p.a.cq->poll(wc).error.value(), EAGAIN);
-  EXPECT_FALSE(p.a.cq->poll(wc).error);
-  for (int i = 0; i < 4; ++i) EXPECT_FALSE(p.b.cq->poll(wc).error);
+  EXPECT_FALSE(p.a.cq->poll(wc).error());
+  EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);
+  EXPECT_FALSE(p.a.cq->poll(wc).error());
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(p.b.cq->poll(wc).error());
 }
 
 TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {
@@ -232,7 +232,7 @@ TEST(TimedFaults, QpFatalFlushesAndRaisesQpFatal) {
   ASSERT_EQ(b.qp->qp_num(), p.b.qp->qp_num());
   modify_to_init(*b.qp);
   const Sge rs = b.sge(0, 64);
-  ASSERT_FALSE(b.qp->post_recv(RecvWr{5, {&rs, 1}}).error);
+  ASSERT_FALSE(b.qp->post_recv(RecvWr{5, {&rs, 1}}).error());
   world.run_until_idle();
   EXPECT_EQ(b.qp->state(), QpState::err);
   AsyncEvent ev;
@@ -278,11 +278,11 @@ TEST(Determinism, SameSeedSameDigestUnderRandomFaults) {
     const Sge rs = b.sge(0, 128);
     const Sge ss = a.sge(0, 100);
     for (int i = 0; i < 10; ++i) {
-      ASSERT_FALSE(b.qp->post_recv(RecvWr{1, {&rs, 1}}).error);
+      ASSERT_FALSE(b.qp->post_recv(RecvWr{1, {&rs, 1}}).error());
       SendWr wr;
       wr.flags = SendFlags::signaled;
       wr.sg_list = {&ss, 1};
-      ASSERT_FALSE(a.qp->post_send(wr).error);
+      ASSERT_FALSE(a.qp->post_send(wr).error());
     }
     (void)poll_n(world, *a.cq, 20);
   };

@@ -82,7 +82,7 @@ TEST(Fibers, EventDrivenServerAndClientRunAsFibers) {
   sim.spawn("server", [&] {
     const Sge rs = b.sge(0, 64);
     for (int i = 0; i < kMessages; ++i) {
-      ASSERT_FALSE(server_qp->post_recv(RecvWr{static_cast<std::uint64_t>(i), {&rs, 1}}).error);
+      ASSERT_FALSE(server_qp->post_recv(RecvWr{static_cast<std::uint64_t>(i), {&rs, 1}}).error());
     }
     ASSERT_FALSE(cq->req_notify(false));
     bool empty = false;
@@ -91,7 +91,7 @@ TEST(Fibers, EventDrivenServerAndClientRunAsFibers) {
   sim.spawn("client", [&] {
     const Sge ss = a.sge(0, 32);
     for (int i = 0; i < kMessages; ++i) {
-      ASSERT_FALSE(a.qp->post_send(signaled_send(ss, static_cast<std::uint64_t>(i))).error);
+      ASSERT_FALSE(a.qp->post_send(signaled_send(ss, static_cast<std::uint64_t>(i))).error());
       sim::sleep_for(world, std::chrono::microseconds(5));
     }
     WorkCompletion wc[4];
@@ -263,8 +263,8 @@ void post_with_backpressure(QueuePair& qp, CompletionQueue& cq, const SendWr& wr
                             int& backoffs) {
   for (;;) {
     const PostResult r = qp.post_send(wr);
-    if (!r.error) return;
-    if (r.error != Condition::queue_full) throw std::system_error(r.error, r.reason);
+    if (!r.error()) return;
+    if (r.error() != Condition::queue_full) throw std::system_error(r.error(), r.reason);
     ++backoffs;
     WorkCompletion wc[16];
     const PollResult p = cq.poll(wc);
@@ -406,7 +406,7 @@ TEST(Fibers, AnEmptyPollWaitsForTheOtherReadyFibers) {
     SimPair p(c);
     const Sge ss = p.a.sge(0, 8);
     const Sge rs = p.b.sge(0, 8);
-    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error);
+    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error());
     std::uint64_t posted_at = UINT64_MAX;
     std::uint64_t received_at = UINT64_MAX;
     sim::Simulation sim(p.world);
@@ -418,7 +418,7 @@ TEST(Fibers, AnEmptyPollWaitsForTheOtherReadyFibers) {
     sim.spawn("sender", [&] {
       for (int i = 0; i < 5; ++i) boost::this_fiber::yield();  // computing
       posted_at = p.world.now();
-      ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);
+      ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error());
       busy_poll_one(*p.a.cq);
     });
     sim.run();
@@ -444,14 +444,14 @@ void all_poll_empty_then_send(const sim::Config& c) {
   SimPair p(c);
   const Sge ss = p.a.sge(0, 8);
   const Sge rs = p.b.sge(0, 8);
-  ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error);
+  ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error());
   bool received = false;
   sim::Simulation sim(p.world);
   sim.spawn("sender", [&] {
     WorkCompletion wc[1];
     EXPECT_EQ(p.a.cq->poll(wc).count, 0u);  // nothing yet, and nothing scheduled
     sim::sleep_for(p.world, std::chrono::microseconds(1));
-    ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);
+    ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error());
     busy_poll_one(*p.a.cq);
   });
   sim.spawn("receiver", [&] {
@@ -469,7 +469,7 @@ TEST(VirtualTime, SevenRnrNaksOf655MsEachRunInVirtualTime) {
   o.connect_options.min_rnr_timer = 0;  // 655.36 ms
   SimPair p({}, o);
   const Sge ss = p.a.sge(0, 8);
-  ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error);  // no receive is ever posted
+  ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 1)).error());  // no receive is ever posted
   const auto wcs = testing::poll_n(p.world, *p.a.cq, 1);
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, WcStatus::rnr_retry_exc_err);

@@ -44,7 +44,7 @@ std::uint64_t golden_run() {
       wr.wr_id = static_cast<std::uint64_t>(i);
       wr.flags = SendFlags::signaled;
       wr.sg_list = {&ss, 1};
-      while (p.a.qp->post_send(wr).error) (void)p.a.cq->poll(wc);
+      while (p.a.qp->post_send(wr).error()) (void)p.a.cq->poll(wc);
       sim::sleep_for(p.world, std::chrono::nanoseconds(300));
     }
   });

@@ -157,9 +157,9 @@ TEST_P(Ops, AtomicsReturnTheOriginalValue) {
   }
   // Operands must be one aligned 8-byte word.
   SendWr odd = rdma_wr(9, WrOpcode::atomic_fetch_and_add, ls, *p.b.mr, 1028);
-  EXPECT_EQ(p.a.qp->post_send(odd).error, errno_code(EINVAL));
+  EXPECT_EQ(p.a.qp->post_send(odd).error(), errno_code(EINVAL));
   const Sge four = p.a.sge(2048, 4);
-  EXPECT_EQ(p.a.qp->post_send(rdma_wr(9, WrOpcode::atomic_cmp_and_swp, four, *p.b.mr, 1024)).error,
+  EXPECT_EQ(p.a.qp->post_send(rdma_wr(9, WrOpcode::atomic_cmp_and_swp, four, *p.b.mr, 1024)).error(),
             errno_code(EINVAL));
   EXPECT_TRUE(led.balanced());
 }
@@ -365,11 +365,11 @@ TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
       }
       const PostResult r = led.post_send(*p.a.qp, wr);
       if (!is(Profile::rxe)) {
-        EXPECT_EQ(r.error, errno_code(EINVAL));
+        EXPECT_EQ(r.error(), errno_code(EINVAL));
         EXPECT_EQ(r.posted, 0u);
         continue;
       }
-      EXPECT_FALSE(r.error) << r.reason;
+      EXPECT_FALSE(r.error()) << r.reason;
       const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
       EXPECT_EQ(w.status, WcStatus::loc_qp_op_err);
       EXPECT_EQ(p.a.qp->state(), QpState::err);
@@ -506,7 +506,7 @@ TEST_P(Ops, SrqFeedsTwoQpsAndRaisesTheLimitEventOnce) {
   testing::connect_qps(a, *a2, b, *b2);
   EXPECT_EQ(b1->query().cap.max_recv_wr, 0u);
   const Sge rs = b.sge(0, 64);
-  EXPECT_EQ(b1->post_recv(recv_wr(1, rs)).error, errno_code(EINVAL)) << "receives go to the SRQ";
+  EXPECT_EQ(b1->post_recv(recv_wr(1, rs)).error(), errno_code(EINVAL)) << "receives go to the SRQ";
 
   Ledger led;
   std::vector<RecvWr> recvs;

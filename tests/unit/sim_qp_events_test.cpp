@@ -115,7 +115,7 @@ TEST_P(QpEvents, AZeroLengthSendCompletesWithByteLenZero) {
 TEST_P(QpEvents, CompletionsOfADestroyedQpAreRemovedOnHardwareOnly) {
   SimPair p(config());
   const Sge ls = p.a.sge(0, 8);
-  ASSERT_FALSE(p.a.qp->post_send(rdma_wr(1, WrOpcode::rdma_write, ls, *p.b.mr, 0)).error);
+  ASSERT_FALSE(p.a.qp->post_send(rdma_wr(1, WrOpcode::rdma_write, ls, *p.b.mr, 0)).error());
   testing::run_idle(p.world);
   const std::uint32_t qpn = p.a.qp->qp_num();
   destroy(p.a.qp);

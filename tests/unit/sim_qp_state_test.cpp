@@ -344,11 +344,11 @@ TEST_P(EarlySend, FollowsTheProfile) {
   const SendWr early = send_wr(1, s1);
   const PostResult r = led.post_send(a, early);
   if (profile == Profile::mlx5) {
-    EXPECT_FALSE(r.error) << r.reason;
+    EXPECT_FALSE(r.error()) << r.reason;
     EXPECT_EQ(r.posted, 1u);
   } else {
-    EXPECT_EQ(r.error, errno_code(EINVAL));
-    EXPECT_EQ(r.error, Condition::invalid_state);
+    EXPECT_EQ(r.error(), errno_code(EINVAL));
+    EXPECT_EQ(r.error(), Condition::invalid_state);
     EXPECT_EQ(r.posted, 0u);
   }
   if (profile == Profile::rxe) led.add_send(a, early);  // refused, yet it will run
@@ -405,7 +405,7 @@ TEST_P(EarlySendReset, AMoveToResetDiscardsTheWaitingWr) {
   std::memcpy(p.a.buf.data(), "early", 6);
   const Sge s1 = p.a.sge(0, 6);
   const PostResult early = p.a.qp->post_send(send_wr(1, s1));  // not in the ledger: discarded
-  EXPECT_EQ(early.error, is(Profile::mlx5) ? std::error_code{} : errno_code(EINVAL));
+  EXPECT_EQ(early.error(), is(Profile::mlx5) ? std::error_code{} : errno_code(EINVAL));
   p.a.qp->modify(bare(QpState::reset).attr, QpAttrMask::state);
   connect(*p.a.qp, 100, testing::endpoint_of(p.b, 200));
   std::memcpy(p.a.buf.data() + 64, "later", 6);
@@ -432,11 +432,11 @@ TEST_P(PostingByState, ReceivesAreRefusedInResetAndAcceptedFromInit) {
   Ledger led;
   const Sge rs = p.b.sge(0, 64);
   const PostResult in_reset = p.b.qp->post_recv(recv_wr(201, rs));
-  EXPECT_EQ(in_reset.error, errno_code(EINVAL));
+  EXPECT_EQ(in_reset.error(), errno_code(EINVAL));
   EXPECT_EQ(in_reset.posted, 0u);
   modify_to_init(*p.b.qp);
   const PostResult in_init = led.post_recv(*p.b.qp, recv_wr(202, rs));
-  EXPECT_FALSE(in_init.error) << in_init.reason;
+  EXPECT_FALSE(in_init.error()) << in_init.reason;
   EXPECT_EQ(in_init.posted, 1u);
   modify_to_rtr(*p.b.qp, testing::endpoint_of(p.a, 100));
   modify_to_rts(*p.b.qp, 200);
@@ -493,7 +493,7 @@ TEST_P(PostingByState, RtsToErrFlushesEveryOutstandingWr) {
 
   // Posting on an ERR QP: sends are accepted and flushed; receives flushed except on rxe.
   const PostResult late = led.post_send(*p.a.qp, send_wr(4, ss));
-  EXPECT_FALSE(late.error) << late.reason;
+  EXPECT_FALSE(late.error()) << late.reason;
   EXPECT_EQ(late.posted, 1u);
   const auto late_wc = led.poll_n(p.world, *p.a.cq, 1);
   ASSERT_EQ(late_wc.size(), 1u);
@@ -502,7 +502,7 @@ TEST_P(PostingByState, RtsToErrFlushesEveryOutstandingWr) {
   const Sge rs = p.a.sge(4096, 64);
   const RecvWr late_recv = recv_wr(16, rs);
   const PostResult rr = p.a.qp->post_recv(late_recv);
-  EXPECT_FALSE(rr.error) << rr.reason;
+  EXPECT_FALSE(rr.error()) << rr.reason;
   const auto after = testing::bounded_poll(p.world, *p.a.cq, SIZE_MAX);
   if (is(Profile::rxe)) {
     EXPECT_TRUE(after.empty()) << "rxe never completes a receive posted in ERR";
@@ -532,9 +532,9 @@ TEST_P(PostingByState, SendsPostedInErrNeverFillTheQueueOnceCompleted) {
   for (; id <= depth; ++id) ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(id, ss))) << id;
   const PostResult extra = led.post_send(*p.a.qp, send_wr(id, ss));
   if (is(Profile::rxe)) {
-    EXPECT_FALSE(extra.error) << "rxe frees a slot when its WR completes: " << extra.reason;
+    EXPECT_FALSE(extra.error()) << "rxe frees a slot when its WR completes: " << extra.reason;
   } else {
-    EXPECT_EQ(extra.error, errno_code(ENOMEM)) << "hardware frees a slot when it is polled";
+    EXPECT_EQ(extra.error(), errno_code(ENOMEM)) << "hardware frees a slot when it is polled";
     EXPECT_EQ(led.poll_n(p.world, *p.a.cq, depth).size(), depth);
     EXPECT_TRUE(led.post_send(*p.a.qp, send_wr(id, ss)));
   }

@@ -54,11 +54,11 @@ TEST_P(QueueDepth, SendQueueIsFullAtExactlyItsReportedDepth) {
   std::uint64_t id = 1;
   for (; id <= wq_depth_for_4(); ++id) {
     const PostResult r = led.post_send(qp, write_wr(p, id, ss));
-    ASSERT_FALSE(r.error) << "post " << id << ": " << r.reason;
+    ASSERT_FALSE(r.error()) << "post " << id << ": " << r.reason;
   }
   const PostResult full = led.post_send(qp, write_wr(p, id, ss));
-  EXPECT_EQ(full.error, errno_code(ENOMEM));
-  EXPECT_EQ(full.error, Condition::queue_full);
+  EXPECT_EQ(full.error(), errno_code(ENOMEM));
+  EXPECT_EQ(full.error(), Condition::queue_full);
   EXPECT_EQ(full.posted, 0u);
   EXPECT_STREQ(full.reason, "send queue full");
   const auto wcs = led.poll_n(p.world, *p.a.cq, wq_depth_for_4());
@@ -78,7 +78,7 @@ TEST_P(QueueDepth, AChainLongerThanTheQueueStopsAtTheFirstWrThatDoesNotFit) {
   for (std::uint64_t id = 1; id <= 10; ++id) chain.push_back(write_wr(p, id, ss));
   Ledger led;
   const PostResult r = led.post_send(*p.a.qp, chain);
-  EXPECT_EQ(r.error, errno_code(ENOMEM));
+  EXPECT_EQ(r.error(), errno_code(ENOMEM));
   EXPECT_EQ(r.posted, wq_depth_for_4()) << "bad_wr is the first WR that did not fit";
   const auto wcs = led.poll_n(p.world, *p.a.cq, r.posted);
   EXPECT_EQ(wcs.size(), r.posted);
@@ -97,15 +97,15 @@ TEST_P(QueueDepth, SendSlotsFreeOnPollOnHardwareAndOnCompletionOnRxe) {
   testing::run_idle(p.world);  // every send has completed, none has been polled
   const PostResult r = led.post_send(*p.a.qp, write_wr(p, id, ss));
   if (is(Profile::rxe)) {
-    EXPECT_FALSE(r.error) << r.reason;
+    EXPECT_FALSE(r.error()) << r.reason;
   } else {
-    EXPECT_EQ(r.error, errno_code(ENOMEM));
+    EXPECT_EQ(r.error(), errno_code(ENOMEM));
     WorkCompletion wc;
     ASSERT_EQ(p.a.cq->poll({&wc, 1}).count, 1u);  // one polled completion frees one slot
     led.record({&wc, 1});
     EXPECT_EQ(wc.wr_id, 1u);
     EXPECT_TRUE(led.post_send(*p.a.qp, write_wr(p, id, ss)));
-    EXPECT_EQ(led.post_send(*p.a.qp, write_wr(p, id + 1, ss)).error, errno_code(ENOMEM));
+    EXPECT_EQ(led.post_send(*p.a.qp, write_wr(p, id + 1, ss)).error(), errno_code(ENOMEM));
   }
   led.drain(p.world, *p.a.cq);
   led.drain(p.world, *p.b.cq);
@@ -129,7 +129,7 @@ TEST_P(QueueDepth, PollingASignaledSendFreesTheUnsignaledOnesBeforeIt) {
   EXPECT_EQ(p.a.cq->poll(extra).count, 0u) << "unsignaled successes leave no completion";
   for (std::uint64_t id = 100; id < 100 + depth; ++id) {
     const PostResult r = led.post_send(*p.a.qp, write_wr(p, id, ss));
-    ASSERT_FALSE(r.error) << "post " << id << ": " << r.reason;
+    ASSERT_FALSE(r.error()) << "post " << id << ": " << r.reason;
   }
   EXPECT_EQ(led.poll_n(p.world, *p.a.cq, depth).size(), depth);
   led.drain(p.world, *p.b.cq);
@@ -146,12 +146,12 @@ TEST_P(QueueDepth, ReceiveQueueIsFullAtExactlyItsReportedDepth) {
   for (std::uint64_t id = 1; id <= 10; ++id) chain.push_back(recv_wr(id, rs));
   Ledger led;
   const PostResult r = led.post_recv(qp, chain);
-  EXPECT_EQ(r.error, errno_code(ENOMEM));
-  EXPECT_EQ(r.error, Condition::queue_full);
+  EXPECT_EQ(r.error(), errno_code(ENOMEM));
+  EXPECT_EQ(r.error(), Condition::queue_full);
   EXPECT_EQ(r.posted, wq_depth_for_4());
   EXPECT_STREQ(r.reason, "receive queue full");
   const PostResult one_more = led.post_recv(qp, recv_wr(11, rs));
-  EXPECT_EQ(one_more.error, errno_code(ENOMEM));
+  EXPECT_EQ(one_more.error(), errno_code(ENOMEM));
   EXPECT_EQ(one_more.posted, 0u);
   // Receives free their slot as soon as they are consumed.
   const Sge ss = p.a.sge(0, 8);
@@ -173,12 +173,12 @@ TEST_P(QueueDepth, SrqIsFullAtExactlyItsReportedDepth) {
   std::vector<RecvWr> chain;
   for (std::uint64_t id = 1; id <= 10; ++id) chain.push_back(recv_wr(id, rs));
   const PostResult r = srq->post_recv(chain);
-  EXPECT_EQ(r.error, errno_code(ENOMEM));
+  EXPECT_EQ(r.error(), errno_code(ENOMEM));
   EXPECT_EQ(r.posted, 7u);
   EXPECT_STREQ(r.reason, "shared receive queue full");
   const Sge two[2] = {p.b.sge(0, 8), p.b.sge(8, 8)};
   const PostResult sges = srq->post_recv(RecvWr{20, {two, 2}});
-  EXPECT_EQ(sges.error, errno_code(EINVAL)) << "too many SGEs on a receive is EINVAL";
+  EXPECT_EQ(sges.error(), errno_code(EINVAL)) << "too many SGEs on a receive is EINVAL";
 }
 
 TEST_P(QueueDepth, TooManySgesOnSendIsEnomemOnHardwareEinvalOnRxeAndEinvalOnReceive) {
@@ -197,7 +197,7 @@ TEST_P(QueueDepth, TooManySgesOnSendIsEnomemOnHardwareEinvalOnRxeAndEinvalOnRece
   const SendWr chain[2] = {ok, fat};
   Ledger led;
   const PostResult s = led.post_send(*p.a.qp, chain);
-  EXPECT_EQ(s.error, errno_code(limit_errno()));
+  EXPECT_EQ(s.error(), errno_code(limit_errno()));
   EXPECT_EQ(s.posted, 1u);
   EXPECT_STREQ(s.reason, "too many SGEs");
 
@@ -206,7 +206,7 @@ TEST_P(QueueDepth, TooManySgesOnSendIsEnomemOnHardwareEinvalOnRxeAndEinvalOnRece
   const RecvWr rchain[2] = {RecvWr{11, {rsges.data(), recv_sge}},
                             RecvWr{12, {rsges.data(), recv_sge + 1}}};
   const PostResult r = led.post_recv(*p.b.qp, rchain);
-  EXPECT_EQ(r.error, errno_code(EINVAL));
+  EXPECT_EQ(r.error(), errno_code(EINVAL));
   EXPECT_EQ(r.posted, 1u);
   EXPECT_STREQ(r.reason, "too many SGEs");
   EXPECT_EQ(led.poll_n(p.world, *p.b.cq, 1).size(), 1u);
@@ -228,7 +228,7 @@ TEST_P(QueueDepth, InlineDataLargerThanMaxInlineIsEnomemOnHardwareEinvalOnRxe) {
   const Sge big = p.a.sge(0, room + 1);
   const PostResult r =
       led.post_send(*p.a.qp, write_wr(p, 2, big, SendFlags::signaled | SendFlags::inline_data));
-  EXPECT_EQ(r.error, errno_code(limit_errno()));
+  EXPECT_EQ(r.error(), errno_code(limit_errno()));
   EXPECT_EQ(r.posted, 0u);
   EXPECT_STREQ(r.reason, "inline data larger than max_inline_data");
 
@@ -236,7 +236,7 @@ TEST_P(QueueDepth, InlineDataLargerThanMaxInlineIsEnomemOnHardwareEinvalOnRxe) {
   const std::uint32_t asked = q.a.qp->query().cap.max_inline_data;
   EXPECT_GE(asked, 100u);
   const Sge too_big = q.a.sge(0, asked + 1);
-  EXPECT_EQ(q.a.qp->post_send(send_wr(3, too_big, WrOpcode::send, SendFlags::inline_data)).error,
+  EXPECT_EQ(q.a.qp->post_send(send_wr(3, too_big, WrOpcode::send, SendFlags::inline_data)).error(),
             errno_code(limit_errno()));
   led.drain(p.world, *p.a.cq);
   led.drain(p.world, *p.b.cq);

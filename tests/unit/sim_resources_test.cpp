@@ -207,22 +207,22 @@ Outcome run_scenario(std::uint64_t seed, Profile profile) {
     }
   };
   const Sge ss = p.a.sge(0, 100);
-  EXPECT_FALSE(p.a.qp->post_send(send_wr(1, ss)).error);  // no receive yet: RNR
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(1, ss)).error());  // no receive yet: RNR
   for (int i = 0; i < 4; ++i) p.world.step();
   for (std::uint64_t id = 0; id < 6; ++id) {
     const Sge rs = p.b.sge(id * 128, 128);
-    EXPECT_FALSE(p.b.qp->post_recv(recv_wr(200 + id, rs)).error);
+    EXPECT_FALSE(p.b.qp->post_recv(recv_wr(200 + id, rs)).error());
   }
   for (std::uint64_t id = 2; id <= 6; ++id) {
     const Sge s = p.a.sge(0, static_cast<std::uint32_t>(id * 10));
-    EXPECT_FALSE(p.a.qp->post_send(send_wr(id, s)).error);
+    EXPECT_FALSE(p.a.qp->post_send(send_wr(id, s)).error());
   }
   const Sge ls = p.a.sge(8192, 64);
-  EXPECT_FALSE(p.a.qp->post_send(rdma_wr(7, WrOpcode::rdma_read, ls, *p.b.mr, 0)).error);
+  EXPECT_FALSE(p.a.qp->post_send(rdma_wr(7, WrOpcode::rdma_read, ls, *p.b.mr, 0)).error());
   const Sge l8 = p.a.sge(9000 - 9000 % 8, 8);
   SendWr faa = rdma_wr(8, WrOpcode::atomic_fetch_and_add, l8, *p.b.mr, 4096);
   faa.compare_add = 7;
-  EXPECT_FALSE(p.a.qp->post_send(faa).error);
+  EXPECT_FALSE(p.a.qp->post_send(faa).error());
   record(testing::bounded_poll(p.world, *p.a.cq, 8));
   record(testing::bounded_poll(p.world, *p.b.cq, 6));
   out.digest = p.world.digest();

@@ -14,7 +14,7 @@ TEST(SimSmoke, SendRecvMovesBytesAndCompletesBothSides) {
   SimPair p;
   std::memcpy(p.a.buf.data(), "hello", 6);
   const Sge rs = p.b.sge(0, 64);
-  ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error);
+  ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error());
   const Sge ss = p.a.sge(0, 6);
   SendWr wr;
   wr.wr_id = 1;
@@ -22,7 +22,7 @@ TEST(SimSmoke, SendRecvMovesBytesAndCompletesBothSides) {
   wr.flags = SendFlags::signaled;
   wr.sg_list = {&ss, 1};
   const PostResult r = p.a.qp->post_send(wr);
-  ASSERT_FALSE(r.error) << r.reason;
+  ASSERT_FALSE(r.error()) << r.reason;
   const auto recv = poll_n(p.world, *p.b.cq, 1);
   ASSERT_EQ(recv.size(), 1u);
   EXPECT_EQ(recv[0].status, WcStatus::success);

@@ -46,7 +46,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
     while (total < n) {
       const int want = std::min(kChunk, n - total);
       const PollResult r = c->impl->poll(std::span(buf, static_cast<std::size_t>(want)));
-      if (r.error) return total > 0 ? total : -r.error.value();
+      if (r.err != 0) return total > 0 ? total : -r.err;
       for (std::uint32_t i = 0; i < r.count; ++i) to_ibv_wc(buf[i], wc[total + static_cast<int>(i)]);
       total += static_cast<int>(r.count);
       if (static_cast<int>(r.count) < want) break;
@@ -71,7 +71,7 @@ int poll_one(DCq* c) noexcept {
   try {
     auto held = lock();
     const PollResult r = c->impl->poll(std::span(&c->cur, 1));
-    if (r.error) return r.error.value();
+    if (r.err != 0) return r.err;
     if (r.count == 0) return ENOENT;
     c->status = static_cast<ibv_wc_status>(c->cur.status);
     c->wr_id = c->cur.wr_id;

@@ -102,9 +102,9 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
     }
     if (n > 0) {
       const PostResult r = post(std::span<const Core>(batch, n));
-      if (r.error) {
+      if (r.err != 0) {
         *bad = src[r.posted];
-        return r.error.value();
+        return r.err;
       }
     }
     if (err != 0) {
@@ -356,7 +356,7 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
     const PostResult r = q.impl->post_send(q.flat);
     q.batch.clear();
     settle();
-    return r.error.value();
+    return r.err;
   } catch (...) {
     q.batch.clear();
     return errno_of_current_exception("ibv_wr_complete");

@@ -2,8 +2,8 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
+#include <climits>
 #include <string>
 
 #include "objects.hpp"
@@ -11,6 +11,10 @@
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
+
+namespace {
+constexpr int kMaxPoll = INT_MAX;  // ibv_poll_cq's num_entries is an int
+}  // namespace
 
 IbvCq::IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector)
     : context_(context), channel_(channel), requested_cqe_(cqe) {
@@ -55,43 +59,15 @@ void IbvCq::destroy() {
   if (err != 0) throw_verb_error("ibv_destroy_cq", err);
 }
 
-namespace {
-
-constexpr std::size_t kChunkWcs = 16;  // completions per ibv_poll_cq
-
-// IbvCq::poll for more than kChunkWcs completions (or none), one chunk at a time.
-[[gnu::noinline]] PollResult poll_chunks(ibv_cq* cq, std::span<WorkCompletion> out) noexcept {
-  std::array<ibv_wc, kChunkWcs> wcs;
-  std::size_t total = 0;
-  while (total < out.size()) {
-    const int want = static_cast<int>(std::min(wcs.size(), out.size() - total));
-    const int got = ::ibv_poll_cq(cq, want, wcs.data());
-    if (got < 0) {
-      // Completions already moved out are returned; the failure shows on the next poll.
-      if (total > 0) break;
-      // A negative count carries no errno (mlx5 returns -2 for a bad CQE): report EIO.
-      return {errno_code(EIO), 0};
-    }
-    const auto n = static_cast<std::size_t>(got);
-    for (std::size_t i = 0; i < n; ++i) from_ibv(wcs[i], out[total + i]);
-    total += n;
-    if (got < want) break;  // CQ empty
-  }
-  return {{}, static_cast<std::uint32_t>(total)};
-}
-
-}  // namespace
-
 PollResult IbvCq::poll(std::span<WorkCompletion> out) noexcept {
-  // Fast path: up to kChunkWcs completions, one provider call (what poll_chunks does for them,
-  // without its loop).
-  if (out.size() - 1 >= kChunkWcs) [[unlikely]] return poll_chunks(cq_, out);
-  std::array<ibv_wc, kChunkWcs> wcs;
-  const int got = ::ibv_poll_cq(cq_, static_cast<int>(out.size()), wcs.data());
+  // The provider writes straight into `out` (translate.hpp's layout contract); one call, since
+  // fewer completions than asked for means the CQ is empty.
+  const int want = static_cast<int>(std::min<std::size_t>(out.size(), kMaxPoll));
+  const int got = ::ibv_poll_cq(cq_, want, as_ibv(out.data()));
   // A negative count carries no errno (mlx5 returns -2 for a bad CQE): report EIO.
-  if (got < 0) [[unlikely]] return {errno_code(EIO), 0};
-  for (int i = 0; i < got; ++i) from_ibv(wcs[i], out[i]);
-  return {ok_, static_cast<std::uint32_t>(got)};
+  if (got < 0) [[unlikely]] return {0, EIO};
+  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)]);
+  return {static_cast<std::uint32_t>(got), 0};
 }
 
 std::error_code IbvCq::req_notify(bool solicited_only) noexcept {

@@ -169,7 +169,6 @@ class IbvCq final : public CompletionQueue {
 
   IbvContext& context_;
   ibv_cq* cq_ = nullptr;
-  std::error_code ok_;  // what poll() returns on success (see post.hpp's post_recv)
   CompletionChannel* channel_;
   int cqe_ = 0;
   int requested_cqe_;
@@ -201,7 +200,12 @@ class IbvQp final : public QueuePair {
   int release() noexcept;
 
   ibv_qp* qp_ = nullptr;
-  std::error_code ok_;  // what the posts return on success (see post.hpp's post_recv)
+  // Batch size the posts take their fast path for: 1, or 0 (never) for sends on UD and for
+  // receives with an SRQ, so that one comparison also rules those out.
+  struct {
+    std::size_t send;
+    std::size_t recv;
+  } fast_batch_;
   std::uint32_t qp_num_ = 0;
   QpType type_;
   bool has_srq_;
@@ -227,7 +231,6 @@ class IbvSrq final : public SharedReceiveQueue {
   int release() noexcept;
 
   ibv_srq* srq_ = nullptr;
-  std::error_code ok_;  // what post_recv() returns on success (see post.hpp's post_recv)
 };
 
 class IbvAh final : public AddressHandle {

@@ -66,7 +66,10 @@ std::string describe_modify(std::uint32_t qp_num, QpState from, const QpAttr& at
 }  // namespace
 
 IbvQp::IbvQp(ibv_pd* pd, const QpInitAttr& attr)
-    : type_(attr.type), has_srq_(attr.srq != nullptr), requested_cap_(attr.cap) {
+    : fast_batch_{attr.type == QpType::ud ? 0u : 1u, attr.srq != nullptr ? 0u : 1u},
+      type_(attr.type),
+      has_srq_(attr.srq != nullptr),
+      requested_cap_(attr.cap) {
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) {
     throw_verb_error("ibv_create_qp", EINVAL, "send_cq and recv_cq are required");
   }
@@ -121,27 +124,23 @@ void IbvQp::destroy() {
 
 namespace {
 
-// IbvQp::post_send for any batch, in chunks (see post.hpp). Kept out of line: its arrays would
+// IbvQp::post_send for any batch, in chunks (see post.hpp). Kept out of line: its array would
 // otherwise be set up on the fast path too.
 [[gnu::noinline]] PostResult post_send_chunks(ibv_qp* qp, bool ud,
                                               std::span<const SendWr> wrs) noexcept {
   std::array<ibv_send_wr, kChunkWrs> chain;
-  std::array<ibv_sge, kChunkSges> sges;
   std::size_t base = 0;
   while (base < wrs.size()) {
     std::size_t n = 0;
-    std::size_t used = 0;
     // Set when WR base + n is refused before the provider sees it; the WRs before it go first.
     int refused = 0;
     const char* why = "";
     for (; base + n < wrs.size() && n < kChunkWrs; ++n) {
       const SendWr& wr = wrs[base + n];
-      if (wr.sg_list.size() > kChunkSges - used) {
-        if (n == 0) {
-          refused = ENOMEM;
-          why = "too many SGEs";
-        }
-        break;  // otherwise it starts the next chunk
+      if (wr.sg_list.size() > kMaxSges) {
+        refused = ENOMEM;
+        why = "too many SGEs";
+        break;
       }
       ibv_send_wr& out = chain[n];
       out = ibv_send_wr{};
@@ -171,81 +170,72 @@ namespace {
         out.wr.rdma.remote_addr = wr.remote_addr;
         out.wr.rdma.rkey = wr.rkey;
       }
-      for (std::size_t i = 0; i < wr.sg_list.size(); ++i) sges[used + i] = to_ibv(wr.sg_list[i]);
       out.wr_id = wr.wr_id;
-      out.sg_list = sges.data() + used;
+      out.sg_list = as_ibv(wr.sg_list);
       out.num_sge = static_cast<int>(wr.sg_list.size());
       out.opcode = to_ibv(wr.opcode);
       out.send_flags = to_ibv(wr.flags);
       out.imm_data = htonl(wr.imm_data);
       if (n > 0) chain[n - 1].next = &out;
-      used += wr.sg_list.size();
     }
     if (n > 0) {
       ibv_send_wr* bad = nullptr;
       if (const int ret = ::ibv_post_send(qp, chain.data(), &bad); ret != 0) {
         const int err = returned_errno(ret);
-        return {errno_code(err),
-                static_cast<std::uint32_t>(base) + bad_index(chain.data(), n, bad),
+        return {static_cast<std::uint32_t>(base) + bad_index(chain.data(), n, bad), err,
                 post_reason(err, true)};
       }
       base += n;
     }
-    if (refused != 0) return {errno_code(refused), static_cast<std::uint32_t>(base), why};
+    if (refused != 0) return {static_cast<std::uint32_t>(base), refused, why};
   }
-  return {{}, static_cast<std::uint32_t>(wrs.size()), ""};
+  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
 }  // namespace
 
 PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
-  // Fast path: one WR with a known opcode and up to kFastSges SGEs on an RC or UC QP. It fills
-  // the fields providers read for that opcode and no others (the rest of an ibv_send_wr is for
-  // UD, XRC, memory windows and TSO, which this path never posts); post_send_chunks zeroes
-  // whole WRs.
-  if (wrs.size() != 1 || type_ == QpType::ud) [[unlikely]] {
+  // Fast path: one WR without atomics on an RC or UC QP (fast_batch_.send is 0 on UD, whose
+  // address handles need translating). It fills the fields providers read for these opcodes and no
+  // others (the rest of an ibv_send_wr is for atomics, UD, XRC, memory windows and TSO);
+  // post_send_chunks zeroes whole WRs.
+  if (wrs.size() != fast_batch_.send) [[unlikely]] {
     return post_send_chunks(qp_, type_ == QpType::ud, wrs);
   }
   const SendWr& wr = wrs.front();
   const auto opcode = static_cast<unsigned>(wr.opcode);
-  if (opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr.sg_list.size() > kFastSges) [[unlikely]] {
+  if (opcode > IBV_WR_RDMA_READ || wr.sg_list.size() > kMaxSges) [[unlikely]] {
     return post_send_chunks(qp_, false, wrs);
   }
-  std::array<ibv_sge, kFastSges> sges;
-  for (std::size_t i = 0; i < wr.sg_list.size(); ++i) sges[i] = to_ibv(wr.sg_list[i]);
   ibv_send_wr out;
   out.wr_id = wr.wr_id;
   out.next = nullptr;
-  out.sg_list = sges.data();
+  out.sg_list = as_ibv(wr.sg_list);
   out.num_sge = static_cast<int>(wr.sg_list.size());
   out.opcode = static_cast<ibv_wr_opcode>(opcode);
   out.send_flags = to_ibv(wr.flags);
   out.imm_data = htonl(wr.imm_data);
-  if (opcode >= IBV_WR_ATOMIC_CMP_AND_SWP) [[unlikely]] {
-    out.wr.atomic.remote_addr = wr.remote_addr;
-    out.wr.atomic.compare_add = wr.compare_add;
-    out.wr.atomic.swap = wr.swap;
-    out.wr.atomic.rkey = wr.rkey;
-  } else {
-    out.wr.rdma.remote_addr = wr.remote_addr;
-    out.wr.rdma.rkey = wr.rkey;
-  }
+  out.wr.rdma.remote_addr = wr.remote_addr;
+  out.wr.rdma.rkey = wr.rkey;
   ibv_send_wr* bad = nullptr;
   if (const int ret = ::ibv_post_send(qp_, &out, &bad); ret != 0) [[unlikely]] {
     const int err = returned_errno(ret);
-    return {errno_code(err), 0, post_reason(err, true)};
+    return {0, err, post_reason(err, true)};
   }
-  return {ok_, 1, ""};
+  return {1, 0, ""};
 }
 
 PostResult IbvQp::post_recv(std::span<const RecvWr> wrs) noexcept {
-  // Checked here: not every provider refuses it.
-  if (has_srq_ && !wrs.empty()) [[unlikely]] {
-    return {errno_code(EINVAL), 0, "QP receives from an SRQ"};
-  }
-  return ibverbs::post_recv(wrs, ok_, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
+  const auto post = [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
     return ::ibv_post_recv(qp_, first, bad);
-  });
+  };
+  // fast_batch_.recv is 0 with an SRQ, so one test sends both cases here.
+  if (wrs.size() != fast_batch_.recv) [[unlikely]] {
+    // Checked here: not every provider refuses it.
+    if (has_srq_ && !wrs.empty()) return {0, EINVAL, "QP receives from an SRQ"};
+    return post_recv_chunks(wrs, post);
+  }
+  return post_one_recv(wrs.front(), post);
 }
 
 void IbvQp::modify(const QpAttr& attr, QpAttrMask mask) {

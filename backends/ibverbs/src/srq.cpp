@@ -46,9 +46,11 @@ void IbvSrq::destroy() {
 }
 
 PostResult IbvSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
-  return ibverbs::post_recv(wrs, ok_, [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
+  const auto post = [this](ibv_recv_wr* first, ibv_recv_wr** bad) noexcept {
     return ::ibv_post_srq_recv(srq_, first, bad);
-  });
+  };
+  if (wrs.size() != 1) [[unlikely]] return post_recv_chunks(wrs, post);
+  return post_one_recv(wrs.front(), post);
 }
 
 void IbvSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {

@@ -1,7 +1,8 @@
 // Conversions between verbsim's value types and libibverbs' structs.
 //
 // Every core enum has the numeric values of its libibverbs counterpart, so enums convert with a
-// static_cast; the static_asserts below prove each value. Structs are copied field by field.
+// static_cast; the static_asserts below prove each value. Structs are copied field by field,
+// except on the data path: Sge and WorkCompletion share libibverbs' layout (checked below).
 // imm_data is host order in verbsim and network order in libibverbs.
 #pragma once
 
@@ -9,7 +10,9 @@
 #include <endian.h>
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstring>
+#include <span>
 
 #include "verbsim/types.hpp"
 
@@ -287,23 +290,58 @@ inline QpAttr from_ibv(const ibv_qp_attr& a) noexcept {
 
 inline ibv_sge to_ibv(const Sge& s) noexcept { return {s.addr, s.length, s.lkey}; }
 
-// Fields past wr_id/status/qp_num/vendor_err are undefined for an error completion (see
-// ibv_poll_cq(3)); they are copied as the provider left them.
-inline void from_ibv(const ibv_wc& wc, WorkCompletion& out) noexcept {
-  out.wr_id = wc.wr_id;
-  out.status = static_cast<WcStatus>(wc.status);
-  out.opcode = static_cast<WcOpcode>(wc.opcode);
-  const unsigned flags = wc.wc_flags & to_underlying(WcFlags::grh | WcFlags::with_imm);
-  out.wc_flags = static_cast<WcFlags>(flags);
-  out.vendor_err = wc.vendor_err;
-  out.byte_len = wc.byte_len;
-  out.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc.imm_data) : 0;
-  out.qp_num = wc.qp_num;
-  out.src_qp = wc.src_qp;
-  out.pkey_index = wc.pkey_index;
-  out.slid = wc.slid;
-  out.sl = wc.sl;
-  out.dlid_path_bits = wc.dlid_path_bits;
+// ---------------------------------------------------------------------------------------------
+// Layout contract of the data path (core/include/verbsim/types.hpp): an Sge is an ibv_sge and a
+// WorkCompletion an ibv_wc, field for field, so a post hands the program's SGE array to the
+// provider as it is and a poll lets the provider write straight into the program's completion
+// array. The provider is a separate library reached through a function pointer, so the compiler
+// sees only opaque reads and writes of that memory.
+
+#define VERBSIM_SAME_FIELD(ours, theirs, field)                                  \
+  static_assert(offsetof(ours, field) == offsetof(theirs, field) &&            \
+                    sizeof(ours::field) == sizeof(theirs::field),               \
+                #ours "::" #field " is not where " #theirs " has it")
+static_assert(sizeof(Sge) == sizeof(ibv_sge) && alignof(Sge) == alignof(ibv_sge));
+VERBSIM_SAME_FIELD(Sge, ibv_sge, addr);
+VERBSIM_SAME_FIELD(Sge, ibv_sge, length);
+VERBSIM_SAME_FIELD(Sge, ibv_sge, lkey);
+static_assert(sizeof(WorkCompletion) == sizeof(ibv_wc) &&
+              alignof(WorkCompletion) == alignof(ibv_wc));
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wr_id);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, status);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, opcode);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, vendor_err);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, byte_len);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, imm_data);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, qp_num);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, src_qp);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wc_flags);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, pkey_index);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, slid);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, sl);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, dlid_path_bits);
+#undef VERBSIM_SAME_FIELD
+
+// The program's SGEs as the provider's sg_list (providers only read it).
+inline ibv_sge* as_ibv(std::span<const Sge> sges) noexcept {
+  return const_cast<ibv_sge*>(reinterpret_cast<const ibv_sge*>(sges.data()));
+}
+
+inline ibv_wc* as_ibv(WorkCompletion* wcs) noexcept { return reinterpret_cast<ibv_wc*>(wcs); }
+
+// Turns a completion the provider wrote (in ibv_wc's terms) into verbsim's: imm_data in host
+// order and 0 without WITH_IMM, wc_flags without the bits verbsim does not name. Fields past
+// wr_id/status/qp_num/vendor_err are undefined for an error completion (see ibv_poll_cq(3));
+// they stay as the provider left them.
+inline void fix_up_from_ibv(WorkCompletion& wc) noexcept {
+  constexpr unsigned kNamed = to_underlying(WcFlags::grh | WcFlags::with_imm);
+  const unsigned flags = to_underlying(wc.wc_flags);
+  if ((flags & ~to_underlying(WcFlags::grh)) == 0) [[likely]] {
+    wc.imm_data = 0;
+    return;
+  }
+  wc.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc.imm_data) : 0;
+  wc.wc_flags = static_cast<WcFlags>(flags & kNamed);
 }
 
 // GUIDs travel in network order (__be64); verbsim shows them as host-order numbers, so

@@ -4,9 +4,10 @@
 // std::system_error whose code is the errno a real provider returns (generic_category) and
 // whose message names the verb, e.g. "ibv_modify_qp: Invalid argument (RESET->RTR)".
 //
-// Data path (post_send, post_recv, poll, req_notify): noexcept, failures are returned as a
-// std::error_code holding that errno. Compare it against the portable conditions below rather
-// than a single errno: "queue full" is ENOMEM on rxe and mlx5, EAGAIN or ENOSPC elsewhere.
+// Data path (post_send, post_recv, poll, req_notify): noexcept, failures are returned as that
+// errno: req_notify returns a std::error_code, posts and polls a PostResult / PollResult whose
+// error() gives one (types.hpp). Compare it against the portable conditions below rather than a
+// single errno: "queue full" is ENOMEM on rxe and mlx5, EAGAIN or ENOSPC elsewhere.
 #pragma once
 
 #include <string>

@@ -184,14 +184,14 @@ class BatchDrainer {
     std::size_t budget = max_per_wake_;
     PollResult r = poller_.next(buf.first(std::min(buf.size(), budget)), stop);
     std::uint32_t total = 0;
-    while (!r.error && r.count > 0) {
+    while (r.err == 0 && r.count > 0) {
       handler(std::span<const WorkCompletion>(buf.data(), r.count));
       total += r.count;
       budget -= r.count;
       if (budget == 0) break;
       r = poller_.try_poll(buf.first(std::min(buf.size(), budget)));
     }
-    return {total == 0 ? r.error : std::error_code{}, total};
+    return {total, total == 0 ? r.err : 0};
   }
 
   CompletionPoller& poller() const noexcept { return poller_; }

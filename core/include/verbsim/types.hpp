@@ -2,6 +2,8 @@
 //
 // Numeric values of every enum equal their libibverbs counterparts (IBV_WC_REM_ACCESS_ERR is
 // WcStatus::rem_access_err == 10), so logs and test expectations read the same on every backend.
+// Sge and WorkCompletion also have the layout of ibv_sge and ibv_wc, so the ibverbs backend hands
+// them to the provider without copying (backends/ibverbs/src/translate.hpp checks it).
 #pragma once
 
 #include <array>
@@ -41,7 +43,7 @@ enum class WrOpcode : std::uint8_t {
   atomic_fetch_and_add = 6,
 };
 
-enum class WcOpcode : std::uint8_t {
+enum class WcOpcode : std::uint32_t {  // 32 bits, as in ibv_wc
   send = 0,
   rdma_write = 1,
   rdma_read = 2,
@@ -53,7 +55,7 @@ enum class WcOpcode : std::uint8_t {
   recv_rdma_with_imm = 129,
 };
 
-enum class WcStatus : std::uint8_t {
+enum class WcStatus : std::uint32_t {  // 32 bits, as in ibv_wc
   success = 0,
   loc_len_err,
   loc_qp_op_err,
@@ -242,36 +244,48 @@ struct RecvWr {
   std::span<const Sge> sg_list;
 };
 
+// A completion, in ibv_wc's field order. Unlike ibv_wc, `imm_data` is in host byte order and 0
+// without WcFlags::with_imm, and `wc_flags` holds only the flags named by WcFlags.
 struct WorkCompletion {
   std::uint64_t wr_id = 0;
   WcStatus status = WcStatus::success;
   WcOpcode opcode = WcOpcode::send;
-  WcFlags wc_flags = WcFlags::none;
   std::uint32_t vendor_err = 0;
   std::uint32_t byte_len = 0;
   std::uint32_t imm_data = 0;  // host byte order; valid with WcFlags::with_imm
   std::uint32_t qp_num = 0;
   std::uint32_t src_qp = 0;    // UD receives
+  WcFlags wc_flags = WcFlags::none;
   std::uint16_t pkey_index = 0;
   std::uint16_t slid = 0;
   std::uint8_t sl = 0;
   std::uint8_t dlid_path_bits = 0;
 };
 
-// Result of post_send / post_recv. `posted` WRs were accepted; when `error` is set, WR number
+// Result of post_send / post_recv. `posted` WRs were accepted; when `err` is set, WR number
 // `posted` of the batch is the first that failed (libibverbs' bad_wr) and none after it was
-// posted. `reason` is a static string naming the cause ("send queue full", "too many SGEs").
+// posted. `err` is the errno a provider returns, 0 on success; error() gives it as a
+// std::error_code to compare against a Condition. `reason` is a static string naming the cause
+// ("send queue full", "too many SGEs"). 16 bytes: it comes back in registers.
 struct [[nodiscard]] PostResult {
-  std::error_code error;
   std::uint32_t posted = 0;
+  int err = 0;
   const char* reason = "";
-  explicit operator bool() const noexcept { return !error; }
+  explicit operator bool() const noexcept { return err == 0; }
+  std::error_code error() const noexcept {
+    return err == 0 ? std::error_code{} : std::error_code{err, std::generic_category()};
+  }
 };
 
 // Result of CompletionQueue::poll: `count` completions were written to the front of the span.
+// `err` is 0 or an errno: EIO from a provider that failed to poll; the pollers of polling.hpp
+// add their own, such as EAGAIN and ECANCELED. error() gives it as a std::error_code.
 struct [[nodiscard]] PollResult {
-  std::error_code error;
   std::uint32_t count = 0;
+  int err = 0;
+  std::error_code error() const noexcept {
+    return err == 0 ? std::error_code{} : std::error_code{err, std::generic_category()};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
