@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "await.hpp"
 #include "verbsim/sim/faults.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
@@ -59,20 +60,6 @@ struct Side {
   std::vector<Sge> sges;  // slot s of QP q: sges[q * slots + s]
 };
 
-// Polls `cq` until `n` completions arrived; false on an error completion or a stuck world.
-bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
-  WorkCompletion wc[kBatch];
-  while (n > 0) {
-    const PollResult r = cq.poll(std::span(wc, n < kBatch ? n : kBatch));
-    for (std::uint32_t i = 0; i < r.count; ++i) {
-      if (wc[i].status != WcStatus::success) return false;
-    }
-    n -= r.count;
-    if (r.count == 0 && world.pending_events() == 0) return false;
-  }
-  return true;
-}
-
 // One timed iteration: post `batch` on `tx_qp`, take its send and receive completions, and
 // replace the receives it consumed with `refill`. Returns why it failed, or nullptr. A function
 // of its own so that callgrind can count exactly the timed work (--toggle-collect='*one_batch*',
@@ -82,7 +69,7 @@ bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
                                         std::span<const SendWr> batch,
                                         std::span<const RecvWr> refill) {
   if (!tx_qp.post_send(batch)) return "post_send failed";
-  if (!await(world, tx_cq, kBatch) || !await(world, rx_cq, kBatch)) {
+  if (!bench::await<kBatch>(world, tx_cq, kBatch) || !bench::await<kBatch>(world, rx_cq, kBatch)) {
     return "a batch did not complete successfully";
   }
   if (!rx_qp.post_recv(refill)) return "post_recv failed";

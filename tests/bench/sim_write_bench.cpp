@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "await.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 
@@ -90,20 +91,6 @@ struct Side {
   std::vector<std::unique_ptr<QueuePair>> qps;
 };
 
-// Polls `cq` until `n` completions arrived; false on an error completion or a stuck world.
-bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
-  WorkCompletion wc[kBatch];
-  while (n > 0) {
-    const PollResult r = cq.poll(std::span(wc, n < kBatch ? n : kBatch));
-    for (std::uint32_t i = 0; i < r.count; ++i) {
-      if (wc[i].status != WcStatus::success) return false;
-    }
-    n -= r.count;
-    if (r.count == 0 && world.pending_events() == 0) return false;
-  }
-  return true;
-}
-
 // Not inlined, so that callgrind can collect it alone (--toggle-collect='*write_loop*').
 [[gnu::noinline]] void write_loop(benchmark::State& state) {
   const int pairs = static_cast<int>(state.range(0));
@@ -137,7 +124,7 @@ bool await(sim::World& world, CompletionQueue& cq, std::uint32_t n) {
       state.SkipWithError("post_send failed");
       break;
     }
-    if (!await(world, *tx.cq, kBatch)) {
+    if (!bench::await<kBatch>(world, *tx.cq, kBatch)) {
       state.SkipWithError("a batch did not complete successfully");
       break;
     }
