@@ -474,7 +474,9 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
   if (any(mask, QpAttrMask::cap)) bad("resizing a QP is not supported");
 
   apply(attr, mask);
-  if (next == cur && next != QpState::sqd) return;
+  // A move to RESET empties the queues whatever the state before, RESET included: rxe runs
+  // rxe_qp_reset() and libmlx5 resets its queue indices on every one.
+  if (next == cur && next != QpState::sqd && next != QpState::reset) return;
   switch (next) {
     case QpState::reset: {
       attr_ = QpAttr{};
