@@ -321,13 +321,14 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   }
   rq_.tail = tail;
   world().acct.posted += i;
-  if (err != 0) return {i, err, why};
+  // On an ERR QP what was taken is flushed at once, also when a later WR of the batch failed.
   if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
     }
   }
+  if (err != 0) return {i, err, why};
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 

@@ -547,6 +547,32 @@ TEST_P(PostingByState, SendsPostedInErrNeverFillTheQueueOnceCompleted) {
   EXPECT_TRUE(led.balanced());
 }
 
+// A batch of receives on an ERR QP whose second WR is refused: the first was taken, so it is
+// flushed like any other (rxe: never completes, as a receive posted in ERR never does there).
+TEST_P(PostingByState, ReceivesTakenInErrBeforeARefusedOneAreFlushed) {
+  SimPair p(config());
+  p.a.qp->modify(bare(QpState::err).attr, QpAttrMask::state);
+  const Sge one[1] = {p.a.sge(0, 64)};
+  const Sge many[5] = {p.a.sge(0, 8), p.a.sge(8, 8), p.a.sge(16, 8), p.a.sge(24, 8),
+                       p.a.sge(32, 8)};  // more than max_recv_sge (4)
+  const RecvWr batch[2] = {{1, one}, {2, many}};
+  Ledger led;
+  const PostResult r = p.a.qp->post_recv(batch);
+  EXPECT_EQ(r.error(), errno_code(EINVAL)) << r.reason;
+  ASSERT_EQ(r.posted, 1u);
+  const auto wcs = testing::bounded_poll(p.world, *p.a.cq, SIZE_MAX);
+  if (is(Profile::rxe)) {
+    EXPECT_TRUE(wcs.empty()) << "rxe never completes a receive posted in ERR";
+  } else {
+    led.add_recv(*p.a.qp, batch[0]);
+    led.record(wcs);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].wr_id, 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::wr_flush_err);
+  }
+  EXPECT_TRUE(led.balanced());
+}
+
 // ERR->RESET works on every profile; libmlx5 also removes the QP's unpolled completions from
 // its CQs when it moves to RESET, rxe leaves them there.
 TEST_P(PostingByState, ErrToResetThenReconnectWorks) {
