@@ -1,14 +1,16 @@
 // Random verb sequences against the simulator, on every profile, with and without faults:
 // whatever a program posts, modifies and polls, the simulator neither crashes nor loses work.
-// Each run drives four connected QP pairs (RC, RC, UC, UD) with a few hundred random steps:
-// batches of sends of every opcode and receives, with bad lkeys, rkeys, lengths, SGE counts and
-// inline sizes among them; polls; bare state changes, valid or not; resets and reconnections.
+// Each run drives five connected QP pairs (RC, RC on each side's SRQ, RC, UC, UD) with a few
+// hundred random steps: batches of sends of every opcode and receives, with bad lkeys, rkeys,
+// lengths, SGE counts and inline sizes among them; polls; bare state changes, valid or not;
+// resets and reconnections; QPs destroyed and created again; the MR registered anew.
 // Checked along the way and at the end:
 // - a post that fails returns ENOMEM or EINVAL with a reason, and the `posted` WRs before the
 //   failing one were taken;
 // - every WR the device took ends in exactly one completion (an unsignaled send in at most one,
-//   an error), except those a move to RESET discards, which end in none, and receives posted to
-//   a QP in ERR on rxe, which rxe never completes;
+//   an error), except those a move to RESET or a destroy discards, which end in none, receives
+//   posted to a QP in ERR on rxe, which rxe never completes, and SRQ receives, which wait for a
+//   message as long as the SRQ lives;
 // - a queue's completions come in the order its WRs were posted, and a successful one has the
 //   opcode of its WR and no more bytes than its receive buffers hold;
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
@@ -79,6 +81,10 @@ struct Host {
         rcq(ctx->create_cq(kCqe)),
         buf(kBufBytes) {
     mr = pd->reg_mr(buf.data(), buf.size(), kAllAccess);
+    SrqInitAttr attr;
+    attr.max_wr = 16;
+    attr.max_sge = 2;
+    srq = pd->create_srq(attr);
   }
 
   int index;
@@ -88,11 +94,17 @@ struct Host {
   std::unique_ptr<CompletionQueue> rcq;
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
+  std::unique_ptr<SharedReceiveQueue> srq;
 };
+
+// Stands for a host's SRQ where a QP number is expected: its receives belong to no QP.
+constexpr std::uint32_t kSrqOwner = 0xffffffff;
 
 struct Qp {
   Host* host = nullptr;
   Qp* peer = nullptr;
+  QpType type = QpType::rc;
+  bool on_srq = false;  // receives come from the host's SRQ
   std::unique_ptr<QueuePair> qp;
   std::unique_ptr<AddressHandle> ah;  // UD: to the peer's device
 
@@ -128,7 +140,11 @@ class Tracker {
     }
     Wr& wr = it->second;
     SCOPED_TRACE("wr_id " + std::to_string(wc.wr_id) + " " + std::string(to_string(wc.status)));
-    EXPECT_EQ(QpKey(dev, wc.qp_num), wr.qp);
+    if (wr.qp.second == kSrqOwner) {
+      EXPECT_EQ(dev, wr.qp.first) << "an SRQ receive completed on another device";
+    } else {
+      EXPECT_EQ(QpKey(dev, wc.qp_num), wr.qp);
+    }
     EXPECT_TRUE(!wr.discarded || wr.may_still_complete)
         << "completed after a move to RESET discarded it";
     ++wr.seen;
@@ -191,13 +207,18 @@ WcOpcode wc_opcode_for(WrOpcode op) {
 class Scenario {
  public:
   Scenario(Profile profile, std::uint64_t seed, bool faults)
-      : profile_(profile), world_(make_config(profile, seed, faults)), dice_(world_.seed()) {
+      : profile_(profile),
+        faults_(faults),
+        world_(make_config(profile, seed, faults)),
+        dice_(world_.seed()) {
     a_ = std::make_unique<Host>(world_, 0);
     b_ = std::make_unique<Host>(world_, 1);
-    qps_.reserve(8);  // peers point into it
-    for (const QpType type : {QpType::rc, QpType::rc, QpType::uc, QpType::ud}) {
-      Qp& x = qps_.emplace_back(make_qp(*a_, type));
-      Qp& y = qps_.emplace_back(make_qp(*b_, type));
+    qps_.reserve(10);  // peers point into it
+    for (const auto& [type, on_srq] : {std::pair{QpType::rc, false}, std::pair{QpType::rc, true},
+                                       std::pair{QpType::rc, false}, std::pair{QpType::uc, false},
+                                       std::pair{QpType::ud, false}}) {
+      Qp& x = qps_.emplace_back(make_qp(*a_, type, on_srq));
+      Qp& y = qps_.emplace_back(make_qp(*b_, type, on_srq));
       x.peer = &y;
       y.peer = &x;
     }
@@ -223,8 +244,12 @@ class Scenario {
         }
       } else if (roll < 94) {
         modify_bare(q);
-      } else {
+      } else if (roll < 98) {
         reconnect(q);
+      } else if (roll < 99) {
+        recreate(q);
+      } else {
+        reregister(*q.host);
       }
     }
     finish();
@@ -248,15 +273,22 @@ class Scenario {
     return c;
   }
 
-  Qp make_qp(Host& host, QpType type) {
-    Qp q;
-    q.host = &host;
+  static std::unique_ptr<QueuePair> create_qp(Host& host, QpType type, bool on_srq) {
     QpInitAttr init;
     init.type = type;
     init.send_cq = host.scq.get();
     init.recv_cq = host.rcq.get();
+    init.srq = on_srq ? host.srq.get() : nullptr;
     init.cap = kCap;
-    q.qp = host.pd->create_qp(init);
+    return host.pd->create_qp(init);
+  }
+
+  Qp make_qp(Host& host, QpType type, bool on_srq) {
+    Qp q;
+    q.host = &host;
+    q.type = type;
+    q.on_srq = on_srq;
+    q.qp = create_qp(host, type, on_srq);
     if (type == QpType::ud) {
       AhAttr ah;
       ah.is_global = true;
@@ -365,15 +397,24 @@ class Scenario {
       }
       wrs[i] = {++next_wr_id_, sges[i]};
     }
+    // A QP on an SRQ refuses receives of its own (EINVAL); they go to the SRQ.
+    const bool to_srq = q.on_srq && dice_.percent(90);
     const QpState before = q.qp->state();
-    const PostResult r = q.qp->post_recv(wrs);
-    note("post_recv sim", q.host->index, " qp ", q.qp->qp_num(), " wr_id ", wrs.front().wr_id, "..", wrs.back().wr_id,
-         ": posted ", r.posted, " err ", r.err, " ", r.reason);
+    const PostResult r = to_srq ? q.host->srq->post_recv(wrs) : q.qp->post_recv(wrs);
+    note(to_srq ? "post_srq_recv sim" : "post_recv sim", q.host->index, " qp ", q.qp->qp_num(),
+         " wr_id ", wrs.front().wr_id, "..", wrs.back().wr_id, ": posted ", r.posted, " err ",
+         r.err, " ", r.reason);
     check_post("post_recv", r, n);
-    // rxe never completes a receive posted to a QP in ERR (SEMANTICS.md row g).
-    const bool owes = !(profile_ == Profile::rxe && before == QpState::err);
+    if (q.on_srq && !to_srq) {  // (or the fault plan's ENOMEM, which comes first)
+      EXPECT_TRUE(r.err == EINVAL || (faults_ && r.err == ENOMEM)) << r.err;
+      EXPECT_EQ(r.posted, 0u) << "a QP on an SRQ took a receive of its own";
+    }
+    // rxe never completes a receive posted to a QP in ERR (SEMANTICS.md row g); an SRQ's wait
+    // for a message as long as the SRQ lives.
+    const bool owes = !to_srq && !(profile_ == Profile::rxe && before == QpState::err);
+    const QpKey owner = to_srq ? QpKey{q.host->index, kSrqOwner} : q.key();
     for (std::uint32_t i = 0; i < r.posted; ++i) {
-      tracker_.took(wrs[i].wr_id, q.key(), false, owes, WcOpcode::recv, room[i]);
+      tracker_.took(wrs[i].wr_id, owner, false, owes, WcOpcode::recv, room[i]);
     }
   }
 
@@ -432,6 +473,25 @@ class Scenario {
     connect_pair(q);
   }
 
+  // Both QPs of the pair destroyed with whatever they hold (discarded) and created again.
+  void recreate(Qp& q) {
+    for (Qp* x : {&q, q.peer}) {
+      note("destroy sim", x->host->index, " qp ", x->qp->qp_num());
+      tracker_.discard(x->key(), cq_keeps_entries());
+      x->qp.reset();
+    }
+    for (Qp* x : {&q, q.peer}) x->qp = create_qp(*x->host, x->type, x->on_srq);
+    connect_pair(q);
+  }
+
+  // The host's buffer registered anew: WRs that still name the old keys fail with protection
+  // or access errors, the ones posted from now on use the new keys.
+  void reregister(Host& h) {
+    note("register the buffer of sim", h.index, " again");
+    h.mr.reset();
+    h.mr = h.pd->reg_mr(h.buf.data(), h.buf.size(), kAllAccess);
+  }
+
   void finish() {
     // rxe's refused WRs may still wait in a QP in RESET: INIT lets ERR flush them.
     for (Qp& q : qps_) {
@@ -454,6 +514,7 @@ class Scenario {
   }
 
   Profile profile_;
+  bool faults_;
   sim::World world_;
   Dice dice_;
   std::unique_ptr<Host> a_;
