@@ -14,6 +14,7 @@
 // - a queue's completions come in the order its WRs were posted, and a successful one has the
 //   opcode of its WR and no more bytes than its receive buffers hold;
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
+// - a completion event comes only for an armed CQ, at most once per arming;
 // - once every QP is in ERR, the world runs dry and every CQ drains.
 // The test main also checks the world's own accounting when the world goes away. Every choice
 // comes from the world's seed, so VERBSIM_SEED=<seed> replays a failing run.
@@ -77,8 +78,9 @@ struct Host {
       : index(index_in_world),
         ctx(world.open("sim" + std::to_string(index_in_world))),
         pd(ctx->alloc_pd()),
+        channel(ctx->create_comp_channel()),
         scq(ctx->create_cq(kCqe)),
-        rcq(ctx->create_cq(kCqe)),
+        rcq(ctx->create_cq(kCqe, channel.get())),
         buf(kBufBytes) {
     mr = pd->reg_mr(buf.data(), buf.size(), kAllAccess);
     SrqInitAttr attr;
@@ -90,8 +92,11 @@ struct Host {
   int index;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionChannel> channel;  // rcq's
   std::unique_ptr<CompletionQueue> scq;
   std::unique_ptr<CompletionQueue> rcq;
+  int rcq_arms = 0;     // req_notify calls on rcq
+  int rcq_events = 0;   // events taken from the channel (never more than the arms)
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
@@ -237,8 +242,10 @@ class Scenario {
         post_sends(q);
       } else if (roll < 55) {
         post_recvs(q);
-      } else if (roll < 85) {
+      } else if (roll < 82) {
         poll(*q.host, dice_.percent(50) ? *q.host->scq : *q.host->rcq, 1 + dice_.below(8));
+      } else if (roll < 85) {
+        events(*q.host);
       } else if (roll < 90) {
         for (std::uint32_t i = dice_.below(8); i > 0 && world_.step(); --i) {
         }
@@ -471,6 +478,28 @@ class Scenario {
       tracker_.discard(x->key(), cq_keeps_entries());
     }
     connect_pair(q);
+  }
+
+  // The receive CQ's channel: arm it, or take an event without blocking. An event comes only
+  // for an armed CQ, at most once per arming; every event taken is acknowledged.
+  void events(Host& h) {
+    if (dice_.percent(50)) {
+      const bool solicited_only = dice_.percent(30);
+      note("req_notify sim", h.index, solicited_only ? " solicited only" : "");
+      EXPECT_FALSE(h.rcq->req_notify(solicited_only));
+      ++h.rcq_arms;
+      return;
+    }
+    CompletionQueue* fired = nullptr;
+    const std::error_code e = h.channel->get_cq_event(fired, Wait::nonblocking);
+    note("get_cq_event sim", h.index, ": ", e ? e.message() : "an event");
+    if (e) {
+      EXPECT_EQ(e, Condition::would_block) << e.message();
+      return;
+    }
+    EXPECT_EQ(fired, h.rcq.get());
+    EXPECT_LE(++h.rcq_events, h.rcq_arms) << "more events than armings";
+    fired->ack_events(1);
   }
 
   // Both QPs of the pair destroyed with whatever they hold (discarded) and created again.
