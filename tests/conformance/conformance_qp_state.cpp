@@ -1,6 +1,7 @@
 // The QP state machine (valid and invalid transitions, required and forbidden attributes) and
 // what posting does in each state.
 #include <cerrno>
+#include <vector>
 
 #include "conformance.hpp"
 
@@ -448,6 +449,29 @@ TEST_P(PostEarly, SendInReset) { run(QpState::reset); }
 TEST_P(PostEarly, SendInInit) { run(QpState::init); }
 TEST_P(PostEarly, SendInRtr) { run(QpState::rtr); }
 
+// A send posted in RESET and then a move to RESET from RESET: whatever the post said (rxe keeps
+// the refused WR, mlx5 takes it), the move empties the send queue, so only the next send runs.
+TEST_P(PostEarly, SendInResetThenResetAgainIsDiscarded) {
+  Pair p = make_pair(PairOptions::unconnected());
+  const Sge s = sge(0, 48);
+  const PostResult r = p.a->post_send(send_wr(1, &s));
+  CHECK_ERR("post", r.error(), expect().post_send_before_rts);
+  CHECK_ERR("reset_again", apply(*p.a, bare(QpState::reset)), 0);
+  CHECK_OBS("state", p.a->state(), QpState::reset);
+  const Sge rs = sge(4096, 64);
+  ASSERT_EQ(apply(*p.b, to_init(QpType::rc)), 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(9, &rs)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(10, &rs)).error());
+  connect(*p.b, 200, endpoint(*p.a, 100), options());
+  connect(*p.a, 100, endpoint(*p.b, 200), options());
+  CHECK_OBS("at_rts", describe(poll_quiet(*p.cq_a)), "none");
+  const Sge s2 = sge(0, 24);
+  CHECK_ERR("next_post", p.a->post_send(send_wr(2, &s2)).error(), 0);
+  CHECK_OBS("after_next", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/24");
+  CHECK_OBS("peer", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/24");
+  CHECK_OBS("nothing_more", describe(poll_quiet(*p.cq_a)), "none");
+}
+
 TEST_P(Posting, RecvInResetRefused) {
   auto qp = qp_in(QpState::reset);
   const Sge r = sge(0, 64);
@@ -494,6 +518,22 @@ TEST_P(Posting, RecvInErr) {
   move_to(*p.a, QpState::err);
   const Sge r = sge(0, 64);
   CHECK_ERR("post", p.a->post_recv(recv_wr(1, &r)).error(), 0);
+  const auto wcs = expect().post_recv_in_err_completes ? poll_n(*p.cq_a, 1) : poll_quiet(*p.cq_a);
+  CHECK_OBS("wcs", wcs.empty() ? "none" : obs_str(wcs[0].status),
+            expect().post_recv_in_err_completes ? "WR_FLUSH_ERR" : "none");
+}
+
+// The first WR of the batch is taken, the second refused (too many SGEs): the first ends as a
+// receive posted in ERR does, whatever happened to the second.
+TEST_P(Posting, RecvBatchInErrWithARefusedWr) {
+  Pair p = make_pair();
+  move_to(*p.a, QpState::err);
+  const Sge r = sge(0, 64);
+  const std::vector<Sge> many(p.a->cap().max_recv_sge + 1, sge(64, 8));
+  const RecvWr wrs[] = {recv_wr(1, &r), {2, many}};
+  const PostResult res = p.a->post_recv(wrs);
+  CHECK_ERR("post", res.error(), EINVAL);
+  CHECK_OBS("posted", res.posted, 1);
   const auto wcs = expect().post_recv_in_err_completes ? poll_n(*p.cq_a, 1) : poll_quiet(*p.cq_a);
   CHECK_OBS("wcs", wcs.empty() ? "none" : obs_str(wcs[0].status),
             expect().post_recv_in_err_completes ? "WR_FLUSH_ERR" : "none");
