@@ -1,6 +1,6 @@
 // Random verb sequences against the simulator, on every profile, without faults, with faults,
-// and with faults and CQs too small for what arrives:
-// whatever a program posts, modifies and polls, the simulator neither crashes nor loses work.
+// and with faults and CQs too small for what arrives, and against a real device (rxe in the VM):
+// whatever a program posts, modifies and polls, nothing crashes and no work is lost.
 // Each run drives five connected QP pairs (RC, RC on each side's SRQ, RC, UC, UD) with a few
 // hundred random steps: batches of sends of every opcode and receives, with bad lkeys, rkeys,
 // lengths, SGE counts and inline sizes among them; polls; bare state changes, valid or not;
@@ -18,7 +18,7 @@
 // - a completion event comes only for an armed CQ, at most once per arming;
 // - once every QP is in ERR, the world runs dry and every CQ drains.
 // The test main also checks the world's own accounting when the world goes away. Every choice
-// comes from the world's seed, so VERBSIM_SEED=<seed> replays a failing run.
+// comes from the run's seed, so VERBSIM_SEED=<seed> replays a failing run.
 #include <gtest/gtest.h>
 
 #include <cerrno>
