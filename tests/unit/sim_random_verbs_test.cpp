@@ -14,6 +14,7 @@
 //   message as long as the SRQ lives, and as many as CQ overruns dropped;
 // - a queue's completions come in the order its WRs were posted, and a successful one has the
 //   opcode of its WR and no more bytes than its receive buffers hold;
+// - a receive of a SEND_WITH_IMM (whose immediate names it) holds exactly the bytes it sent;
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
 // - a completion event comes only for an armed CQ, at most once per arming;
 // - once every QP is in ERR, the world runs dry and every CQ drains.
@@ -48,7 +49,23 @@ using sim::Profile;
 constexpr int kSteps = 400;
 constexpr int kSeedsPerProfile = 20;
 constexpr int kSeedsOnDevice = 5;  // each ends with two quiet seconds
-constexpr std::size_t kBufBytes = 64 * 1024;
+// Each host's buffer: a source region that never changes (what sends and writes read), a scratch
+// region (what writes, reads and atomics target, and where reads and atomics land), and receive
+// slots, one per outstanding receive, so that no message overwrites another's before it is
+// checked.
+constexpr std::size_t kSrcBytes = 64 * 1024;
+constexpr std::size_t kScratchBytes = 64 * 1024;
+constexpr std::size_t kSlots = 128;
+constexpr std::size_t kSlotBytes = 2048;
+constexpr std::size_t kScratch = kSrcBytes;
+constexpr std::size_t kSlotsAt = kSrcBytes + kScratchBytes;
+constexpr std::size_t kBufBytes = kSlotsAt + kSlots * kSlotBytes;
+constexpr std::uint32_t kUdGrhBytes = 40;  // a UD receive starts with the packet's GRH
+
+// The source region's content at `offset`.
+std::byte source_byte(std::size_t offset) {
+  return static_cast<std::byte>((offset * 2654435761u) >> 13);
+}
 constexpr QpCap kCap{8, 8, 2, 2, 64};
 // Never overruns: a CQ holds at most what was posted since it was last polled, and a run posts
 // at most kSteps * 4 WRs.
@@ -94,6 +111,7 @@ struct Host {
         scq(ctx->create_cq(kCqe)),
         rcq(ctx->create_cq(kCqe, channel.get())),
         buf(kBufBytes) {
+    for (std::size_t i = 0; i < kSrcBytes; ++i) buf[i] = source_byte(i);
     mr = pd->reg_mr(buf.data(), buf.size(), kAllAccess);
     SrqInitAttr attr;
     attr.max_wr = 16;
@@ -112,6 +130,16 @@ struct Host {
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
+  std::vector<bool> slot_busy = std::vector<bool>(kSlots, false);
+
+  std::uint64_t base() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
+  // A free receive slot, or kSlots.
+  std::size_t free_slot(std::size_t from) const {
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      if (!slot_busy[(from + i) % kSlots]) return (from + i) % kSlots;
+    }
+    return kSlots;
+  }
 };
 
 // Stands for a host's SRQ where a QP number is expected: its receives belong to no QP.
@@ -133,21 +161,45 @@ class Tracker {
  public:
   // `owes`: it must complete once; otherwise it may complete at most once, successfully only
   // if `signaled` (a send).
+  // `sges`: where a SEND_WITH_IMM (`named`) takes its payload from, or where a receive puts it.
   void took(std::uint64_t wr_id, QpKey qp, bool send, bool owes, bool signaled, WcOpcode opcode,
-            std::uint64_t room) {
-    wrs_.emplace(wr_id, Wr{qp, send, owes, signaled, opcode, room});
+            std::uint64_t room, std::vector<Sge> sges = {}, bool named = false) {
+    wrs_.emplace(wr_id, Wr{qp, send, owes, signaled, opcode, room, std::move(sges), named});
   }
 
   // A move to RESET or a destroy: the QP's WRs that have not completed never will, except that
   // where CQs keep such a QP's completions (rxe; mlx5 cleans them out) one generated before may
   // still be polled.
-  void discard(QpKey qp, bool cq_keeps_entries) {
+  // Returns the WRs it discarded.
+  std::vector<std::uint64_t> discard(QpKey qp, bool cq_keeps_entries) {
+    std::vector<std::uint64_t> ids;
     for (auto& [id, wr] : wrs_) {
-      if (wr.qp == qp && wr.seen == 0) {
+      if (wr.qp == qp && wr.seen == 0 && !wr.discarded) {
         wr.discarded = true;
         wr.may_still_complete = cq_keeps_entries;
+        ids.push_back(id);
       }
     }
+    return ids;
+  }
+
+  struct Wr {
+    QpKey qp;
+    bool send;
+    bool owes;         // a signaled send or a receive, as a rule
+    bool signaled;     // sends
+    WcOpcode opcode;   // sends: what a successful completion reports
+    std::uint64_t room;  // receives: bytes their SGEs hold
+    std::vector<Sge> sges;
+    bool named = false;  // a SEND_WITH_IMM whose immediate is its wr_id
+    int seen = 0;
+    bool discarded = false;
+    bool may_still_complete = false;
+  };
+
+  const Wr* find(std::uint64_t wr_id) const {
+    const auto it = wrs_.find(wr_id);
+    return it == wrs_.end() ? nullptr : &it->second;
   }
 
   // A completion polled from a CQ of device `dev`.
@@ -202,17 +254,6 @@ class Tracker {
   std::size_t successes() const { return successes_; }
 
  private:
-  struct Wr {
-    QpKey qp;
-    bool send;
-    bool owes;         // a signaled send or a receive, as a rule
-    bool signaled;     // sends
-    WcOpcode opcode;   // sends: what a successful completion reports
-    std::uint64_t room;  // receives: bytes their SGEs hold
-    int seen = 0;
-    bool discarded = false;
-    bool may_still_complete = false;
-  };
   std::map<std::uint64_t, Wr> wrs_;
   std::map<std::pair<QpKey, bool>, std::uint64_t> last_;  // (QP, send) -> last wr_id
   std::size_t successes_ = 0;
@@ -319,8 +360,9 @@ class Scenario {
   }
 
   struct Outcome {
-    std::size_t successes = 0;      // successful completions
-    std::uint64_t overrun_lost = 0;  // completions full CQs dropped
+    std::size_t successes = 0;         // successful completions
+    std::size_t payloads_checked = 0;  // receives whose bytes were compared with what was sent
+    std::uint64_t overrun_lost = 0;    // completions full CQs dropped
   };
 
   // Runs the steps and the final drain.
@@ -357,7 +399,7 @@ class Scenario {
       for (const std::string& l : log_) lines += "  " + l + "\n";
       ADD_FAILURE() << "the last steps of the run (of seed " << fabric_.seed() << "):\n" << lines;
     }
-    return {tracker_.successes(), fabric_.overrun_lost()};
+    return {tracker_.successes(), payloads_checked_, fabric_.overrun_lost()};
   }
 
  private:
@@ -401,12 +443,14 @@ class Scenario {
     connect(*y.qp, py, {x.host->ctx->query_gid(1, 1), x.qp->qp_num(), px}, opt);
   }
 
-  // A local SGE: usually inside the MR, sometimes with a wrong lkey or past its end. Inline
-  // data is read at post time without the lkey, from memory the program vouches for (a
-  // provider's memcpy would fault on a bad address as well), so it always points into the buffer.
-  Sge local_sge(const Host& host, std::uint32_t max_len, bool inlined = false) {
+  // A local SGE of up to `max_len` bytes in the region of `size` bytes at `at`: usually inside
+  // the MR, sometimes with a wrong lkey or past its end. Inline data is read at post time
+  // without the lkey, from memory the program vouches for (a provider's memcpy would fault on a
+  // bad address as well), so it always points into the buffer.
+  Sge local_sge(const Host& host, std::size_t at, std::size_t size, std::uint32_t max_len,
+                bool inlined = false) {
     const std::uint32_t len = dice_.below(max_len + 1);
-    Sge s = host.mr->sge(dice_.below(static_cast<std::uint32_t>(kBufBytes - max_len)), len);
+    Sge s = host.mr->sge(at + dice_.below(static_cast<std::uint32_t>(size - max_len)), len);
     if (dice_.percent(2)) s.lkey ^= 0x100;
     if (!inlined && dice_.percent(1)) s.addr += kBufBytes;
     return s;
@@ -432,17 +476,29 @@ class Scenario {
           wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
       const bool inlined = dice_.percent(10);  // up to 80 bytes, where 64 fit
       const std::uint32_t nsge = dice_.percent(3) ? 3 : dice_.below(3);  // 3 > max_send_sge
+      // Sends and writes read the source region; reads and atomics land in scratch.
+      const bool lands = atomic || wr.opcode == WrOpcode::rdma_read;
+      const bool sends = wr.opcode == WrOpcode::send || wr.opcode == WrOpcode::send_with_imm;
       for (std::uint32_t s = 0; s < nsge; ++s) {
-        const std::uint32_t max_len = inlined ? 40 : type == QpType::ud ? 1100 : 2048;
-        sges[i].push_back(atomic ? q.host->mr->sge(8 * dice_.below(1024), 8)
-                                 : local_sge(*q.host, max_len, inlined));
+        // Sends mostly fit a receive (up to 1,332 bytes in two SGEs), sometimes not; UD ones
+        // sometimes exceed the 1,024-byte MTU.
+        const std::uint32_t max_len = inlined                 ? 40
+                                      : type == QpType::ud    ? 560
+                                      : sends && !dice_.percent(10) ? 600
+                                                              : 2048;
+        sges[i].push_back(atomic  ? q.host->mr->sge(kScratch + 8 * dice_.below(1024), 8)
+                          : lands ? local_sge(*q.host, kScratch, kScratchBytes, max_len)
+                                  : local_sge(*q.host, 0, kSrcBytes, max_len, inlined));
       }
       wr.sg_list = sges[i];
       if (dice_.percent(60)) wr.flags |= SendFlags::signaled;
       if (inlined) wr.flags |= SendFlags::inline_data;
       if (dice_.percent(5)) wr.flags |= SendFlags::fence;
-      wr.imm_data = dice_.below(1u << 31);
-      wr.remote_addr = remote.mr->address(atomic ? 8 * dice_.below(1024) : dice_.below(60000));
+      // A SEND_WITH_IMM names itself, so the receiver can check what arrived.
+      wr.imm_data = wr.opcode == WrOpcode::send_with_imm ? static_cast<std::uint32_t>(wr.wr_id)
+                                                          : dice_.below(1u << 31);
+      wr.remote_addr = remote.mr->address(kScratch + (atomic ? 8 * dice_.below(1024)
+                                                             : dice_.below(kScratchBytes - 4096)));
       if (dice_.percent(1)) wr.remote_addr += kBufBytes;
       if (atomic && dice_.percent(2)) wr.remote_addr += 4;  // misaligned
       wr.rkey = dice_.percent(2) ? remote.mr->rkey() ^ 0x100 : remote.mr->rkey();
@@ -476,20 +532,30 @@ class Scenario {
     }
     for (std::uint32_t i = 0; i < took; ++i) {
       const bool signaled = any(wrs[i].flags, SendFlags::signaled);
+      const bool named = wrs[i].opcode == WrOpcode::send_with_imm;
       tracker_.took(wrs[i].wr_id, q.key(), true, signaled && !maybe, signaled,
-                    wc_opcode_for(wrs[i].opcode), 0);
+                    wc_opcode_for(wrs[i].opcode), 0, named ? sges[i] : std::vector<Sge>{}, named);
     }
   }
 
   void post_recvs(Qp& q) {
+    Host& h = *q.host;
     const std::uint32_t n = 1 + dice_.below(4);
     std::vector<std::vector<Sge>> sges(n);
     std::vector<RecvWr> wrs(n);
     std::vector<std::uint64_t> room(n, 0);
+    std::vector<std::size_t> slot(n);
     for (std::uint32_t i = 0; i < n; ++i) {
-      const std::uint32_t nsge = dice_.percent(3) ? 3 : dice_.below(3);  // 3 > max_recv_sge
+      // Each receive in a slot of its own, its SGEs side by side in it.
+      slot[i] = h.free_slot(dice_.below(kSlots));
+      if (slot[i] == kSlots) return;  // every slot waits for a message (rare)
+      h.slot_busy[slot[i]] = true;
+      // Mostly one or two SGEs; sometimes none, sometimes 3 > max_recv_sge.
+      const std::uint32_t nsge = dice_.percent(3) ? 3 : dice_.percent(5) ? 0 : 1 + dice_.below(2);
+      std::size_t at = kSlotsAt + slot[i] * kSlotBytes;
       for (std::uint32_t s = 0; s < nsge; ++s) {
-        sges[i].push_back(local_sge(*q.host, 2048));
+        sges[i].push_back(local_sge(h, at, kSlotBytes / 3, kSlotBytes / 3 - 8));
+        at += kSlotBytes / 3;
         room[i] += sges[i].back().length;
       }
       wrs[i] = {++next_wr_id_, sges[i]};
@@ -510,12 +576,59 @@ class Scenario {
     // for a message as long as the SRQ lives.
     const bool owes = !to_srq && !(profile_ == Profile::rxe && before == QpState::err);
     const QpKey owner = to_srq ? QpKey{q.host->index, kSrqOwner} : q.key();
-    for (std::uint32_t i = 0; i < r.posted; ++i) {
-      tracker_.took(wrs[i].wr_id, owner, false, owes, true, WcOpcode::recv, room[i]);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (i >= r.posted) {
+        h.slot_busy[slot[i]] = false;
+        continue;
+      }
+      tracker_.took(wrs[i].wr_id, owner, false, owes, true, WcOpcode::recv, room[i], sges[i]);
+      recv_slot_[wrs[i].wr_id] = {h.index, slot[i]};
     }
   }
 
+  // A receive's slot is free again once the receive completed or was discarded.
+  void free_slot(std::uint64_t wr_id) {
+    const auto it = recv_slot_.find(wr_id);
+    if (it == recv_slot_.end()) return;
+    host(it->second.first).slot_busy[it->second.second] = false;
+    recv_slot_.erase(it);
+  }
+
+  Host& host(int index) { return index == 0 ? *a_ : *b_; }
+
+  // A successful receive of a SEND_WITH_IMM holds the sender's payload (after the GRH on UD):
+  // the bytes of the source region its SGEs named, which never change.
+  void check_payload(const Host& receiver, const WorkCompletion& wc, const Tracker::Wr& recv) {
+    const Tracker::Wr* send = tracker_.find(wc.imm_data);
+    if (send == nullptr || !send->named) return;  // no payload to compare
+    if (recv.discarded) return;  // its slot may have been reused
+    std::vector<std::byte> want;
+    const std::uint64_t src = host(send->qp.first).base();
+    for (const Sge& s : send->sges) {
+      for (std::uint32_t i = 0; i < s.length; ++i) want.push_back(source_byte(s.addr - src + i));
+    }
+    std::vector<std::byte> got;
+    for (const Sge& s : recv.sges) {
+      const auto* p = receiver.buf.data() + (s.addr - receiver.base());
+      got.insert(got.end(), p, p + s.length);
+    }
+    const bool ud = wc.byte_len == want.size() + kUdGrhBytes;
+    ASSERT_EQ(wc.byte_len, want.size() + (ud ? kUdGrhBytes : 0))
+        << "wr_id " << wc.wr_id << " received " << wc.byte_len << " bytes of wr_id "
+        << wc.imm_data << "'s " << want.size();
+    got.erase(got.begin(), got.begin() + (ud ? kUdGrhBytes : 0));
+    got.resize(want.size());
+    EXPECT_TRUE(got == want) << "wr_id " << wc.wr_id << " holds other bytes than wr_id "
+                             << wc.imm_data << " sent";
+    ++payloads_checked_;
+  }
+
   bool cq_keeps_entries() const { return profile_ == Profile::rxe; }
+
+  // A move to RESET or a destroy: the QP's outstanding WRs are gone, their slots free.
+  void discard(const Qp& q) {
+    for (const std::uint64_t id : tracker_.discard(q.key(), cq_keeps_entries())) free_slot(id);
+  }
 
   static void check_post(const char* verb, const PostResult& r, std::uint32_t n) {
     SCOPED_TRACE(verb);
@@ -537,6 +650,13 @@ class Scenario {
       note("  completion sim", host.index, " qp ", wc[i].qp_num, " wr_id ", wc[i].wr_id, " ", to_string(wc[i].status),
            " ", to_string(wc[i].opcode));
       tracker_.completed(host.index, wc[i]);
+      const Tracker::Wr* wr = tracker_.find(wc[i].wr_id);
+      if (wr == nullptr || wr->send) continue;
+      if (wc[i].status == WcStatus::success && wc[i].opcode == WcOpcode::recv &&
+          any(wc[i].wc_flags, WcFlags::with_imm)) {
+        check_payload(host, wc[i], *wr);
+      }
+      if (!wr->discarded) free_slot(wc[i].wr_id);
     }
     return r.count;
   }
@@ -555,7 +675,7 @@ class Scenario {
       EXPECT_EQ(q.qp->state(), before) << "a refused modify changed the state";
       return;
     }
-    if (attr.qp_state == QpState::reset) tracker_.discard(q.key(), cq_keeps_entries());
+    if (attr.qp_state == QpState::reset) discard(q);
   }
 
   // Both QPs of the pair through RESET (their WRs discarded) and connected again.
@@ -565,7 +685,7 @@ class Scenario {
     for (Qp* x : {&q, q.peer}) {
       note("reset and reconnect sim", x->host->index, " qp ", x->qp->qp_num());
       x->qp->modify(attr, QpAttrMask::state);
-      tracker_.discard(x->key(), cq_keeps_entries());
+      discard(*x);
     }
     connect_pair(q);
   }
@@ -596,7 +716,7 @@ class Scenario {
   void recreate(Qp& q) {
     for (Qp* x : {&q, q.peer}) {
       note("destroy sim", x->host->index, " qp ", x->qp->qp_num());
-      tracker_.discard(x->key(), cq_keeps_entries());
+      discard(*x);
       x->qp.reset();
     }
     for (Qp* x : {&q, q.peer}) x->qp = create_qp(*x->host, x->type, x->on_srq);
@@ -644,6 +764,8 @@ class Scenario {
   std::vector<Qp> qps_;  // pairs: [0] with [1], [2] with [3], ...; go before the hosts
   Tracker tracker_;
   std::uint64_t next_wr_id_ = 0;
+  std::map<std::uint64_t, std::pair<int, std::size_t>> recv_slot_;  // wr_id -> (host, slot)
+  std::size_t payloads_checked_ = 0;
   std::deque<std::string> log_;  // the last kLogLines steps, for a failure report
 
   static constexpr std::size_t kLogLines = 60;
@@ -677,12 +799,14 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   // VERBSIM_SEED (a replay, or verbsim-swarm) gives every world the same seed: one run is enough.
   const int runs = std::getenv("VERBSIM_SEED") != nullptr ? 1 : kSeedsPerProfile;
   std::size_t successes = 0;
+  std::size_t payloads_checked = 0;
   std::uint64_t overrun_lost = 0;
   for (int seed = 1; seed <= runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     SimFabric fabric(sim_config(profile, static_cast<std::uint64_t>(seed), trouble));
     const Scenario::Outcome o = Scenario(fabric, trouble).go();
     successes += o.successes;
+    payloads_checked += o.payloads_checked;
     overrun_lost += o.overrun_lost;
     if (HasFatalFailure()) return;
   }
@@ -690,9 +814,10 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
     EXPECT_EQ(overrun_lost > 0, trouble == Trouble::overrun) << overrun_lost << " lost";
   }
   // The runs must move data, not only refuse and flush: about 30 successful completions a run
-  // on average (one run alone may have far fewer).
+  // on average (one run alone may have far fewer), some of them receives checked byte by byte.
   if (runs > 1) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
+    EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
   }
 }
 
@@ -715,15 +840,20 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
   const int first = seed_env != nullptr ? std::atoi(seed_env) : 1;
   const int runs = seed_env != nullptr ? 1 : kSeedsOnDevice;
   std::size_t successes = 0;
+  std::size_t payloads_checked = 0;
   for (int seed = first; seed < first + runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " on " + device);
     DeviceFabric fabric(*backend, device, static_cast<std::uint64_t>(seed));
-    successes += Scenario(fabric, Trouble::none).go().successes;
+    const Scenario::Outcome o = Scenario(fabric, Trouble::none).go();
+    successes += o.successes;
+    payloads_checked += o.payloads_checked;
     if (HasFatalFailure()) return;
   }
-  std::printf("%zu successful completions in %d runs\n", successes, runs);
+  std::printf("%zu successful completions, %zu receives checked byte by byte, in %d runs\n",
+              successes, payloads_checked, runs);
   if (runs > 1) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
+    EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
   }
 }
 
