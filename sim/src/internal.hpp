@@ -53,6 +53,7 @@ struct ProfileTraits {
   bool rts_starts_send_queue;     // false on rxe: WRs queued before RTS wait for a doorbell
   bool post_recv_in_err_completes;  // false on rxe: the receive is never completed
   bool modify_trusts_cur_state;   // rxe checks the transition from IBV_QP_CUR_STATE as given
+  bool sqd_holds_while_draining;  // rxe: from SQD only ERR is allowed until the SQ has drained
   bool pkey_index_checked;        // false on rxe: any pkey_index is accepted
   bool clean_cq_on_qp_destroy;    // mlx5 removes a destroyed/reset QP's CQEs
   bool last_wqe_reached_event;    // QP_LAST_WQE_REACHED when a QP on an SRQ goes to ERR

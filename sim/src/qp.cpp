@@ -431,6 +431,10 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
   const TransitionCheck check =
       check_transition(type_, trust_cur ? attr.cur_qp_state : cur, next, mask);
   if (!check.ok) bad(check.reason);
+  if (cur == QpState::sqd && attr_.sq_draining && next != QpState::err &&
+      any(mask, QpAttrMask::state) && traits().sqd_holds_while_draining) {
+    bad("the send queue is still draining (only ERR is allowed until it has)");
+  }
 
   const DevCore& dev = *dev_;
   if (any(mask, QpAttrMask::port) && (attr.port_num < 1 || attr.port_num > dev.ports.size())) {

@@ -34,6 +34,7 @@ constexpr ProfileTraits kStrict{
     .rts_starts_send_queue = true,
     .post_recv_in_err_completes = true,
     .modify_trusts_cur_state = false,
+    .sqd_holds_while_draining = false,
     .pkey_index_checked = true,
     .clean_cq_on_qp_destroy = true,
     .last_wqe_reached_event = true,
@@ -70,6 +71,7 @@ constexpr ProfileTraits kRxe{
     .rts_starts_send_queue = false,  // modify rings no doorbell: the next post_send does
     .post_recv_in_err_completes = false,
     .modify_trusts_cur_state = true,  // rxe_qp_chk_attr: cur_state = attr->cur_qp_state
+    .sqd_holds_while_draining = true,  // rxe_qp_chk_attr: req.state == QP_STATE_DRAIN
     .pkey_index_checked = false,
     .clean_cq_on_qp_destroy = false,
     .last_wqe_reached_event = false,   // rxe raises no such event

@@ -93,6 +93,8 @@ struct Expect {
   bool last_wqe_reached_event;
   // ibv_modify_qp checks the transition from IBV_QP_CUR_STATE when given, not the QP's state.
   bool trusts_cur_state;
+  // From SQD, a modify to anything but ERR fails (EINVAL) while sent WRs are unacknowledged.
+  bool sqd_holds_while_draining;
   // ibv_modify_qp refuses a pkey_index outside the port's P_Key table.
   bool pkey_index_checked;
   // A UD receive too small for GRH + payload: completion status, and does the QP go to ERR.

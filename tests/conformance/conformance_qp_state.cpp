@@ -211,6 +211,37 @@ TEST_P(QpStates, RtsToSqdAndBack) {
   CHECK_OBS("state_rts", qp->state(), QpState::rts);
 }
 
+// A QP whose send is never acknowledged (its peer does not exist, and no ACK timeout) moves to
+// SQD and stays draining: rxe then refuses every state but ERR (rxe_qp_chk_attr).
+TEST_P(QpStates, SqdWhileDrainingAcceptsOnlyErr) {
+  auto cq = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  std::uint32_t gone = 0;
+  {
+    auto cq2 = make_cq(16);
+    auto b = make_qp(*cq2, *cq2);
+    gone = b->qp_num();
+  }
+  ConnectOptions o;
+  o.timeout = 0;  // wait for the ACK forever
+  modify_to_init(*a, options(o));
+  modify_to_rtr(*a, Endpoint{gid(), gone, 200}, options(o));
+  modify_to_rts(*a, 100, options(o));
+  const Sge s = sge(0, 16);
+  CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_ERR("to_sqd", apply(*a, bare(QpState::sqd)), 0);
+  CHECK_OBS("state_sqd", wait_state(*a, QpState::sqd), QpState::sqd);
+  const int held = expect().sqd_holds_while_draining ? EINVAL : 0;
+  CHECK_ERR("sqd_to_sqd", apply(*a, bare(QpState::sqd)), held);
+  CHECK_ERR("to_reset", apply(*a, bare(QpState::reset)), held);
+  CHECK_OBS("state_after", a->state(), held != 0 ? QpState::sqd : QpState::reset);
+  if (held != 0) {
+    CHECK_ERR("to_rts", apply(*a, bare(QpState::rts)), EINVAL);
+    CHECK_ERR("to_err", apply(*a, bare(QpState::err)), 0);
+    CHECK_OBS("state_err", a->state(), QpState::err);
+  }
+}
+
 TEST_P(QpStates, SqdToSqd) {
   auto qp = qp_in(QpState::rts);
   ASSERT_EQ(apply(*qp, bare(QpState::sqd)), 0);
