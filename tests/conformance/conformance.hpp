@@ -214,6 +214,9 @@ class Conformance : public ::testing::TestWithParam<Target> {
   }
   // RESET -> RTS of `a` towards `b` and `b` towards `a` (PSNs 100 and 200).
   void connect_pair(QueuePair& a, QueuePair& b, ConnectOptions oa = {}, ConnectOptions ob = {});
+  // An RC QP on `cq`, in RTS towards the number of a QP that no longer exists: nothing it sends
+  // is ever acknowledged.
+  std::unique_ptr<QueuePair> qp_to_missing_peer(CompletionQueue& cq, ConnectOptions o);
   Pair make_pair(const PairOptions& o = {});
   AhAttr ah_attr() const;
   // "STATUS/OPCODE/len" of an error completion as this backend reports it (rxe zeroes the

@@ -269,19 +269,10 @@ TEST_P(Errors, RnrOnWriteWithImmediate) {
 
 TEST_P(Errors, RetryExceededToMissingQp) {
   auto cq = make_cq(16);
-  auto a = make_qp(*cq, *cq);
-  std::uint32_t gone = 0;
-  {
-    auto cq2 = make_cq(16);
-    auto b = make_qp(*cq2, *cq2);
-    gone = b->qp_num();
-  }
   ConnectOptions o;
   o.timeout = 12;
   o.retry_cnt = 2;
-  modify_to_init(*a, options(o));
-  modify_to_rtr(*a, Endpoint{gid(), gone, 200}, options(o));
-  modify_to_rts(*a, 100, options(o));
+  auto a = qp_to_missing_peer(*cq, o);
   const Sge s = sge(kSrc, 16);
   CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*cq, 1)), err_wc(WcStatus::retry_exc_err, WcOpcode::send, 16));

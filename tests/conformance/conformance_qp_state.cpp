@@ -215,18 +215,9 @@ TEST_P(QpStates, RtsToSqdAndBack) {
 // SQD and stays draining: rxe then refuses every state but ERR (rxe_qp_chk_attr).
 TEST_P(QpStates, SqdWhileDrainingAcceptsOnlyErr) {
   auto cq = make_cq(16);
-  auto a = make_qp(*cq, *cq);
-  std::uint32_t gone = 0;
-  {
-    auto cq2 = make_cq(16);
-    auto b = make_qp(*cq2, *cq2);
-    gone = b->qp_num();
-  }
   ConnectOptions o;
   o.timeout = 0;  // wait for the ACK forever
-  modify_to_init(*a, options(o));
-  modify_to_rtr(*a, Endpoint{gid(), gone, 200}, options(o));
-  modify_to_rts(*a, 100, options(o));
+  auto a = qp_to_missing_peer(*cq, o);
   const Sge s = sge(0, 16);
   CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_ERR("to_sqd", apply(*a, bare(QpState::sqd)), 0);

@@ -121,6 +121,20 @@ std::unique_ptr<CompletionQueue> Conformance::make_cq(int cqe, CompletionChannel
   return ctx_->create_cq(cqe, channel);
 }
 
+std::unique_ptr<QueuePair> Conformance::qp_to_missing_peer(CompletionQueue& cq, ConnectOptions o) {
+  auto a = make_qp(cq, cq);
+  std::uint32_t gone = 0;
+  {
+    auto cq2 = make_cq(16);
+    auto b = make_qp(*cq2, *cq2);
+    gone = b->qp_num();
+  }
+  modify_to_init(*a, options(o));
+  modify_to_rtr(*a, Endpoint{gid(), gone, 200}, options(o));
+  modify_to_rts(*a, 100, options(o));
+  return a;
+}
+
 std::unique_ptr<QueuePair> Conformance::make_qp(CompletionQueue& scq, CompletionQueue& rcq, QpCap cap,
                                                 QpType type, SharedReceiveQueue* srq, bool sq_sig_all,
                                                 ProtectionDomain* pd) {
