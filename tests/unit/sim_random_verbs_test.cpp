@@ -133,8 +133,8 @@ struct Host {
   std::vector<bool> slot_busy = std::vector<bool>(kSlots, false);
 
   std::uint64_t base() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
-  // A free receive slot, or kSlots.
-  std::size_t free_slot(std::size_t from) const {
+  // The first free slot from `from` on (wrapping), or kSlots.
+  std::size_t first_free_slot(std::size_t from) const {
     for (std::size_t i = 0; i < kSlots; ++i) {
       if (!slot_busy[(from + i) % kSlots]) return (from + i) % kSlots;
     }
@@ -497,7 +497,7 @@ class Scenario {
       Host& slot_host = read ? *q.host : *q.peer->host;
       if (type == QpType::rc && any(wr.flags, SendFlags::signaled) && (read || write) &&
           !inlined && nsge <= 2) {
-        slot = slot_host.free_slot(dice_.below(kSlots));
+        slot = slot_host.first_free_slot(dice_.below(kSlots));
         if (slot != kSlots) slot_host.slot_busy[slot] = true;
       }
       const std::size_t slot_at = kSlotsAt + slot * kSlotBytes;
@@ -588,7 +588,7 @@ class Scenario {
     std::vector<std::size_t> slot(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       // Each receive in a slot of its own, its SGEs side by side in it.
-      slot[i] = h.free_slot(dice_.below(kSlots));
+      slot[i] = h.first_free_slot(dice_.below(kSlots));
       if (slot[i] == kSlots) return;  // every slot waits for a message (rare)
       h.slot_busy[slot[i]] = true;
       // Mostly one or two SGEs; sometimes none, sometimes 3 > max_recv_sge.

@@ -288,8 +288,6 @@ inline QpAttr from_ibv(const ibv_qp_attr& a) noexcept {
   return out;
 }
 
-inline ibv_sge to_ibv(const Sge& s) noexcept { return {s.addr, s.length, s.lkey}; }
-
 // ---------------------------------------------------------------------------------------------
 // Layout contract of the data path (core/include/verbsim/types.hpp): an Sge is an ibv_sge and a
 // WorkCompletion an ibv_wc, field for field, so a post hands the program's SGE array to the
