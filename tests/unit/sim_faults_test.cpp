@@ -168,6 +168,53 @@ TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
   }
 }
 
+// An atomic runs once at the responder however often its request arrives: a duplicate, or a
+// retry after its response was lost, gets the value the first run returned (IB spec 9.4.5:
+// the responder replays it from its saved responses). Each FETCH_ADD returns the sum of the
+// ones before it and the word ends with the sum of all.
+TEST(PacketFaults, AtomicsRunOnceWhateverIsLostOrDuplicated) {
+  for (const char* plan : {"duplicate p=0.5", "drop p=0.1", "drop p=0.1; duplicate p=0.3",
+                           "reorder p=0.5 by=3us; duplicate p=0.3"}) {
+    SCOPED_TRACE(plan);
+    PairOptions o;
+    o.connect_options.timeout = 8;
+    o.connect_options.retry_cnt = 7;
+    SimPair p(with_faults(plan, 11), o);
+    std::uint64_t expected = 0;
+    for (int batch = 0; batch < 4; ++batch) {
+      std::vector<Sge> landing;
+      for (int i = 0; i < 16; ++i) landing.push_back(p.a.sge(8 * static_cast<std::size_t>(i), 8));
+      std::vector<SendWr> wrs(16);
+      std::vector<std::uint64_t> before(16);
+      for (int i = 0; i < 16; ++i) {
+        SendWr& wr = wrs[static_cast<std::size_t>(i)];
+        wr.wr_id = static_cast<std::uint64_t>(batch * 16 + i);
+        wr.opcode = WrOpcode::atomic_fetch_and_add;
+        wr.flags = SendFlags::signaled;
+        wr.sg_list = {&landing[static_cast<std::size_t>(i)], 1};
+        wr.remote_addr = p.b.mr->address(0);
+        wr.rkey = p.b.mr->rkey();
+        wr.compare_add = wr.wr_id + 1;
+        before[static_cast<std::size_t>(i)] = expected;
+        expected += wr.compare_add;
+      }
+      ASSERT_EQ(p.a.qp->post_send(wrs).err, 0);
+      const auto wcs = poll_n(p.world, *p.a.cq, 16);
+      ASSERT_EQ(wcs.size(), 16u);
+      for (std::size_t i = 0; i < 16; ++i) {
+        EXPECT_EQ(wcs[i].status, WcStatus::success) << to_string(wcs[i].status);
+        std::uint64_t returned;
+        std::memcpy(&returned, p.a.buf.data() + 8 * i, 8);
+        EXPECT_EQ(returned, before[i]) << "wr_id " << wcs[i].wr_id;
+      }
+    }
+    p.world.run_until_idle();  // late duplicates too
+    std::uint64_t word;
+    std::memcpy(&word, p.b.buf.data(), 8);
+    EXPECT_EQ(word, expected);
+  }
+}
+
 TEST(PacketFaults, DroppingTheLastPacketCostsOneTimeout) {
   PairOptions o;
   o.connect_options.timeout = 10;  // 4.2 ms

@@ -14,7 +14,12 @@
 //   message as long as the SRQ lives, and as many as CQ overruns dropped;
 // - a queue's completions come in the order its WRs were posted, and a successful one has the
 //   opcode of its WR and no more bytes than its receive buffers hold;
-// - a receive of a SEND_WITH_IMM (whose immediate names it) holds exactly the bytes it sent;
+// - a receive of a SEND_WITH_IMM (whose immediate names it) holds exactly the bytes it sent,
+//   a signaled READ or WRITE on RC moved exactly the bytes it named;
+// - the signaled atomics of an RC QP that does not fail act on one word of the peer's, each
+//   exactly once and in posting order: each returns what the ones before it left, and once all
+//   have completed the word holds what they computed, however packets were lost, duplicated or
+//   retried;
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
 // - a completion event comes only for an armed CQ, at most once per arming;
 // - once every QP is in ERR, the world runs dry and every CQ drains.
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -51,15 +57,19 @@ constexpr int kSeedsPerProfile = 20;
 constexpr int kSeedsOnDevice = 5;  // each ends with two quiet seconds
 // Each host's buffer: a source region that never changes (what sends and writes read, and what
 // checked reads read), a scratch region (what the other writes, reads and atomics target, and
-// where they land), and slots, one per outstanding receive, checked read or checked write, so
-// that nothing overwrites what is still to be checked.
+// where they land), slots, one per outstanding receive, checked read, checked write or checked
+// atomic, so that nothing overwrites what is still to be checked, and words for checked atomics,
+// each taken by one QP of the peer's until it fails and never used again.
 constexpr std::size_t kSrcBytes = 64 * 1024;
 constexpr std::size_t kScratchBytes = 64 * 1024;
 constexpr std::size_t kSlots = 256;
 constexpr std::size_t kSlotBytes = 2048;
 constexpr std::size_t kScratch = kSrcBytes;
 constexpr std::size_t kSlotsAt = kSrcBytes + kScratchBytes;
-constexpr std::size_t kBufBytes = kSlotsAt + kSlots * kSlotBytes;
+constexpr std::size_t kAtomicWords = 1024;
+constexpr std::size_t kAtomicsAt = kSlotsAt + kSlots * kSlotBytes;
+constexpr std::size_t kBufBytes = kAtomicsAt + kAtomicWords * 8;
+constexpr std::size_t kNoWord = kAtomicWords;
 constexpr std::uint32_t kUdGrhBytes = 40;  // a UD receive starts with the packet's GRH
 
 // The source region's content at `offset`.
@@ -131,8 +141,15 @@ struct Host {
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
   std::vector<bool> slot_busy = std::vector<bool>(kSlots, false);
+  std::size_t atomic_words_taken = 0;
 
   std::uint64_t base() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
+  std::size_t atomic_word_at(std::size_t word) const { return kAtomicsAt + 8 * word; }
+  std::uint64_t atomic_word(std::size_t word) const {
+    std::uint64_t v;
+    std::memcpy(&v, buf.data() + atomic_word_at(word), sizeof v);
+    return v;
+  }
   // The first free slot from `from` on (wrapping), or kSlots.
   std::size_t first_free_slot(std::size_t from) const {
     for (std::size_t i = 0; i < kSlots; ++i) {
@@ -145,6 +162,14 @@ struct Host {
 // Stands for a host's SRQ where a QP number is expected: its receives belong to no QP.
 constexpr std::uint32_t kSrqOwner = 0xffffffff;
 
+// The checked atomics of one RC QP: all on one word of the peer's, until one fails or the QP is
+// reset (then the next checked atomic takes a fresh word).
+struct AtomicChain {
+  std::size_t word = kNoWord;  // in the peer's buffer
+  std::uint64_t value = 0;     // what the word holds once every atomic posted so far has run
+  int pending = 0;             // posted and not completed yet
+};
+
 struct Qp {
   Host* host = nullptr;
   Qp* peer = nullptr;
@@ -152,6 +177,7 @@ struct Qp {
   bool on_srq = false;  // receives come from the host's SRQ
   std::unique_ptr<QueuePair> qp;
   std::unique_ptr<AddressHandle> ah;  // UD: to the peer's device
+  AtomicChain chain;
 
   QpKey key() const { return {host->index, qp->qp_num()}; }
 };
@@ -362,6 +388,7 @@ class Scenario {
   struct Outcome {
     std::size_t successes = 0;         // successful completions
     std::size_t payloads_checked = 0;  // receives whose bytes were compared with what was sent
+    std::size_t atomics_checked = 0;   // atomics whose returned value was compared
     std::uint64_t overrun_lost = 0;    // completions full CQs dropped
   };
 
@@ -400,7 +427,7 @@ class Scenario {
       for (const std::string& l : log_) lines += "  " + l + "\n";
       ADD_FAILURE() << "the last steps of the run (of seed " << fabric_.seed() << "):\n" << lines;
     }
-    return {tracker_.successes(), payloads_checked_, fabric_.overrun_lost()};
+    return {tracker_.successes(), payloads_checked_, atomics_checked_, fabric_.overrun_lost()};
   }
 
  private:
@@ -412,6 +439,14 @@ class Scenario {
     std::size_t remote_offset;  // into the peer's buffer: its source region, or a slot
     std::uint32_t length;
     std::pair<int, std::size_t> slot;  // (host, slot) it holds until it completes
+  };
+
+  // A checked atomic: the chain it belongs to and what it must return.
+  struct CheckedAtomic {
+    Qp* qp;
+    std::size_t word;
+    std::uint64_t before;              // the word's value when it runs
+    std::pair<int, std::size_t> slot;  // (host, slot) where that value lands
   };
 
   static std::unique_ptr<QueuePair> create_qp(Host& host, QpType type, bool on_srq) {
@@ -469,7 +504,8 @@ class Scenario {
 
   void post_sends(Qp& q) {
     const QpType type = q.qp->type();
-    const Host& remote = *q.peer->host;
+    Host& remote = *q.peer->host;
+    const QpState before = q.qp->state();
     const std::uint32_t n = 1 + dice_.below(4);
     std::vector<std::vector<Sge>> sges(n);
     std::vector<SendWr> wrs(n);
@@ -486,17 +522,25 @@ class Scenario {
       const bool atomic =
           wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
       const bool inlined = dice_.percent(10);  // up to 80 bytes, where 64 fit
-      const std::uint32_t nsge = dice_.percent(3) ? 3 : dice_.below(3);  // 3 > max_send_sge
-      if (dice_.percent(60)) wr.flags |= SendFlags::signaled;
+      // 3 > max_send_sge; atomics mostly with the one SGE they need.
+      const std::uint32_t nsge = dice_.percent(3)                ? 3
+                                 : atomic && dice_.percent(80) ? 1
+                                                               : dice_.below(3);
+      if (dice_.percent(atomic ? 80 : 60)) wr.flags |= SendFlags::signaled;
       // A signaled READ or WRITE on RC is checked when it completes: a READ lands in a slot of
       // its own and reads the peer's source region, a WRITE goes to a slot of the peer's.
       const bool read = wr.opcode == WrOpcode::rdma_read;
       const bool write =
           wr.opcode == WrOpcode::rdma_write || wr.opcode == WrOpcode::rdma_write_with_imm;
+      // A signaled atomic with one SGE on an RC QP in RTS joins the QP's chain: it lands in a
+      // slot of its own and acts on the chain's word.
       std::size_t slot = kSlots;
-      Host& slot_host = read ? *q.host : *q.peer->host;
-      if (type == QpType::rc && any(wr.flags, SendFlags::signaled) && (read || write) &&
-          !inlined && nsge <= 2) {
+      Host& slot_host = read || atomic ? *q.host : *q.peer->host;
+      const bool chained = atomic && type == QpType::rc && before == QpState::rts &&
+                           any(wr.flags, SendFlags::signaled) && !inlined && nsge == 1 &&
+                           (q.chain.word != kNoWord || remote.atomic_words_taken < kAtomicWords);
+      if (type == QpType::rc && any(wr.flags, SendFlags::signaled) &&
+          (((read || write) && !inlined && nsge <= 2) || chained)) {
         slot = slot_host.first_free_slot(dice_.below(kSlots));
         if (slot != kSlots) slot_host.slot_busy[slot] = true;
       }
@@ -505,6 +549,10 @@ class Scenario {
       const bool lands = atomic || read;
       const bool sends = wr.opcode == WrOpcode::send || wr.opcode == WrOpcode::send_with_imm;
       for (std::uint32_t s = 0; s < nsge; ++s) {
+        if (slot != kSlots && atomic) {
+          sges[i].push_back(q.host->mr->sge(slot_at, 8));
+          continue;
+        }
         if (slot != kSlots) {  // two SGEs of up to 1,000 bytes fit a slot
           sges[i].push_back(read ? local_sge(*q.host, slot_at + s * 1024, 1024, 1000)
                                  : local_sge(*q.host, 0, kSrcBytes, 1000));
@@ -528,7 +576,7 @@ class Scenario {
                                                           : dice_.below(1u << 31);
       wr.remote_addr = remote.mr->address(kScratch + (atomic ? 8 * dice_.below(1024)
                                                              : dice_.below(kScratchBytes - 4096)));
-      if (slot != kSlots) {
+      if (slot != kSlots && !atomic) {
         std::uint32_t length = 0;
         for (const Sge& sg : sges[i]) length += sg.length;
         const std::size_t remote_offset =
@@ -542,13 +590,13 @@ class Scenario {
       wr.rkey = dice_.percent(2) ? remote.mr->rkey() ^ 0x100 : remote.mr->rkey();
       wr.compare_add = dice_.next();
       wr.swap = dice_.next();
+      if (slot != kSlots && atomic) chain_atomic(q, wr, {q.host->index, slot});
       if (type == QpType::ud) {
         wr.ah = q.ah.get();
         wr.remote_qpn = q.peer->qp->qp_num();
         wr.remote_qkey = dice_.percent(5) ? kQkey + 1 : kQkey;
       }
     }
-    const QpState before = q.qp->state();
     const PostResult r = q.qp->post_send(wrs);
     note("post_send sim", q.host->index, " qp ", q.qp->qp_num(), " ", to_string(before),
          " wr_id ", wrs.front().wr_id, "..", wrs.back().wr_id, ": posted ", r.posted, " err ",
@@ -570,7 +618,14 @@ class Scenario {
         took = n;
       }
     }
-    for (std::uint32_t i = took; i < n; ++i) free_slot(wrs[i].wr_id);  // not taken
+    // The chain goes on from the first checked atomic not taken, as if it had not been posted.
+    for (std::uint32_t i = n; i-- > took;) {
+      if (const auto a = atomics_.find(wrs[i].wr_id); a != atomics_.end()) {
+        q.chain.value = a->second.before;
+      }
+      free_slot(wrs[i].wr_id);
+    }
+    for (std::uint32_t i = 0; i < took; ++i) q.chain.pending += atomics_.count(wrs[i].wr_id);
     for (std::uint32_t i = 0; i < took; ++i) {
       const bool signaled = any(wrs[i].flags, SendFlags::signaled);
       const bool named = wrs[i].opcode == WrOpcode::send_with_imm;
@@ -640,6 +695,56 @@ class Scenario {
       host(it->second.slot.first).slot_busy[it->second.slot.second] = false;
       transfers_.erase(it);
     }
+    if (const auto it = atomics_.find(wr_id); it != atomics_.end()) {
+      host(it->second.slot.first).slot_busy[it->second.slot.second] = false;
+      atomics_.erase(it);
+    }
+  }
+
+  // `wr`, a signaled atomic of `q` landing in `slot`, joins q's chain: it targets the chain's
+  // word (a fresh one, with a value of its own, if the chain has none), well formed, and what it
+  // returns and leaves follow from what the atomics before it left.
+  void chain_atomic(Qp& q, SendWr& wr, std::pair<int, std::size_t> slot) {
+    Host& remote = *q.peer->host;
+    AtomicChain& chain = q.chain;
+    if (chain.word == kNoWord) {
+      chain = {remote.atomic_words_taken++, dice_.next(), 0};
+      std::memcpy(remote.buf.data() + remote.atomic_word_at(chain.word), &chain.value, 8);
+    }
+    wr.remote_addr = remote.mr->address(remote.atomic_word_at(chain.word));
+    wr.rkey = remote.mr->rkey();
+    const std::uint64_t before = chain.value;
+    if (wr.opcode == WrOpcode::atomic_fetch_and_add) {
+      chain.value += wr.compare_add;
+    } else {
+      if (dice_.percent(50)) wr.compare_add = before;  // a swap that happens
+      if (before == wr.compare_add) chain.value = wr.swap;
+    }
+    atomics_[wr.wr_id] = CheckedAtomic{&q, chain.word, before, slot};
+  }
+
+  // A checked atomic completed: a successful one returned what the atomics before it left; once
+  // none is pending, the word holds what they all computed. A failed one ends the chain: whether
+  // it (or one after it) ran at the responder is unknown.
+  void check_atomic(const WorkCompletion& wc, const CheckedAtomic& a) {
+    AtomicChain& chain = a.qp->chain;
+    if (chain.word != a.word) return;  // the chain ended before
+    if (wc.status != WcStatus::success) {
+      chain = {};
+      return;
+    }
+    const Host& here = host(a.slot.first);
+    std::uint64_t returned;
+    std::memcpy(&returned, here.buf.data() + kSlotsAt + a.slot.second * kSlotBytes, 8);
+    EXPECT_EQ(wc.byte_len, 8u) << "atomic wr_id " << wc.wr_id;
+    EXPECT_EQ(returned, a.before) << "atomic wr_id " << wc.wr_id << " returned another value";
+    ++atomics_checked_;
+    if (--chain.pending == 0) check_chain_word(*a.qp);
+  }
+
+  void check_chain_word(const Qp& q) {
+    EXPECT_EQ(q.peer->host->atomic_word(q.chain.word), q.chain.value)
+        << "the atomics of qp " << q.qp->qp_num() << " left another value in their word";
   }
 
   // A successful READ holds the peer's source bytes it named; after a successful WRITE (on RC,
@@ -709,8 +814,9 @@ class Scenario {
   }
 
   // A move to RESET or a destroy: the QP's outstanding WRs are gone, their slots free.
-  void discard(const Qp& q) {
+  void discard(Qp& q) {
     for (const std::uint64_t id : tracker_.discard(q.key(), cq_keeps_entries())) free_slot(id);
+    q.chain = {};
   }
 
   static void check_post(const char* verb, const PostResult& r, std::uint32_t n) {
@@ -735,6 +841,11 @@ class Scenario {
       tracker_.completed(host.index, wc[i]);
       const Tracker::Wr* wr = tracker_.find(wc[i].wr_id);
       if (wr != nullptr && wr->send) {
+        if (const auto a = atomics_.find(wc[i].wr_id); a != atomics_.end()) {
+          if (!wr->discarded) check_atomic(wc[i], a->second);
+          free_slot(wc[i].wr_id);
+          continue;
+        }
         const auto t = transfers_.find(wc[i].wr_id);
         if (t == transfers_.end() || wr->discarded) continue;
         if (wc[i].status == WcStatus::success) check_transfer(wc[i], t->second);
@@ -855,6 +966,9 @@ class Scenario {
       if (got == 0 && fabric_.settled(now - last)) break;
     }
     tracker_.expect_balanced(fabric_.overrun_lost());
+    for (const Qp& q : qps_) {
+      if (q.chain.word != kNoWord && q.chain.pending == 0) check_chain_word(q);
+    }
   }
 
   Fabric& fabric_;
@@ -869,6 +983,8 @@ class Scenario {
   std::map<std::uint64_t, std::pair<int, std::size_t>> recv_slot_;  // wr_id -> (host, slot)
   std::map<std::uint64_t, Transfer> transfers_;
   std::size_t payloads_checked_ = 0;
+  std::map<std::uint64_t, CheckedAtomic> atomics_;
+  std::size_t atomics_checked_ = 0;
   std::deque<std::string> log_;  // the last kLogLines steps, for a failure report
 
   static constexpr std::size_t kLogLines = 60;
@@ -903,6 +1019,7 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   const int runs = std::getenv("VERBSIM_SEED") != nullptr ? 1 : kSeedsPerProfile;
   std::size_t successes = 0;
   std::size_t payloads_checked = 0;
+  std::size_t atomics_checked = 0;
   std::uint64_t overrun_lost = 0;
   for (int seed = 1; seed <= runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -910,17 +1027,21 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
     const Scenario::Outcome o = Scenario(fabric, trouble).go();
     successes += o.successes;
     payloads_checked += o.payloads_checked;
+    atomics_checked += o.atomics_checked;
     overrun_lost += o.overrun_lost;
     if (HasFatalFailure()) return;
   }
   if (runs > 1) {
     EXPECT_EQ(overrun_lost > 0, trouble == Trouble::overrun) << overrun_lost << " lost";
   }
-  // The runs must move data, not only refuse and flush: about 30 successful completions a run
-  // on average (one run alone may have far fewer), some of them receives checked byte by byte.
+  // The runs must move data, not only refuse and flush: about 25 successful completions a run
+  // on average (one run alone may have far fewer), some of them transfers checked byte by byte,
+  // and an atomic's returned value checked every other run or so (most atomics are flushed:
+  // their QP failed for a WR before them).
   if (runs > 1) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
+    EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
   }
 }
 
@@ -944,19 +1065,24 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
   const int runs = seed_env != nullptr ? 1 : kSeedsOnDevice;
   std::size_t successes = 0;
   std::size_t payloads_checked = 0;
+  std::size_t atomics_checked = 0;
   for (int seed = first; seed < first + runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " on " + device);
     DeviceFabric fabric(*backend, device, static_cast<std::uint64_t>(seed));
     const Scenario::Outcome o = Scenario(fabric, Trouble::none).go();
     successes += o.successes;
     payloads_checked += o.payloads_checked;
+    atomics_checked += o.atomics_checked;
     if (HasFatalFailure()) return;
   }
-  std::printf("%zu successful completions, %zu receives checked byte by byte, in %d runs\n",
-              successes, payloads_checked, runs);
+  std::printf(
+      "%zu successful completions, %zu transfers checked byte by byte, %zu atomics' values "
+      "checked, in %d runs\n",
+      successes, payloads_checked, atomics_checked, runs);
   if (runs > 1) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
+    EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
   }
 }
 
