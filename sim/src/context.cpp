@@ -71,6 +71,13 @@ void CtxCore::raise(const AsyncEvent& e) {
   notify_all(waiters);
 }
 
+void CtxCore::forget_events_of(const void* object) noexcept {
+  const auto names = [object](const AsyncEvent& e) {
+    return e.qp == object || e.cq == object || e.srq == object;
+  };
+  for (std::size_t n = std::erase_if(async, names); n > 0; --n) drain_fd(async_efd);
+}
+
 CtxCore::~CtxCore() {
   std::erase(dev->contexts, this);
   if (async_efd >= 0) ::close(async_efd);

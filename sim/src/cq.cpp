@@ -56,6 +56,7 @@ SimCq::~SimCq() {
     --core_->channel->users;
     std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
   }
+  core_->ctx->forget_events_of(static_cast<CompletionQueue*>(this));
   --core_->ctx->dev->live_cqs;
 }
 
@@ -75,6 +76,7 @@ void SimCq::destroy() {
     --core_->channel->users;
     std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
   }
+  core_->ctx->forget_events_of(static_cast<CompletionQueue*>(this));
   --core_->ctx->dev->live_cqs;
   destroyed_ = true;
 }
@@ -138,6 +140,7 @@ SimSrq::~SimSrq() {
                  core_->users);
   }
   core_->handle = nullptr;
+  core_->pd->ctx->forget_events_of(static_cast<SharedReceiveQueue*>(this));
   --core_->pd->users;
   if (core_->users == 0) {
     core_->pd->ctx->world->acct.discarded += core_->rq.size();
@@ -151,6 +154,7 @@ void SimSrq::destroy() {
     fail("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
   }
   core_->handle = nullptr;
+  core_->pd->ctx->forget_events_of(static_cast<SharedReceiveQueue*>(this));
   --core_->pd->users;
   core_->pd->ctx->world->acct.discarded += core_->rq.size();
   core_->rq.clear();

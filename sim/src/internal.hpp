@@ -373,6 +373,10 @@ struct CtxCore {
   int async_efd = -1;
   WaitQueuePtr waiters;
   void raise(const AsyncEvent& e);
+  // Drops the pending events that name `object` (a QP, CQ or SRQ being destroyed), as the
+  // kernel does when a verbs object goes (ib_uverbs_release_uevent): a program never gets an
+  // event for an object it destroyed.
+  void forget_events_of(const void* object) noexcept;
   ~CtxCore();
 };
 

@@ -167,6 +167,7 @@ void SimQp::destroy() {
   rcq_->qps.remove(qpn_);
   if (srq_) --srq_->users;
   --pd_->users;
+  ctx_->forget_events_of(static_cast<QueuePair*>(this));
   destroyed_ = true;
 }
 

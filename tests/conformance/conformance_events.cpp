@@ -238,6 +238,45 @@ TEST_P(Async, SrqQpToErr) {
   CHECK_OBS("events", describe(take_async_events()), expect().last_wqe_reached_event ? "QP_LAST_WQE_REACHED" : "none");
 }
 
+// An event not yet taken goes with its QP or SRQ when that is destroyed (the kernel drops it:
+// ib_uverbs_release_uevent), so a program never gets an event naming a destroyed object.
+TEST_P(Async, DestroyedQpTakesItsPendingEvent) {
+  Pair p = make_pair();
+  QpAttr a;
+  a.qp_state = QpState::sqd;
+  a.en_sqd_async_notify = 1;
+  CHECK_ERR("to_sqd", verb_errno([&] { p.a->modify(a, QpAttrMask::state | QpAttrMask::en_sqd_async_notify); }), 0);
+  pass_time(std::chrono::milliseconds(100));
+  ASSERT_GE(ctx().async_fd(), 0);
+  pollfd pfd{ctx().async_fd(), POLLIN, 0};
+  CHECK_OBS("readable_before", ::poll(&pfd, 1, 0), 1);  // SQ_DRAINED is pending
+  p.a.reset();
+  CHECK_OBS("readable_after", ::poll(&pfd, 1, 0), 0);
+  CHECK_OBS("events", describe(take_async_events()), "none");
+}
+
+TEST_P(Async, DestroyedSrqTakesItsPendingEvent) {
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cqa = make_cq(16);
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa);
+  auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
+  connect_pair(*a, *b);
+  const Sge r = sge(8192, 64);
+  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error());
+  SrqAttr limit;
+  limit.srq_limit = 2;
+  CHECK_ERR("arm", verb_errno([&] { srq->modify(limit, SrqAttrMask::limit); }), 0);
+  const Sge s = sge(0, 8);
+  ASSERT_FALSE(a->post_send(send_wr(1, &s)).error());
+  ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
+  (void)poll_n(*cqa, 1);
+  pass_time(std::chrono::milliseconds(50));  // SRQ_LIMIT_REACHED is pending
+  b.reset();
+  srq.reset();
+  CHECK_OBS("events", describe(take_async_events()), "none");
+}
+
 VERBSIM_CONFORMANCE_SUITE(Channel);
 VERBSIM_CONFORMANCE_SUITE(Async);
 

@@ -163,6 +163,39 @@ TEST(AsyncEvents, CqErrOnOverrunNamesTheCq) {
                 .check = [](const AsyncEvent& ev, Scene& s) { EXPECT_EQ(ev.cq, s.cq_a.get()); }});
 }
 
+// Destroying an object takes its pending events with it (the kernel does the same), so the
+// program never sees a pointer to what it destroyed; the async fd stops polling readable.
+TEST(AsyncEvents, DestroyingTheCqTakesItsPendingCqErr) {
+  Scene s(Profile::strict, "cq_overrun depth=2", false);
+  s.connect_both();
+  for (int i = 0; i < 4; ++i) s.post(write_wr(s, s.b.mr->rkey()));
+  s.world.run_until_idle();
+  ASSERT_TRUE(readable(s.a.ctx->async_fd()));
+  s.qp_a.reset();
+  s.cq_a.reset();
+  EXPECT_FALSE(readable(s.a.ctx->async_fd()));
+  EXPECT_TRUE(testing::async_events(*s.a.ctx).empty());
+}
+
+TEST(AsyncEvents, DestroyingAQpTakesOnlyItsOwnPendingEvents) {
+  Scene s(Profile::strict, "", false);
+  s.connect_both();
+  s.post(write_wr(s, s.b.mr->rkey() ^ 0x100));  // b's QP: QP_ACCESS_ERR
+  auto other = s.b.make_qp(*s.cq_b, *s.cq_b, QpCap{8, 8, 1, 1, 0});
+  connect(*other, 300, s.a.endpoint(*s.qp_a, 100));
+  QpAttr sqd;
+  sqd.qp_state = QpState::sqd;
+  sqd.en_sqd_async_notify = 1;
+  other->modify(sqd, QpAttrMask::state | QpAttrMask::en_sqd_async_notify);  // SQ_DRAINED
+  s.world.run_until_idle();
+  s.qp_b.reset();
+  const auto events = testing::async_events(*s.b.ctx);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].type, AsyncEventType::sq_drained);
+  EXPECT_EQ(events[0].qp, other.get());
+  EXPECT_FALSE(readable(s.b.ctx->async_fd()));
+}
+
 TEST(AsyncEvents, QpFatalFromTheFaultPlanNamesTheQp) {
   // The first QP of a device is number 0x11.
   expect_event([] { return std::make_unique<Scene>(Profile::strict, "qp_fatal qp=17 dev=sim0 at=20us", false); },

@@ -22,11 +22,17 @@
 //   retried;
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
 // - a completion event comes only for an armed CQ, at most once per arming;
+// - an async event names a live object of its context: a QP of this host (a destroyed QP's
+//   pending events go with it), its SRQ, one of its CQs; an SRQ limit event comes only for an
+//   armed limit, at most once per arming; QP_LAST_WQE_REACHED only for a QP on the SRQ, and on the
+//   profiles that raise it, for each such QP the final move to ERR takes there; port events only
+//   when the fault plan takes a link down, CQ errors only when CQs overrun;
 // - once every QP is in ERR, the world runs dry and every CQ drains.
 // The test main also checks the world's own accounting when the world goes away. Every choice
 // comes from the run's seed, so VERBSIM_SEED=<seed> replays a failing run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -137,6 +143,8 @@ struct Host {
   std::unique_ptr<CompletionQueue> rcq;
   int rcq_arms = 0;     // req_notify calls on rcq
   int rcq_events = 0;   // events taken from the channel (never more than the arms)
+  int srq_arms = 0;     // SRQ limits set
+  int srq_events = 0;   // SRQ limit events taken (never more than the arms)
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
@@ -370,6 +378,7 @@ class Scenario {
       : fabric_(fabric),
         profile_(fabric.semantics()),
         faults_(trouble != Trouble::none),
+        overruns_(trouble == Trouble::overrun),
         dice_(fabric.seed()) {
     a_ = std::make_unique<Host>(fabric_.open(0), 0);
     b_ = std::make_unique<Host>(fabric_.open(1), 1);
@@ -389,6 +398,7 @@ class Scenario {
     std::size_t successes = 0;         // successful completions
     std::size_t payloads_checked = 0;  // receives whose bytes were compared with what was sent
     std::size_t atomics_checked = 0;   // atomics whose returned value was compared
+    std::size_t async_events = 0;      // async events taken and checked
     std::uint64_t overrun_lost = 0;    // completions full CQs dropped
   };
 
@@ -405,10 +415,12 @@ class Scenario {
         post_sends(q);
       } else if (roll < 55) {
         post_recvs(q);
-      } else if (roll < 82) {
+      } else if (roll < 80) {
         poll(*q.host, dice_.percent(50) ? *q.host->scq : *q.host->rcq, 1 + dice_.below(8));
-      } else if (roll < 85) {
+      } else if (roll < 83) {
         events(*q.host);
+      } else if (roll < 85) {
+        async_events(*q.host);
       } else if (roll < 90) {
         for (std::uint32_t i = dice_.below(8); i > 0; --i) fabric_.advance();
       } else if (roll < 94) {
@@ -427,7 +439,8 @@ class Scenario {
       for (const std::string& l : log_) lines += "  " + l + "\n";
       ADD_FAILURE() << "the last steps of the run (of seed " << fabric_.seed() << "):\n" << lines;
     }
-    return {tracker_.successes(), payloads_checked_, atomics_checked_, fabric_.overrun_lost()};
+    return {tracker_.successes(), payloads_checked_, atomics_checked_, async_events_,
+            fabric_.overrun_lost()};
   }
 
  private:
@@ -925,6 +938,73 @@ class Scenario {
     fired->ack_events(1);
   }
 
+  // The host's async events: arm the SRQ's limit (up to its depth), or take every event
+  // pending.
+  void async_events(Host& h) {
+    if (dice_.percent(30)) {
+      SrqAttr attr;
+      attr.srq_limit = 1 + dice_.below(16);
+      note("arm the SRQ limit of sim", h.index, " at ", attr.srq_limit);
+      h.srq->modify(attr, SrqAttrMask::limit);
+      ++h.srq_arms;
+      return;
+    }
+    take_async_events(h);
+  }
+
+  // Takes and checks the host's pending async events; returns the QPs that reached their last
+  // WQE.
+  std::vector<const Qp*> take_async_events(Host& h) {
+    std::vector<const Qp*> last_wqe;
+    for (;;) {
+      AsyncEvent ev;
+      const std::error_code e = h.ctx->get_async_event(ev, Wait::nonblocking);
+      if (e) {
+        EXPECT_EQ(e, Condition::would_block) << e.message();
+        return last_wqe;
+      }
+      note("async event sim", h.index, ": ", to_string(ev.type), " qp ", ev.qp_num);
+      ++async_events_;
+      SCOPED_TRACE(std::string(to_string(ev.type)) + " on sim" + std::to_string(h.index));
+      switch (ev.type) {
+        case AsyncEventType::srq_limit_reached:
+          EXPECT_EQ(ev.srq, h.srq.get());
+          EXPECT_LE(++h.srq_events, h.srq_arms) << "more SRQ limit events than armings";
+          break;
+        case AsyncEventType::qp_last_wqe_reached:
+        case AsyncEventType::qp_fatal:
+        case AsyncEventType::qp_req_err:
+        case AsyncEventType::qp_access_err:
+        case AsyncEventType::comm_est:
+        case AsyncEventType::sq_drained: {
+          const Qp* q = nullptr;
+          for (const Qp& x : qps_) {
+            if (x.host == &h && x.qp.get() == ev.qp && x.qp->qp_num() == ev.qp_num) q = &x;
+          }
+          if (q == nullptr) {
+            ADD_FAILURE() << "names qp " << ev.qp_num << ", no live QP of this context";
+            break;
+          }
+          if (ev.type == AsyncEventType::qp_last_wqe_reached) {
+            EXPECT_TRUE(q->on_srq) << "for a QP without an SRQ";
+            last_wqe.push_back(q);
+          }
+          break;
+        }
+        case AsyncEventType::port_active:
+        case AsyncEventType::port_err:
+          EXPECT_TRUE(faults_) << "no fault plan took the link down";
+          EXPECT_EQ(ev.port_num, 1);
+          break;
+        case AsyncEventType::cq_err:
+          EXPECT_TRUE(overruns_) << "no CQ can overrun";
+          EXPECT_TRUE(ev.cq == h.scq.get() || ev.cq == h.rcq.get());
+          break;
+        default: ADD_FAILURE() << "an event this run cannot cause"; break;
+      }
+    }
+  }
+
   // Both QPs of the pair destroyed with whatever they hold (discarded) and created again.
   void recreate(Qp& q) {
     for (Qp* x : {&q, q.peer}) {
@@ -945,6 +1025,14 @@ class Scenario {
   }
 
   void finish() {
+    for (Host* h : {a_.get(), b_.get()}) take_async_events(*h);
+    // QPs on the SRQ that the move to ERR below takes there: the profiles that raise
+    // QP_LAST_WQE_REACHED raise it for each (rxe raises none).
+    std::vector<const Qp*> to_err;
+    for (Qp& q : qps_) {
+      const QpState s = q.qp->state();
+      if (q.on_srq && s != QpState::err) to_err.push_back(&q);
+    }
     // rxe's refused WRs may still wait in a QP in RESET: INIT lets ERR flush them.
     for (Qp& q : qps_) {
       if (q.qp->state() == QpState::reset) {
@@ -966,6 +1054,18 @@ class Scenario {
       if (got == 0 && fabric_.settled(now - last)) break;
     }
     tracker_.expect_balanced(fabric_.overrun_lost());
+    std::vector<const Qp*> last_wqe;
+    for (Host* h : {a_.get(), b_.get()}) {
+      for (const Qp* q : take_async_events(*h)) last_wqe.push_back(q);
+    }
+    if (profile_ != Profile::rxe) {
+      for (const Qp* q : to_err) {
+        EXPECT_NE(std::find(last_wqe.begin(), last_wqe.end(), q), last_wqe.end())
+            << "no QP_LAST_WQE_REACHED for qp " << q->qp->qp_num() << " going to ERR";
+      }
+    } else {
+      EXPECT_TRUE(last_wqe.empty()) << "rxe raises no QP_LAST_WQE_REACHED";
+    }
     for (const Qp& q : qps_) {
       if (q.chain.word != kNoWord && q.chain.pending == 0) check_chain_word(q);
     }
@@ -974,6 +1074,7 @@ class Scenario {
   Fabric& fabric_;
   Profile profile_;  // whose quirks to expect
   bool faults_;
+  bool overruns_;
   Dice dice_;
   std::unique_ptr<Host> a_;
   std::unique_ptr<Host> b_;
@@ -985,6 +1086,7 @@ class Scenario {
   std::size_t payloads_checked_ = 0;
   std::map<std::uint64_t, CheckedAtomic> atomics_;
   std::size_t atomics_checked_ = 0;
+  std::size_t async_events_ = 0;
   std::deque<std::string> log_;  // the last kLogLines steps, for a failure report
 
   static constexpr std::size_t kLogLines = 60;
@@ -1020,6 +1122,7 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   std::size_t successes = 0;
   std::size_t payloads_checked = 0;
   std::size_t atomics_checked = 0;
+  std::size_t async_events = 0;
   std::uint64_t overrun_lost = 0;
   for (int seed = 1; seed <= runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -1028,6 +1131,7 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
     successes += o.successes;
     payloads_checked += o.payloads_checked;
     atomics_checked += o.atomics_checked;
+    async_events += o.async_events;
     overrun_lost += o.overrun_lost;
     if (HasFatalFailure()) return;
   }
@@ -1042,6 +1146,7 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
     EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
+    EXPECT_GT(async_events, 0u);
   }
 }
 
@@ -1066,6 +1171,7 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
   std::size_t successes = 0;
   std::size_t payloads_checked = 0;
   std::size_t atomics_checked = 0;
+  std::size_t async_events = 0;
   for (int seed = first; seed < first + runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed) + " on " + device);
     DeviceFabric fabric(*backend, device, static_cast<std::uint64_t>(seed));
@@ -1073,12 +1179,13 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
     successes += o.successes;
     payloads_checked += o.payloads_checked;
     atomics_checked += o.atomics_checked;
+    async_events += o.async_events;
     if (HasFatalFailure()) return;
   }
   std::printf(
       "%zu successful completions, %zu transfers checked byte by byte, %zu atomics' values "
-      "checked, in %d runs\n",
-      successes, payloads_checked, atomics_checked, runs);
+      "checked, %zu async events checked, in %d runs\n",
+      successes, payloads_checked, atomics_checked, async_events, runs);
   if (runs > 1) {
     EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
