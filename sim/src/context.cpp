@@ -316,6 +316,10 @@ void SimAh::destroy() {
 // ---------------------------------------------------------------------------------------------
 // Completion channel
 
+void ChannelCore::forget_events_of(const CompletionQueue* cq) noexcept {
+  for (std::size_t n = std::erase(events, cq); n > 0; --n) drain_fd(efd);
+}
+
 ChannelCore::~ChannelCore() {
   if (efd >= 0) ::close(efd);
 }
@@ -341,6 +345,9 @@ std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
     cq = q.front();
     q.pop_front();
     drain_fd(core_->efd);
+    // Counted once taken, as the kernel counts the events it reports: ibv_destroy_cq waits
+    // for these to be acknowledged, not for events still queued (those go with the CQ).
+    ++static_cast<SimCq*>(cq)->core()->unacked_events;
     return true;
   });
 }
@@ -348,7 +355,6 @@ std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
 void CqCore::notify() {
   if (!channel || handle == nullptr) return;
   arm = Arm::none;
-  ++unacked_events;
   channel->events.push_back(handle);
   signal_fd(channel->efd);
   notify_all(channel->waiters);

@@ -54,7 +54,7 @@ SimCq::~SimCq() {
   core_->handle = nullptr;
   if (core_->channel) {
     --core_->channel->users;
-    std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
+    core_->channel->forget_events_of(this);
   }
   core_->ctx->forget_events_of(static_cast<CompletionQueue*>(this));
   --core_->ctx->dev->live_cqs;
@@ -74,7 +74,7 @@ void SimCq::destroy() {
   core_->handle = nullptr;
   if (core_->channel) {
     --core_->channel->users;
-    std::erase(core_->channel->events, static_cast<CompletionQueue*>(this));
+    core_->channel->forget_events_of(this);
   }
   core_->ctx->forget_events_of(static_cast<CompletionQueue*>(this));
   --core_->ctx->dev->live_cqs;

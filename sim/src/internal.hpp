@@ -401,6 +401,9 @@ struct ChannelCore {
   int efd = -1;
   WaitQueuePtr waiters;
   int users = 0;  // CQs attached
+  // Drops the pending events of `cq`, being destroyed (as the kernel does): the fd stops polling
+  // readable for them.
+  void forget_events_of(const CompletionQueue* cq) noexcept;
   ~ChannelCore();
 };
 
@@ -477,7 +480,7 @@ struct CqCore {
   QpList qps;  // the QPs using this CQ (for overrun as a CQ error)
   enum class Arm : std::uint8_t { none, any, solicited } arm = Arm::none;
   bool error = false;        // strict profile after an overrun
-  unsigned unacked_events = 0;
+  unsigned unacked_events = 0;  // taken from the channel, not yet acknowledged
   std::uint64_t dropped = 0;  // completions lost to overrun or to a CQ in error
 
   CqEntry spill{};  // where a completion the CQ drops is written (see next_slot)

@@ -68,6 +68,22 @@ TEST_P(Channel, FdReadableWhileEventPending) {
   if (cq != nullptr) cq->ack_events(1);
 }
 
+// A completion event not yet taken goes with its CQ when the CQ is destroyed (the kernel drops
+// it), and the channel's fd stops polling readable.
+TEST_P(Channel, DestroyedCqTakesItsPendingEvent) {
+  Pair p = channel_pair();
+  ASSERT_FALSE(p.cq_b->req_notify(false));
+  send(p, 1);
+  pass_time(std::chrono::milliseconds(100));
+  pollfd pfd{ch_->fd(), POLLIN, 0};
+  CHECK_OBS("readable_before", ::poll(&pfd, 1, 0), 1);
+  p.b.reset();
+  p.cq_b.reset();
+  CHECK_OBS("readable_after", ::poll(&pfd, 1, 0), 0);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", ch_->get_cq_event(cq, Wait::nonblocking), EAGAIN);
+}
+
 TEST_P(Channel, NoEventWithoutArming) {
   Pair p = channel_pair();
   send(p, 1);

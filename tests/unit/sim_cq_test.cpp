@@ -276,6 +276,24 @@ TEST_P(Channel, DestroyingACqWithUnacknowledgedEventsIsEbusy) {
   destroy(ch);
 }
 
+// An event still queued is not one the program has to acknowledge: it goes with the CQ (as
+// the kernel drops it), the destroy succeeds and the channel's fd stops polling readable.
+TEST_P(Channel, AnEventNotTakenGoesWithItsCq) {
+  ASSERT_FALSE(bcq->req_notify());
+  deliver(1);
+  world.run_until_idle();
+  EXPECT_TRUE(readable(ch->fd()));
+  led.drain(world, *bcq);
+  led.drain(world, *acq);
+  destroy(bqp);
+  destroy(bcq);
+  EXPECT_EQ(bcq, nullptr);
+  EXPECT_FALSE(readable(ch->fd()));
+  CompletionQueue* cq = nullptr;
+  EXPECT_EQ(ch->get_cq_event(cq, Wait::nonblocking), errno_code(EAGAIN));
+  destroy(ch);
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, Channel,
                          ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5),
                          testing::profile_name);
