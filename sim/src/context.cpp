@@ -292,6 +292,7 @@ SimMr::~SimMr() {
 void SimMr::destroy() {
   if (destroyed_) return;
   core_.dev->mrs.erase(core_.key >> 8);
+  ++core_.dev->mr_generation;
   --core_.pd->users;
   destroyed_ = true;
 }

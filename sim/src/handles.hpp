@@ -225,6 +225,13 @@ class SimQp : public QueuePair {
                      std::uint64_t value, std::uint64_t bytes);
   // The ACK for `e` can be left to the next message's (ACK coalescing).
   bool ack_coalesced(const Event& e) const noexcept;
+  // The MR of this QP's PD that `key` names on its device, or nullptr. The last one found is
+  // remembered until an MR of the device is deregistered or re-registered (mr_generation).
+  const MrCore* find_mr(std::uint32_t key) noexcept;
+  // Does every SGE of the list lie in an MR of this QP's PD with every access bit of `need`?
+  bool sges_valid(const Sge* sges, std::uint32_t n, Access need) noexcept;
+  // Does every SGE name an MR of this QP's PD (whatever its bounds and rights)?
+  bool sge_keys_known(const Sge* sges, std::uint32_t n) noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
   bool take_recv(RecvWqe& wqe, Sge*& sges) {
     RecvQueue& rq = srq_ ? srq_->rq : rq_;
@@ -289,6 +296,13 @@ class SimQp : public QueuePair {
   std::uint32_t epsn_ = 0;
   bool comm_est_raised_ = false;
   bool ack_owed_ = false;  // the last message's ACK was left to the next one (coalescing)
+
+  // The MR find_mr found last; it still exists, with the same key and PD, while `generation`
+  // is the device's mr_generation (0: none found yet).
+  struct MrCache {
+    std::uint64_t generation = 0;
+    const MrCore* mr = nullptr;
+  } mr_cache_;
 };
 
 // Variants created instead of the plain classes when the world's fault plan targets their data

@@ -136,6 +136,9 @@ struct DevCore {
   std::vector<SrqCore*> srqs;      // for the srq_limit fault
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_mr_index = 1;
+  // Changes when an MR of the device is deregistered or re-registered: keys that QPs found
+  // before (SimQp::find_mr) must be looked up again.
+  std::uint64_t mr_generation = 1;
   std::uint32_t next_pd_id = 1;
   int live_qps = 0;
   int live_cqs = 0;
