@@ -336,8 +336,10 @@ struct World::Impl {
   // Drops the heap's first event if it is a timer that would do nothing (SimQp::drop_idle_timer).
   bool drop_idle_timer_on_top();
   void dispatch(const Event& e);
+  // The QP `qpn` of device `dev`, or nullptr. `dev` must be a device of this world, as the
+  // device an event names always is (the simulator sets it, never the application).
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
-    return dev < devs.size() ? devs[dev]->qps.find(qpn) : nullptr;
+    return devs[dev]->qps.find(qpn);
   }
   // (device, port) owning `gid`, or -1.
   int route(const Gid& gid) const noexcept;
