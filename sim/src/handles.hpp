@@ -193,8 +193,8 @@ class SimQp : public QueuePair {
   const PdCore* pd() const noexcept { return pd_.get(); }
 
  protected:
-  World::Impl& world() const noexcept { return *ctx_->world; }
-  const ProfileTraits& traits() const noexcept { return *ctx_->world->traits; }
+  World::Impl& world() const noexcept { return *world_; }
+  const ProfileTraits& traits() const noexcept { return *world_->traits; }
   // Why `wr` cannot be posted: 0, or an errno with `reason` set; `length` is its byte count.
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
@@ -247,7 +247,7 @@ class SimQp : public QueuePair {
 
   // Owners: the PD (which owns the context), the CQs and the SRQ stay alive while the QP is.
   std::shared_ptr<PdCore> pd_;
-  CtxCore* ctx_;  // pd_->ctx
+  World::Impl* world_;  // pd_->ctx->world
   std::shared_ptr<CqCore> scq_;
   std::shared_ptr<CqCore> rcq_;
   std::shared_ptr<SrqCore> srq_;

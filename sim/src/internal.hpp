@@ -467,6 +467,7 @@ struct CqEntry {
 
 struct CqCore {
   std::shared_ptr<CtxCore> ctx;
+  World::Impl* world = nullptr;  // ctx->world
   std::shared_ptr<ChannelCore> channel;
   CompletionQueue* handle = nullptr;
   std::vector<CqEntry> ring;  // capacity == cqe
@@ -494,7 +495,7 @@ struct CqCore {
     return ring[i < size ? i : i - size];
   }
   bool commit(const CqEntry& e, bool solicited) {
-    Digest& d = ctx->world->digest;
+    Digest& d = world->digest;
     d.add(e.wc.wr_id);
     d.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
           static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);

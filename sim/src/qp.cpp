@@ -89,10 +89,10 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
 
 SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn)
     : pd_(std::move(pd)),
-      ctx_(pd_->ctx.get()),
+      world_(pd_->ctx->world),
       scq_(static_cast<SimCq*>(init.send_cq)->core()),
       rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
-      dev_(ctx_->dev),
+      dev_(pd_->ctx->dev),
       qpn_(qpn),
       type_(init.type),
       sq_sig_all_(init.sq_sig_all),
@@ -359,7 +359,7 @@ void SimQp::raise(AsyncEventType type) {
   ev.type = type;
   ev.qp = this;
   ev.qp_num = qpn_;
-  ctx_->raise(ev);
+  pd_->ctx->raise(ev);
 }
 
 void SimQp::flush_all() {
