@@ -199,6 +199,8 @@ class SimQp : public QueuePair {
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   void transmit();
+  template <QpType Type>
+  void transmit_as();  // transmit() for a QP of type `Type`
   void arm_timer();
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);

@@ -157,10 +157,19 @@ inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n) noexcept {
 
 void SimQp::transmit() {
   if (sq_sent_ == sq_post_ || attr_.qp_state != QpState::rts || rnr_wait_) return;
+  switch (type_) {
+    case QpType::rc: return transmit_as<QpType::rc>();
+    case QpType::uc: return transmit_as<QpType::uc>();
+    case QpType::ud: return transmit_as<QpType::ud>();
+  }
+}
+
+template <QpType Type>
+void SimQp::transmit_as() {
   World::Impl& w = world();
   const bool had_outstanding = sq_done_ != sq_sent_;
-  const bool rc = type_ == QpType::rc;
-  const bool ud = type_ == QpType::ud;
+  constexpr bool rc = Type == QpType::rc;
+  constexpr bool ud = Type == QpType::ud;
   const std::uint8_t port = ud ? 1 : attr_.port_num;
   // What every packet of this QP has in common.
   Event e{};
@@ -177,7 +186,7 @@ void SimQp::transmit() {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
-    if (!opcode_supported(type_, wq.opcode)) {
+    if (!opcode_supported(Type, wq.opcode)) {
       // rxe accepted it at post time; its requester finds no packet opcode for it.
       if (sq_done_ != sq_sent_) break;
       ++sq_sent_;
