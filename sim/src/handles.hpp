@@ -195,8 +195,13 @@ class SimQp : public QueuePair {
  protected:
   World::Impl& world() const noexcept { return *world_; }
   const ProfileTraits& traits() const noexcept { return *world_->traits; }
+  // post_send for a QP of type `Type`, and its steps for each WR.
+  template <QpType Type>
+  PostResult post_send_as(std::span<const SendWr> wrs) noexcept;
   // Why `wr` cannot be posted: 0, or an errno with `reason` set; `length` is its byte count.
+  template <QpType Type>
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
+  template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   void transmit();
   template <QpType Type>
