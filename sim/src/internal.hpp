@@ -101,16 +101,19 @@ class IdTable {
   explicit IdTable(std::uint32_t base) : base_(base) {}
   T* find(std::uint32_t id) const noexcept {
     const std::uint32_t i = id - base_;
-    return i < slots_.size() ? slots_[i] : nullptr;
+    return i < size_ ? slots_[i] : nullptr;
   }
   void insert(std::uint32_t id, T* p) {
     const std::uint32_t i = id - base_;
-    if (i >= slots_.size()) slots_.resize(i + 1, nullptr);
+    if (i >= size_) {
+      slots_.resize(i + 1, nullptr);
+      size_ = i + 1;
+    }
     slots_[i] = p;
   }
   void erase(std::uint32_t id) noexcept {
     const std::uint32_t i = id - base_;
-    if (i < slots_.size()) slots_[i] = nullptr;
+    if (i < size_) slots_[i] = nullptr;
   }
   // Live objects in id order.
   template <class F>
@@ -122,6 +125,7 @@ class IdTable {
 
  private:
   std::uint32_t base_;
+  std::uint32_t size_ = 0;  // slots_.size(), kept so that find() needs one load to compare
   std::vector<T*> slots_;
 };
 
