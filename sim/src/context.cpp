@@ -188,6 +188,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   }
   auto cq = std::make_shared<CqCore>();
   cq->ctx = core_;
+  cq->world = &w;
   cq->requested = cqe;
   const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
   cq->reported = static_cast<int>(depth);
@@ -299,6 +300,7 @@ SimMr::~SimMr() {
 void SimMr::destroy() {
   if (destroyed_) return;
   core_.dev->mrs.erase(core_.key >> 8);
+  ++core_.dev->mr_generation;
   --core_.pd->users;
   destroyed_ = true;
 }

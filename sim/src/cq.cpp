@@ -13,7 +13,7 @@
 namespace verbsim::sim {
 
 bool CqCore::drop() {
-  World::Impl& w = *ctx->world;
+  World::Impl& w = *world;
   ++dropped;
   ++w.acct.lost_to_overrun;
   if (error) return false;
@@ -37,7 +37,7 @@ void CqCore::notify_if_armed(const CqEntry& e, bool solicited) {
   // An error completion counts as solicited, except a send's where rxe posts it unsolicited
   // (its flushed receives do count).
   const bool failed = e.wc.status != WcStatus::success &&
-                      (!e.send || ctx->world->traits->send_error_is_solicited);
+                      (!e.send || world->traits->send_error_is_solicited);
   if (arm == Arm::any || (arm == Arm::solicited && (solicited || failed))) notify();
 }
 
@@ -83,7 +83,7 @@ void SimCq::destroy() {
 
 PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   CqCore& c = *core_;
-  World::Impl& w = *c.ctx->world;
+  World::Impl& w = *c.world;
   if (c.count == 0) {
     if (fibers_running(w)) {
       spin_wait(w);  // other fibers run first; the world moves once they all wait on it

@@ -193,12 +193,19 @@ class SimQp : public QueuePair {
   const PdCore* pd() const noexcept { return pd_.get(); }
 
  protected:
-  World::Impl& world() const noexcept { return *ctx_->world; }
-  const ProfileTraits& traits() const noexcept { return *ctx_->world->traits; }
+  World::Impl& world() const noexcept { return *world_; }
+  const ProfileTraits& traits() const noexcept { return *world_->traits; }
+  // post_send for a QP of type `Type`, and its steps for each WR.
+  template <QpType Type>
+  PostResult post_send_as(std::span<const SendWr> wrs) noexcept;
   // Why `wr` cannot be posted: 0, or an errno with `reason` set; `length` is its byte count.
+  template <QpType Type>
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
+  template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   void transmit();
+  template <QpType Type>
+  void transmit_as();  // transmit() for a QP of type `Type`
   void arm_timer();
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);
@@ -225,6 +232,13 @@ class SimQp : public QueuePair {
                      std::uint64_t value, std::uint64_t bytes);
   // The ACK for `e` can be left to the next message's (ACK coalescing).
   bool ack_coalesced(const Event& e) const noexcept;
+  // The MR of this QP's PD that `key` names on its device, or nullptr. The last one found is
+  // remembered until an MR of the device is deregistered or re-registered (mr_generation).
+  const MrCore* find_mr(std::uint32_t key) noexcept;
+  // Does every SGE of the list lie in an MR of this QP's PD with every access bit of `need`?
+  bool sges_valid(const Sge* sges, std::uint32_t n, Access need) noexcept;
+  // Does every SGE name an MR of this QP's PD (whatever its bounds and rights)?
+  bool sge_keys_known(const Sge* sges, std::uint32_t n) noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
   bool take_recv(RecvWqe& wqe, Sge*& sges) {
     RecvQueue& rq = srq_ ? srq_->rq : rq_;
@@ -240,7 +254,7 @@ class SimQp : public QueuePair {
 
   // Owners: the PD (which owns the context), the CQs and the SRQ stay alive while the QP is.
   std::shared_ptr<PdCore> pd_;
-  CtxCore* ctx_;  // pd_->ctx
+  World::Impl* world_;  // pd_->ctx->world
   std::shared_ptr<CqCore> scq_;
   std::shared_ptr<CqCore> rcq_;
   std::shared_ptr<SrqCore> srq_;
@@ -289,6 +303,13 @@ class SimQp : public QueuePair {
   std::uint32_t epsn_ = 0;
   bool comm_est_raised_ = false;
   bool ack_owed_ = false;  // the last message's ACK was left to the next one (coalescing)
+
+  // The MR find_mr found last; it still exists, with the same key and PD, while `generation`
+  // is the device's mr_generation (0: none found yet).
+  struct MrCache {
+    std::uint64_t generation = 0;
+    const MrCore* mr = nullptr;
+  } mr_cache_;
 };
 
 // Variants created instead of the plain classes when the world's fault plan targets their data

@@ -101,16 +101,19 @@ class IdTable {
   explicit IdTable(std::uint32_t base) : base_(base) {}
   T* find(std::uint32_t id) const noexcept {
     const std::uint32_t i = id - base_;
-    return i < slots_.size() ? slots_[i] : nullptr;
+    return i < size_ ? slots_[i] : nullptr;
   }
   void insert(std::uint32_t id, T* p) {
     const std::uint32_t i = id - base_;
-    if (i >= slots_.size()) slots_.resize(i + 1, nullptr);
+    if (i >= size_) {
+      slots_.resize(i + 1, nullptr);
+      size_ = i + 1;
+    }
     slots_[i] = p;
   }
   void erase(std::uint32_t id) noexcept {
     const std::uint32_t i = id - base_;
-    if (i < slots_.size()) slots_[i] = nullptr;
+    if (i < size_) slots_[i] = nullptr;
   }
   // Live objects in id order.
   template <class F>
@@ -122,6 +125,7 @@ class IdTable {
 
  private:
   std::uint32_t base_;
+  std::uint32_t size_ = 0;  // slots_.size(), kept so that find() needs one load to compare
   std::vector<T*> slots_;
 };
 
@@ -136,6 +140,9 @@ struct DevCore {
   std::vector<SrqCore*> srqs;      // for the srq_limit fault
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_mr_index = 1;
+  // Changes when an MR of the device is deregistered or re-registered: keys that QPs found
+  // before (SimQp::find_mr) must be looked up again.
+  std::uint64_t mr_generation = 1;
   std::uint32_t next_pd_id = 1;
   int live_qps = 0;
   int live_cqs = 0;
@@ -333,8 +340,10 @@ struct World::Impl {
   // Drops the heap's first event if it is a timer that would do nothing (SimQp::drop_idle_timer).
   bool drop_idle_timer_on_top();
   void dispatch(const Event& e);
+  // The QP `qpn` of device `dev`, or nullptr. `dev` must be a device of this world, as the
+  // device an event names always is (the simulator sets it, never the application).
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
-    return dev < devs.size() ? devs[dev]->qps.find(qpn) : nullptr;
+    return devs[dev]->qps.find(qpn);
   }
   // (device, port) owning `gid`, or -1.
   int route(const Gid& gid) const noexcept;
@@ -469,6 +478,7 @@ struct CqEntry {
 
 struct CqCore {
   std::shared_ptr<CtxCore> ctx;
+  World::Impl* world = nullptr;  // ctx->world
   std::shared_ptr<ChannelCore> channel;
   CompletionQueue* handle = nullptr;
   std::vector<CqEntry> ring;  // capacity == cqe
@@ -496,7 +506,7 @@ struct CqCore {
     return ring[i < size ? i : i - size];
   }
   bool commit(const CqEntry& e, bool solicited) {
-    Digest& d = ctx->world->digest;
+    Digest& d = world->digest;
     d.add(e.wc.wr_id);
     d.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
           static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);

@@ -89,10 +89,10 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
 
 SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn)
     : pd_(std::move(pd)),
-      ctx_(pd_->ctx.get()),
+      world_(pd_->ctx->world),
       scq_(static_cast<SimCq*>(init.send_cq)->core()),
       rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
-      dev_(ctx_->dev),
+      dev_(pd_->ctx->dev),
       qpn_(qpn),
       type_(init.type),
       sq_sig_all_(init.sq_sig_all),
@@ -167,7 +167,7 @@ void SimQp::destroy() {
   rcq_->qps.remove(qpn_);
   if (srq_) --srq_->users;
   --pd_->users;
-  ctx_->forget_events_of(static_cast<QueuePair*>(this));
+  pd_->ctx->forget_events_of(static_cast<QueuePair*>(this));
   destroyed_ = true;
 }
 
@@ -192,6 +192,7 @@ void SimQp::forget_cq_entries() noexcept {
 // ---------------------------------------------------------------------------------------------
 // Posting
 
+template <QpType Type>
 [[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
                                                  const char*& reason) const noexcept {
   const ProfileTraits& t = traits();
@@ -200,7 +201,7 @@ void SimQp::forget_cq_entries() noexcept {
     return err;
   };
   if (sq_post_ - sq_retired_ >= sq_depth_) return refuse(ENOMEM, "send queue full");
-  if (!opcode_allowed(type_, wr.opcode) && t.post_checks_opcode) {
+  if (!opcode_allowed(Type, wr.opcode) && t.post_checks_opcode) {
     return refuse(EINVAL, "opcode not supported on this QP type");
   }
   if (wr.sg_list.size() > max_send_sge_) return refuse(t.send_limit_errno, "too many SGEs");
@@ -217,7 +218,7 @@ void SimQp::forget_cq_entries() noexcept {
     return refuse(EINVAL, "atomics need one 8-byte, 8-byte aligned operand");
   }
   if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
-  if (type_ == QpType::ud) [[unlikely]] {
+  if (Type == QpType::ud) {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
     if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
     const auto& port = dev_->ports[0];
@@ -228,6 +229,7 @@ void SimQp::forget_cq_entries() noexcept {
   return 0;
 }
 
+template <QpType Type>
 [[gnu::always_inline]] inline void SimQp::enqueue_send(const SendWr& wr,
                                                       std::uint32_t length) noexcept {
   const std::uint32_t i = sq_post_++;
@@ -241,7 +243,7 @@ void SimQp::forget_cq_entries() noexcept {
   w.imm = wr.imm_data;
   w.remote_qpn = wr.remote_qpn;
   w.remote_qkey = wr.remote_qkey;
-  w.dst_dev = type_ == QpType::ud ? static_cast<const SimAh*>(wr.ah)->dst_dev() : -1;
+  w.dst_dev = Type == QpType::ud ? static_cast<const SimAh*>(wr.ah)->dst_dev() : -1;
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
@@ -261,6 +263,16 @@ void SimQp::forget_cq_entries() noexcept {
 }
 
 PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
+  switch (type_) {
+    case QpType::uc: return post_send_as<QpType::uc>(wrs);
+    case QpType::ud: return post_send_as<QpType::ud>(wrs);
+    case QpType::rc: break;
+  }
+  return post_send_as<QpType::rc>(wrs);
+}
+
+template <QpType Type>
+PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   const ProfileTraits& t = traits();
   const QpState s = attr_.qp_state;
   const bool early = s == QpState::reset || s == QpState::init || s == QpState::rtr;
@@ -271,11 +283,11 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
     std::uint64_t length = 0;
     const char* reason = "";
-    if (const int err = check_send(wrs[i], length, reason); err != 0) {
+    if (const int err = check_send<Type>(wrs[i], length, reason); err != 0) {
       if (i > 0 && s == QpState::rts) transmit();
       return {i, err, reason};
     }
-    enqueue_send(wrs[i], static_cast<std::uint32_t>(length));
+    enqueue_send<Type>(wrs[i], static_cast<std::uint32_t>(length));
     ++acct.posted;
     if (s == QpState::err) {
       complete_next(WcStatus::wr_flush_err);
@@ -360,7 +372,7 @@ void SimQp::raise(AsyncEventType type) {
   ev.type = type;
   ev.qp = this;
   ev.qp_num = qpn_;
-  ctx_->raise(ev);
+  pd_->ctx->raise(ev);
 }
 
 void SimQp::flush_all() {

@@ -25,41 +25,12 @@ bool opcode_supported(QpType type, WrOpcode op) noexcept {
   return type == QpType::rc || !is_read_or_atomic(op);
 }
 
-// Is [addr, addr+len) inside a memory region of `dev`'s table under `key`, owned by `pd`, with
-// every access bit of `need`? Returns its MR or nullptr.
-[[gnu::always_inline]] inline const MrCore* lookup(const DevCore& dev, std::uint32_t key,
-                                                 const PdCore* pd, std::uint64_t addr,
-                                                 std::uint64_t len, Access need) noexcept {
-  const MrCore* mr = dev.mrs.find(key >> 8);
-  if (mr == nullptr || mr->key != key || mr->pd.get() != pd) return nullptr;
-  if (need != Access::none && !all(mr->access, need)) return nullptr;
-  const auto base = reinterpret_cast<std::uint64_t>(mr->addr);
-  if (addr < base || addr + len > base + mr->length || addr + len < addr) return nullptr;
-  return mr;
-}
-
-// Does every SGE name a live MR of `pd` (whatever its bounds and rights)?
-bool sge_keys_known(const DevCore& dev, const PdCore* pd, const Sge* sges, std::uint32_t n) noexcept {
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (sges[i].length == 0) continue;
-    const MrCore* mr = dev.mrs.find(sges[i].lkey >> 8);
-    if (mr == nullptr || mr->key != sges[i].lkey || mr->pd.get() != pd) return false;
-  }
-  return true;
-}
-
-[[gnu::always_inline]] inline bool sges_valid(const DevCore& dev, const PdCore* pd,
-                                             const Sge* sges, std::uint32_t n,
-                                             Access need) noexcept {
-  if (n == 1) {  // the common case, without the loop
-    return sges->length == 0 ||
-           lookup(dev, sges->lkey, pd, sges->addr, sges->length, need) != nullptr;
-  }
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (sges[i].length == 0) continue;
-    if (lookup(dev, sges[i].lkey, pd, sges[i].addr, sges[i].length, need) == nullptr) return false;
-  }
-  return true;
+// Does `mr` cover [addr, addr+len) with every access bit of `need`?
+[[gnu::always_inline]] inline bool covers(const MrCore& mr, std::uint64_t addr, std::uint64_t len,
+                                          Access need) noexcept {
+  if (need != Access::none && !all(mr.access, need)) return false;
+  const auto base = reinterpret_cast<std::uint64_t>(mr.addr);
+  return addr >= base && addr + len <= base + mr.length && addr + len >= addr;
 }
 
 // Scatters `len` bytes from `src` into the SGE list.
@@ -147,14 +118,58 @@ void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// Memory keys
+
+[[gnu::always_inline]] inline const MrCore* SimQp::find_mr(std::uint32_t key) noexcept {
+  if (mr_cache_.generation == dev_->mr_generation && mr_cache_.mr->key == key) [[likely]] {
+    return mr_cache_.mr;
+  }
+  const MrCore* mr = dev_->mrs.find(key >> 8);
+  if (mr == nullptr || mr->key != key || mr->pd.get() != pd_.get()) return nullptr;
+  mr_cache_ = {dev_->mr_generation, mr};
+  return mr;
+}
+
+inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n) noexcept {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (sges[i].length != 0 && find_mr(sges[i].lkey) == nullptr) return false;
+  }
+  return true;
+}
+
+[[gnu::always_inline]] inline bool SimQp::sges_valid(const Sge* sges, std::uint32_t n,
+                                                     Access need) noexcept {
+  if (n == 1) {  // the common case, without the loop
+    if (sges->length == 0) return true;
+    const MrCore* mr = find_mr(sges->lkey);
+    return mr != nullptr && covers(*mr, sges->addr, sges->length, need);
+  }
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (sges[i].length == 0) continue;
+    const MrCore* mr = find_mr(sges[i].lkey);
+    if (mr == nullptr || !covers(*mr, sges[i].addr, sges[i].length, need)) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Requester
 
 void SimQp::transmit() {
   if (sq_sent_ == sq_post_ || attr_.qp_state != QpState::rts || rnr_wait_) return;
+  switch (type_) {
+    case QpType::rc: return transmit_as<QpType::rc>();
+    case QpType::uc: return transmit_as<QpType::uc>();
+    case QpType::ud: return transmit_as<QpType::ud>();
+  }
+}
+
+template <QpType Type>
+void SimQp::transmit_as() {
   World::Impl& w = world();
   const bool had_outstanding = sq_done_ != sq_sent_;
-  const bool rc = type_ == QpType::rc;
-  const bool ud = type_ == QpType::ud;
+  constexpr bool rc = Type == QpType::rc;
+  constexpr bool ud = Type == QpType::ud;
   const std::uint8_t port = ud ? 1 : attr_.port_num;
   // What every packet of this QP has in common.
   Event e{};
@@ -171,7 +186,7 @@ void SimQp::transmit() {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
-    if (!opcode_supported(type_, wq.opcode)) {
+    if (!opcode_supported(Type, wq.opcode)) {
       // rxe accepted it at post time; its requester finds no packet opcode for it.
       if (sq_done_ != sq_sent_) break;
       ++sq_sent_;
@@ -182,11 +197,11 @@ void SimQp::transmit() {
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
     // stay in order, so wait for everything before it first.
     const Access need = rd ? Access::local_write : Access::none;
-    if (!wq.inlined && !sges_valid(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge, need)) {
+    if (!wq.inlined && !sges_valid(sq_sge(sq_sent_), wq.num_sge, need)) {
       if (sq_done_ != sq_sent_) break;
       // Reading the data: an unknown key may be reported apart from a bounds error. Writing a
       // READ/atomic response into it fails as a protection error everywhere.
-      const bool known = rd || sge_keys_known(*dev_, pd_.get(), sq_sge(sq_sent_), wq.num_sge);
+      const bool known = rd || sge_keys_known(sq_sge(sq_sent_), wq.num_sge);
       ++sq_sent_;
       complete_next(known ? WcStatus::loc_prot_err : traits().bad_lkey_status);
       enter_error(false);
@@ -372,7 +387,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   if (!take_recv(rw, rs)) return;
   const std::uint64_t room = sges_length({rs, rw.num_sge});
   if (room < 40u + wq.length ||
-      !sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+      !sges_valid(rs, rw.num_sge, Access::local_write)) {
     WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
     if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
     complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req.qpn_, false);
@@ -446,7 +461,9 @@ void SimQp::on_deliver(const Event& e) {
       if (traits().qp_access_nak_inv_req) access_nak = Nak::inv_req;
       return false;
     }
-    return len == 0 || lookup(*dev_, wq.rkey, pd_.get(), wq.remote_addr, len, mr_need) != nullptr;
+    if (len == 0) return true;
+    const MrCore* mr = find_mr(wq.rkey);
+    return mr != nullptr && covers(*mr, wq.remote_addr, len, mr_need);
   };
   const bool with_imm =
       wq.opcode == WrOpcode::send_with_imm || wq.opcode == WrOpcode::rdma_write_with_imm;
@@ -458,7 +475,7 @@ void SimQp::on_deliver(const Event& e) {
     case WrOpcode::send_with_imm: {
       RecvWqe rw;
       Sge* rs;
-      if (!take_recv(rw, rs)) {
+      if (!take_recv(rw, rs)) [[unlikely]] {
         if (rc) {
           respond(EvKind::nak, Nak::rnr, attr_.min_rnr_timer, 0);
         } else {
@@ -467,13 +484,13 @@ void SimQp::on_deliver(const Event& e) {
         return;
       }
       const bool qp_op = traits().responder_errors_are_qp_op;
-      if (sges_length({rs, rw.num_sge}) < wq.length) {
+      if (sges_length({rs, rw.num_sge}) < wq.length) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_len_err, WcOpcode::recv,
                       0, 0, false, 0, false);
         responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
-      if (!sges_valid(*dev_, pd_.get(), rs, rw.num_sge, Access::local_write)) {
+      if (!sges_valid(rs, rw.num_sge, Access::local_write)) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err,
                       WcOpcode::recv, 0, 0, false, 0, false);
         responder_error(Nak::rem_op, AsyncEventType::qp_access_err);

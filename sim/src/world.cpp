@@ -314,12 +314,16 @@ inline void World::Impl::dispatch(const Event& e) {
   if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
   SimQp* qp = find_qp(e.dev, e.qpn);
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
+  if (e.kind == EvKind::deliver) [[likely]] {  // one per message: most events
+    qp->on_deliver(e);
+    return;
+  }
   switch (e.kind) {
-    case EvKind::deliver: qp->on_deliver(e); break;
     case EvKind::ack: qp->on_ack(e); break;
     case EvKind::nak: qp->on_nak(e); break;
     case EvKind::timeout: qp->on_timeout(e); break;
     case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
+    case EvKind::deliver:
     case EvKind::fault:
     case EvKind::wake: break;
   }

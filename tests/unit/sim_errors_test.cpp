@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../support/sim_checks.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 namespace verbsim {
 namespace {
@@ -358,6 +359,47 @@ TEST_P(RequesterErrors, BadLkeyOnASendSgeFailsTheSenderOnly) {
     EXPECT_TRUE(async_events(*p.a.ctx).empty());
     EXPECT_TRUE(led.balanced());
     destroy(foreign);
+  }
+}
+
+// A key that worked fails once its MR is deregistered or re-registered to another PD, on the
+// sender's SGE and on the receiver's (the simulator remembers the last MR each QP found).
+TEST_P(RequesterErrors, AKeyThatWorkedFailsOnceItsMrIsGoneOrMoved) {
+  const WcStatus bad_lkey = on(GetParam(), WcStatus::loc_prot_err, WcStatus::loc_qp_op_err);
+  for (const bool receiver : {false, true}) {
+    for (const bool moved : {false, true}) {
+      SCOPED_TRACE(std::string(receiver ? "receiver's" : "sender's") + " MR " +
+                   (moved ? "moved to another PD" : "deregistered"));
+      SimPair p(config());
+      Ledger led;
+      const Sge ss = p.a.sge(0, 16);
+      const Sge rs = p.b.sge(0, 64);
+      ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+      ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(202, rs)));
+      ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(1, ss)));
+      expect_completions(led.poll_n(p.world, *p.a.cq, 1), *p.a.qp, {{1, WcStatus::success}});
+      expect_completions(led.poll_n(p.world, *p.b.cq, 1), *p.b.qp, {{201, WcStatus::success}});
+      testing::Side& owner = receiver ? p.b : p.a;
+      auto other_pd = owner.ctx->alloc_pd();
+      if (moved) {
+        sim::MrChange change;
+        change.pd = other_pd.get();
+        sim::rereg_mr(*owner.mr, change);
+      } else {
+        destroy(owner.mr);
+      }
+      ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(2, ss)));
+      if (receiver) {
+        expect_completions(led.poll_n(p.world, *p.a.cq, 1), *p.a.qp, {{2, WcStatus::rem_op_err}});
+        expect_completions(led.drain(p.world, *p.b.cq), *p.b.qp, {{202, bad_lkey}});
+      } else {
+        expect_completions(led.poll_n(p.world, *p.a.cq, 1), *p.a.qp, {{2, bad_lkey}});
+        expect_state(*p.b.qp, QpState::rts);
+        EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "nothing reached the responder";
+      }
+      expect_state(*p.a.qp, QpState::err);
+      if (owner.mr) destroy(owner.mr);
+    }
   }
 }
 
