@@ -300,7 +300,7 @@ SimMr::~SimMr() {
 void SimMr::destroy() {
   if (destroyed_) return;
   core_.dev->mrs.erase(core_.key >> 8);
-  ++core_.dev->mr_generation;
+  mr_changed(*core_.dev, core_.key);
   --core_.pd->users;
   destroyed_ = true;
 }

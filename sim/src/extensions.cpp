@@ -40,7 +40,7 @@ void rereg_mr(MemoryRegion& mr, const MrChange& change) {
     core.length = change.length;
   }
   core.access = access;
-  ++core.dev->mr_generation;
+  mr_changed(*core.dev, core.key);
 }
 
 void resize_cq(CompletionQueue& cq, int cqe) {

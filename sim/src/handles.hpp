@@ -180,6 +180,9 @@ class SimQp : public QueuePair {
   void cq_failed();
   // The device failed this QP (fault plan): ERR with a QP_FATAL event.
   void fatal();
+  // The MR of `key` was deregistered or re-registered: marks the messages in flight that read
+  // or land in it.
+  void mr_changed(std::uint32_t key) noexcept;
   // Work requests still in its queues (for the accounting invariant).
   std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
@@ -356,6 +359,13 @@ inline WcOpcode wc_opcode_of(WrOpcode op) noexcept {
 
 // Writes the completion of send WQE `index` into the send CQ; `detail`: with its opcode and
 // length (rxe leaves them out of an error completion).
+// An MR of `dev` was deregistered or re-registered: the QPs' remembered MR lookups are stale,
+// and messages in flight that use it may no longer touch its memory (SimQp::mr_changed).
+inline void mr_changed(DevCore& dev, std::uint32_t key) noexcept {
+  ++dev.mr_generation;
+  dev.qps.for_each([key](SimQp& qp) { qp.mr_changed(key); });
+}
+
 inline void SimQp::push_send_wc(std::uint32_t index, WcStatus status, bool detail) {
   const SendWqe& w = sq_at(index);
   CqEntry& e = scq_->next_slot();

@@ -590,6 +590,9 @@ struct SendWqe {
   SendFlags flags;
   bool signaled;
   bool inlined;
+  // Sent, and an MR its SGEs name was deregistered or re-registered before it arrived
+  // (SimQp::mr_changed): on arrival it may not touch them.
+  bool buffers_gone;
 };
 
 }  // namespace verbsim::sim

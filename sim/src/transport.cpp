@@ -208,6 +208,7 @@ void SimQp::transmit_as() {
       return;
     }
     wq.psn = (attr_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
+    wq.buffers_gone = false;  // the buffers were just found valid
     const int dst = ud ? wq.dst_dev : dst_dev_;
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
     if (rd) ++rd_atomic_outstanding_;
@@ -269,6 +270,13 @@ inline bool SimQp::acknowledge_until(std::uint32_t end) {
 void SimQp::on_ack(const Event& e) {
   if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
+  if (type_ != QpType::rc && sq_at(e.index).buffers_gone) [[unlikely]] {
+    // UC, UD: sent (completing) while its buffers went; the message was lost.
+    if (!acknowledge_until(e.index)) return;
+    complete_next(WcStatus::loc_prot_err);
+    enter_error(false);
+    return;
+  }
   if (!acknowledge_until(e.index + 1)) return;
   retry_left_ = attr_.retry_cnt;
   rnr_left_ = attr_.rnr_retry;
@@ -351,6 +359,22 @@ void SimQp::on_rnr_retry(const Event& e) {
   transmit();
 }
 
+// The simulator reads a message's buffers, and writes a READ or atomic response into them, when
+// the message arrives. A program that deregisters (or re-registers) an MR while messages that
+// use it are on the wire must not have them touch its memory then: they are marked, and arrive
+// as nothing (on_deliver). As on a NIC that had not yet read the buffers, the WR fails with
+// LOC_PROT_ERR.
+void SimQp::mr_changed(std::uint32_t key) noexcept {
+  for (std::uint32_t i = sq_done_; i != sq_sent_; ++i) {
+    SendWqe& wq = sq_at(i);
+    if (wq.inlined) continue;
+    const Sge* sges = sq_sge(i);
+    for (std::uint32_t k = 0; k < wq.num_sge; ++k) {
+      if (sges[k].lkey == key) wq.buffers_gone = true;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Responder
 
@@ -381,6 +405,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   const SendWqe& wq = req.sq_at(index);
   const Sge* src_sges = req.sq_sge(index);
   const std::uint8_t* src_inline = req.sq_inline(index);
+  if (wq.buffers_gone) return;  // lost: the sender completes it with LOC_PROT_ERR (on_ack)
   if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
   RecvWqe rw;
   Sge* rs;
@@ -443,6 +468,13 @@ void SimQp::on_deliver(const Event& e) {
       send_response(e, EvKind::nak, Nak::psn_seq, e.index - diff, 0, 0);
       return;
     }
+  }
+  if (wq.buffers_gone) [[unlikely]] {
+    // The requester's buffers went while it was on the wire: nothing of it arrives. RC NAKs
+    // it, so the requester goes back, finds the key invalid and fails the WR with LOC_PROT_ERR;
+    // UC loses it, and the requester fails it when it completes (on_ack).
+    if (rc) send_response(e, EvKind::nak, Nak::psn_seq, e.index, 0, 0);
+    return;
   }
   if (s == QpState::rtr && !comm_est_raised_) {
     comm_est_raised_ = true;

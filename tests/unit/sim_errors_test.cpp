@@ -403,6 +403,47 @@ TEST_P(RequesterErrors, AKeyThatWorkedFailsOnceItsMrIsGoneOrMoved) {
   }
 }
 
+// The simulator touches a requester's buffers when its message arrives. A program that
+// deregisters the MR while the message is on the wire must not have them read or written then
+// (they may be freed already): the WR fails as on a NIC that had not read them yet, and
+// nothing reaches the responder. Re-registered in place, the MR is valid again and the message
+// goes out anew.
+TEST_P(RequesterErrors, AnMrGoneWhileItsMessageIsOnTheWireIsNotTouched) {
+  const WcStatus bad_lkey = on(GetParam(), WcStatus::loc_prot_err, WcStatus::loc_qp_op_err);
+  for (const WrOpcode op : {WrOpcode::send, WrOpcode::rdma_read}) {
+    for (const bool reregistered : {false, true}) {
+      SCOPED_TRACE(std::string(to_string(op)) +
+                   (reregistered ? ", MR re-registered in place" : ", MR deregistered"));
+      SimPair p(config());
+      Ledger led;
+      std::memset(p.a.buf.data(), 'a', 64);
+      std::memset(p.b.buf.data(), 'b', 64);
+      const Sge ss = p.a.sge(0, 64);
+      const Sge rs = p.b.sge(1024, 64);
+      ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+      ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, op, ss, *p.b.mr, 0)));
+      if (reregistered) {
+        sim::MrChange change;
+        change.access = Access::local_write;
+        sim::rereg_mr(*p.a.mr, change);
+      } else {
+        destroy(p.a.mr);  // the WR is on the wire: it was sent when posted
+      }
+      const auto wcs = led.poll_n(p.world, *p.a.cq, 1);
+      if (reregistered) {
+        expect_completions(wcs, *p.a.qp, {{1, WcStatus::success}});
+        continue;
+      }
+      const WcStatus want = op == WrOpcode::rdma_read ? WcStatus::loc_prot_err : bad_lkey;
+      expect_completions(wcs, *p.a.qp, {{1, want}});
+      expect_state(*p.a.qp, QpState::err);
+      EXPECT_EQ(p.a.buf[0], 'a') << "a READ response written into a deregistered MR";
+      EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "a SEND's data read from it";
+      expect_state(*p.b.qp, QpState::rts);
+    }
+  }
+}
+
 TEST_P(RequesterErrors, InlineDataNeedsNoMemoryRegion) {
   SimPair p(config());
   Ledger led;

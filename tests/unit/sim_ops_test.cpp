@@ -378,6 +378,41 @@ TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
   }
 }
 
+// UC and UD: a SEND whose MR is deregistered while it is on the wire is not read (its buffer
+// may be freed already); it is lost and its WR fails with LOC_PROT_ERR (see the RC case in
+// sim_errors_test.cpp).
+TEST_P(Ops, UnreliableSendWhoseMrGoesOnTheWireIsLostAndFails) {
+  for (const QpType t : {QpType::uc, QpType::ud}) {
+    SCOPED_TRACE(std::string(to_string(t)));
+    PairOptions o;
+    o.type = t;
+    o.connect_options.qkey = 0x11111111;
+    SimPair p(config(), o);
+    Ledger led;
+    const Sge ls = p.a.sge(0, 16);
+    const Sge rs = p.b.sge(0, 256);
+    ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+    SendWr wr = send_wr(1, ls);
+    std::unique_ptr<AddressHandle> ah;
+    if (t == QpType::ud) {
+      AhAttr attr;
+      attr.is_global = true;
+      attr.grh.dgid = p.b.ctx->query_gid(1, 1);
+      attr.grh.sgid_index = 1;
+      ah = p.a.pd->create_ah(attr);
+      wr.ah = ah.get();
+      wr.remote_qpn = p.b.qp->qp_num();
+      wr.remote_qkey = 0x11111111;
+    }
+    ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+    destroy(p.a.mr);
+    const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+    EXPECT_EQ(w.status, WcStatus::loc_prot_err) << to_string(w.status);
+    EXPECT_EQ(p.a.qp->state(), QpState::err);
+    EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "the receiver got it";
+  }
+}
+
 TEST_P(Ops, UcWriteLandsAndASendWithoutReceiveIsLostWithoutRnr) {
   PairOptions o;
   o.type = QpType::uc;

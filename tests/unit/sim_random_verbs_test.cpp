@@ -1138,12 +1138,12 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   if (runs > 1) {
     EXPECT_EQ(overrun_lost > 0, trouble == Trouble::overrun) << overrun_lost << " lost";
   }
-  // The runs must move data, not only refuse and flush: about 25 successful completions a run
+  // The runs must move data, not only refuse and flush: 15 to 25 successful completions a run
   // on average (one run alone may have far fewer), some of them transfers checked byte by byte,
   // and an atomic's returned value checked every other run or so (most atomics are flushed:
   // their QP failed for a WR before them).
   if (runs > 1) {
-    EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
+    EXPECT_GE(successes, 10u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
     EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
     EXPECT_GT(async_events, 0u);
@@ -1187,7 +1187,7 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
       "checked, %zu async events checked, in %d runs\n",
       successes, payloads_checked, atomics_checked, async_events, runs);
   if (runs > 1) {
-    EXPECT_GE(successes, 15u * static_cast<std::size_t>(runs));
+    EXPECT_GE(successes, 10u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
     EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
   }
