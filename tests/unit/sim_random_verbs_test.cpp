@@ -90,6 +90,13 @@ constexpr std::uint32_t kQkey = 0x11111111;
 constexpr Access kAllAccess =
     Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
 
+// How fast the simulated network is next to the program. On a device the NIC moves on between
+// the program's steps; in a simulated world nothing moves until the program polls or waits.
+enum class Pace {
+  lazy,   // the world moves only when the test polls or lets it run: much is in flight
+  eager,  // and also runs 50 us of virtual time after every step, as a NIC would
+};
+
 // What besides the steps can go wrong in a run.
 enum class Trouble {
   none,
@@ -313,6 +320,8 @@ class Fabric {
   virtual std::unique_ptr<Context> open(int host) = 0;
   // A chance to move on: the simulated world runs its next instant; a NIC moves by itself.
   virtual void advance() = 0;
+  // Between two steps of the program.
+  virtual void between_steps() {}
   // Nothing more will happen by itself, `quiet` after the last completion: the simulated world
   // knows; on a device, two seconds without one will do once every QP is in ERR.
   virtual bool settled(std::chrono::steady_clock::duration quiet) const = 0;
@@ -326,11 +335,14 @@ class Fabric {
 
 class SimFabric final : public Fabric {
  public:
-  explicit SimFabric(sim::Config config) : world_(std::move(config)) {}
+  SimFabric(sim::Config config, Pace pace) : world_(std::move(config)), pace_(pace) {}
   std::unique_ptr<Context> open(int host) override {
     return world_.open("sim" + std::to_string(host));
   }
   void advance() override { world_.step(); }
+  void between_steps() override {
+    if (pace_ == Pace::eager) world_.run_until(world_.now() + 50'000);
+  }
   bool settled(std::chrono::steady_clock::duration) const override {
     return world_.pending_events() == 0;
   }
@@ -342,6 +354,7 @@ class SimFabric final : public Fabric {
 
  private:
   sim::World world_;
+  Pace pace_;
 };
 
 // Both hosts on one device, in loopback (as the conformance suite runs on rxe). rxe is the only
@@ -432,6 +445,7 @@ class Scenario {
       } else {
         reregister(*q.host);
       }
+      fabric_.between_steps();
     }
     finish();
     if (failures() > failures_before) {
@@ -1113,10 +1127,10 @@ sim::Config sim_config(Profile profile, std::uint64_t seed, Trouble trouble) {
   return c;
 }
 
-class RandomVerbs : public ::testing::TestWithParam<std::tuple<Profile, Trouble>> {};
+class RandomVerbs : public ::testing::TestWithParam<std::tuple<Profile, Trouble, Pace>> {};
 
 TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
-  const auto [profile, trouble] = GetParam();
+  const auto [profile, trouble, pace] = GetParam();
   // VERBSIM_SEED (a replay, or verbsim-swarm) gives every world the same seed: one run is enough.
   const int runs = std::getenv("VERBSIM_SEED") != nullptr ? 1 : kSeedsPerProfile;
   std::size_t successes = 0;
@@ -1126,7 +1140,7 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   std::uint64_t overrun_lost = 0;
   for (int seed = 1; seed <= runs; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    SimFabric fabric(sim_config(profile, static_cast<std::uint64_t>(seed), trouble));
+    SimFabric fabric(sim_config(profile, static_cast<std::uint64_t>(seed), trouble), pace);
     const Scenario::Outcome o = Scenario(fabric, trouble).go();
     successes += o.successes;
     payloads_checked += o.payloads_checked;
@@ -1194,16 +1208,18 @@ TEST(RandomVerbsOnDevice, NothingCrashesAndEveryWrEndsOnce) {
 }
 
 std::string random_verbs_name(
-    const ::testing::TestParamInfo<std::tuple<Profile, Trouble>>& param_info) {
+    const ::testing::TestParamInfo<std::tuple<Profile, Trouble, Pace>>& param_info) {
   const char* const suffix[] = {"", "_faults", "_overrun"};
   return std::string(sim::to_string(std::get<0>(param_info.param))) +
-         suffix[static_cast<int>(std::get<1>(param_info.param))];
+         suffix[static_cast<int>(std::get<1>(param_info.param))] +
+         (std::get<2>(param_info.param) == Pace::eager ? "_eager" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Profiles, RandomVerbs,
     ::testing::Combine(::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5),
-                       ::testing::Values(Trouble::none, Trouble::faults, Trouble::overrun)),
+                       ::testing::Values(Trouble::none, Trouble::faults, Trouble::overrun),
+                       ::testing::Values(Pace::lazy, Pace::eager)),
     random_verbs_name);
 
 }  // namespace
