@@ -41,7 +41,43 @@ class Channel : public Conformance {
   std::unique_ptr<CompletionChannel> ch_;
 };
 
-class Async : public Conformance {};
+class Async : public Conformance {
+ protected:
+  // `a` connected to `b`, which receives from `srq` (depth 8); the SRQ holds `receives`
+  // receives and its limit is armed at `limit`. (Members go in reverse: QPs first.)
+  struct SrqPair {
+    std::unique_ptr<SharedReceiveQueue> srq;
+    std::unique_ptr<CompletionQueue> cqa;
+    std::unique_ptr<CompletionQueue> cqb;
+    std::unique_ptr<QueuePair> a;
+    std::unique_ptr<QueuePair> b;
+  };
+  SrqPair srq_pair(std::uint64_t receives, std::uint32_t limit) {
+    SrqPair p;
+    p.srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+    p.cqa = make_cq(16);
+    p.cqb = make_cq(16);
+    p.a = make_qp(*p.cqa, *p.cqa);
+    p.b = make_qp(*p.cqb, *p.cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, p.srq.get());
+    connect_pair(*p.a, *p.b);
+    const Sge r = sge(8192, 64);
+    for (std::uint64_t i = 0; i < receives; ++i) {
+      EXPECT_FALSE(p.srq->post_recv(recv_wr(i, &r)).error());
+    }
+    SrqAttr attr;
+    attr.srq_limit = limit;
+    CHECK_ERR("arm", verb_errno([&] { p.srq->modify(attr, SrqAttrMask::limit); }), 0);
+    return p;
+  }
+  // `qp` to SQD asking for SQ_DRAINED, and time for the drain to finish.
+  void to_sqd_with_notify(QueuePair& qp) {
+    QpAttr a;
+    a.qp_state = QpState::sqd;
+    a.en_sqd_async_notify = 1;
+    CHECK_ERR("to_sqd", verb_errno([&] { qp.modify(a, QpAttrMask::state | QpAttrMask::en_sqd_async_notify); }), 0);
+    pass_time(std::chrono::milliseconds(100));
+  }
+};
 
 TEST_P(Channel, EventOnNextCompletion) {
   Pair p = channel_pair();
@@ -206,27 +242,13 @@ TEST_P(Async, CommunicationEstablished) {
 
 TEST_P(Async, SqDrained) {
   Pair p = make_pair();
-  QpAttr a;
-  a.qp_state = QpState::sqd;
-  a.en_sqd_async_notify = 1;
-  CHECK_ERR("to_sqd", verb_errno([&] { p.a->modify(a, QpAttrMask::state | QpAttrMask::en_sqd_async_notify); }), 0);
-  pass_time(std::chrono::milliseconds(100));
+  to_sqd_with_notify(*p.a);
   CHECK_OBS("events", describe(take_async_events()), "SQ_DRAINED");
   CHECK_OBS("state", p.a->state(), QpState::sqd);
 }
 
 TEST_P(Async, SrqLimitReached) {
-  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
-  auto cqa = make_cq(16);
-  auto cqb = make_cq(16);
-  auto a = make_qp(*cqa, *cqa);
-  auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
-  connect_pair(*a, *b);
-  const Sge r = sge(8192, 64);
-  for (std::uint64_t i = 0; i < 7; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error());
-  SrqAttr limit;
-  limit.srq_limit = 4;
-  CHECK_ERR("arm", verb_errno([&] { srq->modify(limit, SrqAttrMask::limit); }), 0);
+  auto [srq, cqa, cqb, a, b] = srq_pair(7, 4);
   const Sge s = sge(0, 8);
   for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 3).size(), 3u);
@@ -258,11 +280,7 @@ TEST_P(Async, SrqQpToErr) {
 // ib_uverbs_release_uevent), so a program never gets an event naming a destroyed object.
 TEST_P(Async, DestroyedQpTakesItsPendingEvent) {
   Pair p = make_pair();
-  QpAttr a;
-  a.qp_state = QpState::sqd;
-  a.en_sqd_async_notify = 1;
-  CHECK_ERR("to_sqd", verb_errno([&] { p.a->modify(a, QpAttrMask::state | QpAttrMask::en_sqd_async_notify); }), 0);
-  pass_time(std::chrono::milliseconds(100));
+  to_sqd_with_notify(*p.a);
   ASSERT_GE(ctx().async_fd(), 0);
   pollfd pfd{ctx().async_fd(), POLLIN, 0};
   CHECK_OBS("readable_before", ::poll(&pfd, 1, 0), 1);  // SQ_DRAINED is pending
@@ -272,17 +290,7 @@ TEST_P(Async, DestroyedQpTakesItsPendingEvent) {
 }
 
 TEST_P(Async, DestroyedSrqTakesItsPendingEvent) {
-  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
-  auto cqa = make_cq(16);
-  auto cqb = make_cq(16);
-  auto a = make_qp(*cqa, *cqa);
-  auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
-  connect_pair(*a, *b);
-  const Sge r = sge(8192, 64);
-  for (std::uint64_t i = 0; i < 2; ++i) ASSERT_FALSE(srq->post_recv(recv_wr(i, &r)).error());
-  SrqAttr limit;
-  limit.srq_limit = 2;
-  CHECK_ERR("arm", verb_errno([&] { srq->modify(limit, SrqAttrMask::limit); }), 0);
+  auto [srq, cqa, cqb, a, b] = srq_pair(2, 2);
   const Sge s = sge(0, 8);
   ASSERT_FALSE(a->post_send(send_wr(1, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);

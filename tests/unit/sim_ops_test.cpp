@@ -338,6 +338,20 @@ TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
   EXPECT_TRUE(led.balanced());
 }
 
+// Addresses `wr`, a UD send of p.a, to p.b's QP (qkey 0x11111111); returns the address handle,
+// which must outlive the post.
+std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
+  AhAttr attr;
+  attr.is_global = true;
+  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
+  attr.grh.sgid_index = 1;
+  std::unique_ptr<AddressHandle> ah = p.a.pd->create_ah(attr);
+  wr.ah = ah.get();
+  wr.remote_qpn = p.b.qp->qp_num();
+  wr.remote_qkey = 0x11111111;
+  return ah;
+}
+
 // Hardware profiles refuse the post (EINVAL, the API's promise); rxe accepts it and the WR fails
 // in its completion with LOC_QP_OP_ERR, taking the QP to ERR (measured).
 TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
@@ -352,17 +366,7 @@ TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
       const Sge ls = p.a.sge(0, 8);
       Ledger led;
       SendWr wr = rdma_wr(1, op, ls, *p.b.mr, 0);
-      std::unique_ptr<AddressHandle> ah;
-      if (t == QpType::ud) {
-        AhAttr attr;
-        attr.is_global = true;
-        attr.grh.dgid = p.b.ctx->query_gid(1, 1);
-        attr.grh.sgid_index = 1;
-        ah = p.a.pd->create_ah(attr);
-        wr.ah = ah.get();
-        wr.remote_qpn = p.b.qp->qp_num();
-        wr.remote_qkey = 0x11111111;
-      }
+      const std::unique_ptr<AddressHandle> ah = t == QpType::ud ? address_to_b(p, wr) : nullptr;
       const PostResult r = led.post_send(*p.a.qp, wr);
       if (!is(Profile::rxe)) {
         EXPECT_EQ(r.error(), errno_code(EINVAL));
@@ -393,17 +397,7 @@ TEST_P(Ops, UnreliableSendWhoseMrGoesOnTheWireIsLostAndFails) {
     const Sge rs = p.b.sge(0, 256);
     ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
     SendWr wr = send_wr(1, ls);
-    std::unique_ptr<AddressHandle> ah;
-    if (t == QpType::ud) {
-      AhAttr attr;
-      attr.is_global = true;
-      attr.grh.dgid = p.b.ctx->query_gid(1, 1);
-      attr.grh.sgid_index = 1;
-      ah = p.a.pd->create_ah(attr);
-      wr.ah = ah.get();
-      wr.remote_qpn = p.b.qp->qp_num();
-      wr.remote_qkey = 0x11111111;
-    }
+    const std::unique_ptr<AddressHandle> ah = t == QpType::ud ? address_to_b(p, wr) : nullptr;
     ASSERT_TRUE(led.post_send(*p.a.qp, wr));
     destroy(p.a.mr);
     const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
