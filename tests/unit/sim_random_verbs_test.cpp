@@ -357,12 +357,19 @@ class SimFabric final : public Fabric {
   Pace pace_;
 };
 
-// Both hosts on one device, in loopback (as the conformance suite runs on rxe). rxe is the only
-// device this runs on here, so its quirks are what to expect.
+// Both hosts on one device, in loopback (as the conformance suite runs on rxe). Whose quirks to
+// expect: the simulator's drop-in libibverbs names its profile in fw_ver ("verbsim-0.1 (rxe)");
+// any other device is taken for rxe, the only one this runs on here.
 class DeviceFabric final : public Fabric {
  public:
   DeviceFabric(Backend& backend, std::string device, std::uint64_t seed)
-      : backend_(backend), device_(std::move(device)), seed_(seed) {}
+      : backend_(backend), device_(std::move(device)), seed_(seed) {
+    const std::string fw = backend_.open(device_)->query_device().fw_ver;
+    const auto open = fw.find(" (");
+    if (fw.starts_with("verbsim") && open != std::string::npos && fw.ends_with(")")) {
+      profile_ = sim::parse_profile(fw.substr(open + 2, fw.size() - open - 3));
+    }
+  }
   std::unique_ptr<Context> open(int) override { return backend_.open(device_); }
   void advance() override { std::this_thread::sleep_for(std::chrono::microseconds(50)); }
   bool settled(std::chrono::steady_clock::duration quiet) const override {
@@ -375,13 +382,14 @@ class DeviceFabric final : public Fabric {
   }
   std::uint64_t overrun_lost() const override { return 0; }
   std::uint64_t seed() const override { return seed_; }
-  Profile semantics() const override { return Profile::rxe; }
+  Profile semantics() const override { return profile_; }
   bool simulated() const override { return false; }
 
  private:
   Backend& backend_;
   std::string device_;
   std::uint64_t seed_;
+  Profile profile_ = Profile::rxe;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
@@ -1066,6 +1074,7 @@ class Scenario {
       const auto now = std::chrono::steady_clock::now();
       if (got > 0) last = now;
       if (got == 0 && fabric_.settled(now - last)) break;
+      if (got == 0) fabric_.advance();  // a device: wait a little rather than spin
     }
     tracker_.expect_balanced(fabric_.overrun_lost());
     std::vector<const Qp*> last_wqe;
