@@ -68,6 +68,8 @@ struct ProfileTraits {
   bool recv_wc_grh;               // rxe: every receive completion says IBV_WC_GRH (RoCE)
   bool coalesce_acks;             // the responder ACKs only the last of back-to-back messages
                                   // of a QP (hardware); rxe ACKs every message
+  bool atomic_takes_longer_buffer;  // rxe: an atomic's local SGEs may hold more than 8 bytes
+                                    // (the value lands in the first 8; byte_len says them all)
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

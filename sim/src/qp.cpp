@@ -214,8 +214,11 @@ template <QpType Type>
       return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
-  if (is_atomic(wr.opcode) && (length != 8 || (wr.remote_addr & 7u) != 0)) [[unlikely]] {
-    return refuse(EINVAL, "atomics need one 8-byte, 8-byte aligned operand");
+  if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
+                               (wr.remote_addr & 7u) != 0)) [[unlikely]] {
+    return refuse(EINVAL, t.atomic_takes_longer_buffer
+                              ? "atomics need 8 bytes of local buffer and an 8-byte aligned operand"
+                              : "atomics need one 8-byte, 8-byte aligned operand");
   }
   if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
   if (Type == QpType::ud) {

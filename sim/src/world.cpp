@@ -46,6 +46,7 @@ constexpr ProfileTraits kStrict{
     .error_wc_zeroed = false,
     .recv_wc_grh = false,
     .coalesce_acks = true,
+    .atomic_takes_longer_buffer = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -83,6 +84,7 @@ constexpr ProfileTraits kRxe{
     .error_wc_zeroed = true,   // make_send_cqe and the responder fill only wr_id/status/qp_num
     .recv_wc_grh = true,
     .coalesce_acks = false,  // rxe_req sets AckReq on the last packet of every message
+    .atomic_takes_longer_buffer = true,  // librxe validate_send_wr: only length < 8 is EINVAL
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,

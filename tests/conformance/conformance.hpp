@@ -100,6 +100,9 @@ struct Expect {
   // A UD receive too small for GRH + payload: completion status, and does the QP go to ERR.
   WcStatus ud_recv_too_small;
   bool ud_recv_too_small_errors_qp;
+  // An atomic whose local SGEs hold more than 8 bytes is accepted (the value lands in the
+  // first 8, byte_len counts them all: rxe); otherwise it is EINVAL, as below 8 everywhere.
+  bool atomic_takes_longer_buffer;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

@@ -50,6 +50,7 @@ constexpr Expect kRxe{
     .pkey_index_checked = false,
     .ud_recv_too_small = WcStatus::loc_qp_op_err,
     .ud_recv_too_small_errors_qp = true,
+    .atomic_takes_longer_buffer = true,
 };
 
 constexpr Expect kStrict{
@@ -93,6 +94,7 @@ constexpr Expect kStrict{
     .pkey_index_checked = true,
     .ud_recv_too_small = WcStatus::loc_len_err,
     .ud_recv_too_small_errors_qp = true,
+    .atomic_takes_longer_buffer = false,
 };
 
 constexpr Expect kMlx5 = [] {
