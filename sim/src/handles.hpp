@@ -238,10 +238,20 @@ class SimQp : public QueuePair {
   // The MR of this QP's PD that `key` names on its device, or nullptr. The last one found is
   // remembered until an MR of the device is deregistered or re-registered (mr_generation).
   const MrCore* find_mr(std::uint32_t key) noexcept;
-  // Does every SGE of the list lie in an MR of this QP's PD with every access bit of `need`?
-  bool sges_valid(const Sge* sges, std::uint32_t n, Access need) noexcept;
-  // Does every SGE name an MR of this QP's PD (whatever its bounds and rights)?
-  bool sge_keys_known(const Sge* sges, std::uint32_t n) noexcept;
+  // Do the first `len` bytes of the SGE list lie in MRs of this QP's PD with every access bit
+  // of `need`? Only what a message reads or writes is checked, as rxe's copy_data does while it
+  // copies (conformance Datapath.ReceiveIsCheckedOnlyWhereTheMessageLands): an SGE past the
+  // message's last byte, the part of an SGE past it and every SGE of a 0-byte message are not
+  // looked at. The fast test is that every SGE is valid whole; only if one is not are the
+  // bytes counted.
+  bool sges_valid(const Sge* sges, std::uint32_t n, std::uint64_t len, Access need) noexcept {
+    return whole_sges_valid(sges, n, need) || bytes_valid(sges, n, len, need);
+  }
+  bool whole_sges_valid(const Sge* sges, std::uint32_t n, Access need) noexcept;
+  bool bytes_valid(const Sge* sges, std::uint32_t n, std::uint64_t len, Access need) noexcept;
+  // Does every SGE the first `len` bytes reach name an MR of this QP's PD (whatever its bounds
+  // and rights)?
+  bool sge_keys_known(const Sge* sges, std::uint32_t n, std::uint64_t len) noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
   bool take_recv(RecvWqe& wqe, Sge*& sges) {
     RecvQueue& rq = srq_ ? srq_->rq : rq_;

@@ -130,15 +130,17 @@ void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
   return mr;
 }
 
-inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n) noexcept {
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (sges[i].length != 0 && find_mr(sges[i].lkey) == nullptr) return false;
+inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n, std::uint64_t len) noexcept {
+  for (std::uint32_t i = 0; i < n && len > 0; ++i) {
+    if (sges[i].length == 0) continue;
+    if (find_mr(sges[i].lkey) == nullptr) return false;
+    len -= std::min<std::uint64_t>(sges[i].length, len);
   }
   return true;
 }
 
-[[gnu::always_inline]] inline bool SimQp::sges_valid(const Sge* sges, std::uint32_t n,
-                                                     Access need) noexcept {
+[[gnu::always_inline]] inline bool SimQp::whole_sges_valid(const Sge* sges, std::uint32_t n,
+                                                           Access need) noexcept {
   if (n == 1) {  // the common case, without the loop
     if (sges->length == 0) return true;
     const MrCore* mr = find_mr(sges->lkey);
@@ -148,6 +150,18 @@ inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n) noexcept {
     if (sges[i].length == 0) continue;
     const MrCore* mr = find_mr(sges[i].lkey);
     if (mr == nullptr || !covers(*mr, sges[i].addr, sges[i].length, need)) return false;
+  }
+  return true;
+}
+
+[[gnu::noinline]] bool SimQp::bytes_valid(const Sge* sges, std::uint32_t n, std::uint64_t len,
+                                          Access need) noexcept {
+  for (std::uint32_t i = 0; i < n && len > 0; ++i) {
+    if (sges[i].length == 0) continue;
+    const std::uint64_t k = std::min<std::uint64_t>(sges[i].length, len);
+    const MrCore* mr = find_mr(sges[i].lkey);
+    if (mr == nullptr || !covers(*mr, sges[i].addr, k, need)) return false;
+    len -= k;
   }
   return true;
 }
@@ -196,12 +210,14 @@ void SimQp::transmit_as() {
     }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
     // stay in order, so wait for everything before it first.
+    // An atomic's response takes the first 8 bytes of its buffer (which may be longer on rxe).
     const Access need = rd ? Access::local_write : Access::none;
-    if (!wq.inlined && !sges_valid(sq_sge(sq_sent_), wq.num_sge, need)) {
+    const std::uint64_t touched = rd && wq.opcode != WrOpcode::rdma_read ? 8 : wq.length;
+    if (!wq.inlined && !sges_valid(sq_sge(sq_sent_), wq.num_sge, touched, need)) {
       if (sq_done_ != sq_sent_) break;
       // Reading the data: an unknown key may be reported apart from a bounds error. Writing a
       // READ/atomic response into it fails as a protection error everywhere.
-      const bool known = rd || sge_keys_known(sq_sge(sq_sent_), wq.num_sge);
+      const bool known = rd || sge_keys_known(sq_sge(sq_sent_), wq.num_sge, touched);
       ++sq_sent_;
       complete_next(known ? WcStatus::loc_prot_err : traits().bad_lkey_status);
       enter_error(false);
@@ -412,7 +428,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   if (!take_recv(rw, rs)) return;
   const std::uint64_t room = sges_length({rs, rw.num_sge});
   if (room < 40u + wq.length ||
-      !sges_valid(rs, rw.num_sge, Access::local_write)) {
+      !sges_valid(rs, rw.num_sge, 40u + wq.length, Access::local_write)) {
     WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
     if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
     complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req.qpn_, false);
@@ -522,7 +538,7 @@ void SimQp::on_deliver(const Event& e) {
         responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
-      if (!sges_valid(rs, rw.num_sge, Access::local_write)) [[unlikely]] {
+      if (!sges_valid(rs, rw.num_sge, wq.length, Access::local_write)) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err,
                       WcOpcode::recv, 0, 0, false, 0, false);
         responder_error(Nak::rem_op, AsyncEventType::qp_access_err);

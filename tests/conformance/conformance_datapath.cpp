@@ -255,6 +255,80 @@ TEST_P(Datapath, GatherAndScatter) {
   CHECK_OBS("data", same(kSrc, kDst, 40) && same(kSrc + 40, kDst + 1000, 20), true);
 }
 
+// Local keys are looked up for the bytes a message reads or writes, as they are copied: an SGE
+// of 0 bytes is never looked at, whatever its key (a message's or a READ's).
+TEST_P(Datapath, ZeroLengthSgeNeedsNoKey) {
+  Pair p = make_pair();
+  fill(kSrc, 16, 3);
+  Sge bad = sge(kSrc + 100, 0);
+  bad.lkey ^= 0x100;
+  const Sge s[] = {sge(kSrc, 8), bad};
+  const Sge r[] = {sge(kDst, 64), bad};
+  RecvWr rw;
+  rw.wr_id = 2;
+  rw.sg_list = r;
+  ASSERT_FALSE(p.b->post_recv(rw).error());
+  SendWr wr = send_wr(1, nullptr);
+  wr.sg_list = s;
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+  const Sge landing[] = {sge(kAux, 16), bad};
+  SendWr read = rdma_wr(3, WrOpcode::rdma_read, nullptr, mr().address(kSrc), mr().rkey());
+  read.sg_list = landing;
+  CHECK_ERR("post_read", p.a->post_send(read).error(), 0);
+  CHECK_OBS("reader", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/16");
+  CHECK_ERR("post_empty", p.a->post_send(send_wr(4, &bad)).error(), 0);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(5, &r[0])).error());
+  CHECK_OBS("empty_sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/0");
+  CHECK_OBS("empty_receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/0");
+}
+
+// A receive is checked only where the message lands: a 0-byte message needs no valid key at
+// all, and an SGE (or the part of one) past the message's last byte is not looked at, though
+// its key is wrong or it runs past its MR's end.
+TEST_P(Datapath, ReceiveIsCheckedOnlyWhereTheMessageLands) {
+  Pair p = make_pair();
+  Sge bad = sge(kDst + 100, 64);
+  bad.lkey ^= 0x100;
+  const Sge s = sge(kSrc, 8);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &bad)).error());
+  CHECK_ERR("post_empty", p.a->post_send(send_wr(11, nullptr)).error(), 0);
+  CHECK_OBS("empty_sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/0");
+  CHECK_OBS("empty_receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/0");
+  const Sge r[] = {sge(kDst, 64), bad};
+  RecvWr rw;
+  rw.wr_id = 2;
+  rw.sg_list = r;
+  ASSERT_FALSE(p.b->post_recv(rw).error());
+  CHECK_ERR("post_first_sge", p.a->post_send(send_wr(12, &s)).error(), 0);
+  CHECK_OBS("first_sge_sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("first_sge_receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+  const Sge past_end = sge(kMemSize - 16, 64);  // 48 bytes past the MR's end
+  ASSERT_FALSE(p.b->post_recv(recv_wr(3, &past_end)).error());
+  CHECK_ERR("post_in_range", p.a->post_send(send_wr(13, &s)).error(), 0);
+  CHECK_OBS("in_range_sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("in_range_receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+}
+
+// rxe: an atomic's response takes the first 8 bytes of its local buffer, and only they are
+// checked (an SGE after them may have a wrong key). Elsewhere a buffer of 16 bytes is EINVAL.
+TEST_P(Datapath, AtomicBufferIsCheckedOnlyWhereTheValueLands) {
+  Pair p = make_pair();
+  word(kDst) = 10;
+  Sge bad = sge(kAux + 64, 8);
+  bad.lkey ^= 0x100;
+  const Sge s[] = {sge(kAux, 8), bad};
+  SendWr wr = rdma_wr(1, WrOpcode::atomic_fetch_and_add, nullptr, mr().address(kDst), mr().rkey());
+  wr.sg_list = s;
+  wr.compare_add = 7;
+  const PostResult r = p.a->post_send(wr);
+  CHECK_ERR("post", r.error(), expect().atomic_takes_longer_buffer ? 0 : EINVAL);
+  if (r.err != 0) return;
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/FETCH_ADD/16");
+  CHECK_OBS("returned", word(kAux), 10);
+}
+
 TEST_P(Datapath, MultiPacketSend) {
   Pair p = make_pair();
   fill(kSrc, 10000, 5);
