@@ -595,6 +595,29 @@ TEST_P(Ud, QkeyMismatchDropped) {
   CHECK_OBS("receiver_state", u.p.b->state(), QpState::rts);
 }
 
+// A Q_Key with the high bit set goes out as given (rxe takes no Q_Key from the QP for it),
+// so a receiver with another Q_Key drops the message.
+TEST_P(Ud, QkeyWithTheHighBitIsSentAsGiven) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 8);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s, 0x80000000u)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("receiver", describe(poll_quiet(*u.p.cq_b)), "none");
+}
+
+// Unreliable: a send to a QP number nobody has completes, and nothing else happens.
+TEST_P(Ud, SendToAMissingQpnCompletes) {
+  UdPair u = make_ud();
+  const Sge s = sge(kSrc, 8);
+  SendWr wr = ud_send(u, 1, &s);
+  wr.remote_qpn = 0xabcde;
+  CHECK_ERR("post", u.p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("sender_state", u.p.a->state(), QpState::rts);
+}
+
 TEST_P(Ud, LargerThanMtu) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 2000);

@@ -341,6 +341,40 @@ TEST_P(RemoteAccess, WriteToQpWithoutRemoteWrite) {
   expect_both_err(p);
 }
 
+TEST_P(RemoteAccess, ReadFromQpWithoutRemoteRead) {
+  PairOptions o;
+  o.b.access = Access::local_write | Access::remote_write;
+  Pair p = make_pair(o);
+  const Sge s = sge(kSrc, 64);
+  const auto wcs = run(p, rdma_wr(1, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey()));
+  CHECK_OBS("sender", describe(wcs), sender_wcs(expect().qp_access_violation, WcOpcode::rdma_read, 64));
+  expect_both_err(p);
+}
+
+TEST_P(RemoteAccess, AtomicToQpWithoutRemoteAtomic) {
+  PairOptions o;
+  o.b.access = Access::local_write | Access::remote_write | Access::remote_read;
+  Pair p = make_pair(o);
+  const Sge s = sge(kSrc, 8);
+  const auto wcs = run(p, rdma_wr(1, WrOpcode::atomic_fetch_and_add, &s, mr().address(kDst), mr().rkey()));
+  CHECK_OBS("sender", describe(wcs), sender_wcs(expect().qp_access_violation, WcOpcode::fetch_add, 8));
+  expect_both_err(p);
+}
+
+// An RDMA WRITE with immediate takes a receive WQE but writes nothing into its buffers: their
+// keys are not looked at.
+TEST_P(RemoteAccess, WriteWithImmNeedsNoValidReceiveBuffer) {
+  Pair p = make_pair();
+  Sge bad = sge(kDst, 64);
+  bad.lkey ^= 0x100;
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &bad)).error());
+  const Sge s = sge(kSrc, 16);
+  SendWr wr = rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst + 1024), mr().rkey());
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/16");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV_RDMA_WITH_IMM/16");
+}
+
 TEST_P(RemoteAccess, ReadWithBadRkey) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 64);
