@@ -618,6 +618,16 @@ TEST_P(Ud, SendToAMissingQpnCompletes) {
   CHECK_OBS("sender_state", u.p.a->state(), QpState::rts);
 }
 
+// A 0-byte UD send: the receive holds the 40 bytes of network header and nothing else.
+TEST_P(Ud, ZeroLengthSendDeliversTheHeaderOnly) {
+  UdPair u = make_ud();
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, nullptr)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/0");
+  CHECK_OBS("receiver", describe(poll_n(*u.p.cq_b, 1)), "SUCCESS/RECV/40");
+}
+
 TEST_P(Ud, LargerThanMtu) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 2000);

@@ -279,6 +279,55 @@ TEST_P(Errors, RetryExceededToMissingQp) {
   CHECK_OBS("sender_state", wait_state(*a, QpState::err), QpState::err);
 }
 
+// An RC QP connected to a UC QP: the UC QP drops what the RC QP sends (the QP types differ),
+// stays in RTS, and the sender runs out of retries.
+TEST_P(Errors, RcConnectedToUcRetriesOut) {
+  auto cq = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  auto b = make_qp(*cq, *cq, QpCap{16, 16, 4, 4, 0}, QpType::uc);
+  ConnectOptions o;
+  o.timeout = 12;
+  o.retry_cnt = 1;
+  connect(*a, 100, endpoint(*b, 200), options(o));
+  connect(*b, 200, endpoint(*a, 100), options(o));
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(b->post_recv(recv_wr(2, &r)).error());
+  const Sge s = sge(kSrc, 16);
+  CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cq, 1)), err_wc(WcStatus::retry_exc_err, WcOpcode::send, 16));
+  CHECK_OBS("receiver_state", b->state(), QpState::rts);
+}
+
+// A QP on an empty SRQ answers a SEND with RNR NAKs, as a QP with an empty receive queue.
+TEST_P(Errors, RnrOnEmptySrq) {
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cqa = make_cq(16);
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa);
+  auto b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::rc, srq.get());
+  PairOptions po;
+  po.a.rnr_retry = 1;
+  po.b.min_rnr_timer = 1;
+  connect_pair(*a, *b, po.a, po.b);
+  const Sge s = sge(kSrc, 8);
+  CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cqa, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 8));
+}
+
+// SQD drains the send queue only: the QP still receives.
+TEST_P(Errors, ResponderInSqdStillReceives) {
+  Pair p = make_pair();
+  QpAttr a;
+  a.qp_state = QpState::sqd;
+  CHECK_ERR("to_sqd", verb_errno([&] { p.b->modify(a, QpAttrMask::state); }), 0);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  const Sge s = sge(kSrc, 8);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/8");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Remote access
 
