@@ -416,6 +416,40 @@ TEST_P(QpAttrs, SgidIndexUnused) {
   CHECK_ERR("modify", apply(*qp, s), 5 < expect().gid_tbl_len ? ENODATA : EINVAL);
   CHECK_OBS("state", qp->state(), QpState::init);
 }
+// Attributes the transition does not take for the QP's type (the kernel's table of required
+// and optional attributes): UC has no responder resources or ACK timeout, UD no destination
+// QP, and RTS->RTS cannot change the send PSN or the timeout.
+TEST_P(QpAttrs, UcRtrWithMaxDestRdAtomicRefused) {
+  Step s = to_rtr(QpType::uc, 0x11);
+  s.attr.max_dest_rd_atomic = 1;
+  s.mask |= QpAttrMask::max_dest_rd_atomic;
+  expect_refused(QpState::init, s, QpType::uc);
+}
+TEST_P(QpAttrs, UcRtsWithTimeoutRefused) {
+  Step s = to_rts(QpType::uc);
+  s.attr.timeout = 14;
+  s.mask |= QpAttrMask::timeout;
+  expect_refused(QpState::rtr, s, QpType::uc);
+}
+TEST_P(QpAttrs, UdRtrWithDestQpnRefused) {
+  Step s = to_rtr(QpType::ud, 0x11);
+  s.attr.dest_qp_num = 0x11;
+  s.mask |= QpAttrMask::dest_qpn;
+  expect_refused(QpState::init, s, QpType::ud);
+}
+TEST_P(QpAttrs, RtsToRtsWithSqPsnRefused) {
+  Step s = bare(QpState::rts);
+  s.attr.sq_psn = 77;
+  s.mask |= QpAttrMask::sq_psn;
+  expect_refused(QpState::rts, s);
+}
+TEST_P(QpAttrs, RtsToRtsWithTimeoutRefused) {
+  Step s = bare(QpState::rts);
+  s.attr.timeout = 10;
+  s.mask |= QpAttrMask::timeout;
+  expect_refused(QpState::rts, s);
+}
+
 TEST_P(QpAttrs, CapInMaskRefused) {
   Step s = bare(QpState::rts);
   s.attr.cap = QpCap{8, 8, 1, 1, 0};
