@@ -172,6 +172,65 @@ TEST_P(Memory, SendFromRegionOfAnotherPd) {
   CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
 }
 
+// Keys of another PD, and ranges past an MR's end, on every side of an operation.
+TEST_P(Memory, ReadIntoRegionOfAnotherPd) {
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto m = pd2->reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge s = m->sge(0, 64);
+  SendWr wr = send_wr(7, &s, WrOpcode::rdma_read);
+  wr.remote_addr = mr().address(0);
+  wr.rkey = mr().rkey();
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::rdma_read, 64));
+}
+
+TEST_P(Memory, ReceiveIntoRegionOfAnotherPd) {
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto m = pd2->reg_mr(mem(8192), 4096, Access::local_write);
+  const Sge r = m->sge(0, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(1, &r)).error());
+  const Sge s = sge(0, 16);
+  CHECK_ERR("post", p.a->post_send(send_wr(7, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_op_err, WcOpcode::send, 16));
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), err_wc(expect().recv_no_local_write, WcOpcode::recv, 0));
+}
+
+TEST_P(Memory, WriteWithRkeyOfAnotherPd) {
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto m = pd2->reg_mr(mem(8192), 4096, Access::local_write | Access::remote_write);
+  const Sge s = sge(0, 16);
+  SendWr wr = send_wr(7, &s, WrOpcode::rdma_write);
+  wr.remote_addr = m->address(0);
+  wr.rkey = m->rkey();
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 16));
+}
+
+TEST_P(Memory, ReadPastRegionEnd) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_read);
+  const Sge s = sge(0, 64);
+  SendWr wr = send_wr(7, &s, WrOpcode::rdma_read);
+  wr.remote_addr = m->address(4096 - 32);
+  wr.rkey = m->rkey();
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_read, 64));
+}
+
+TEST_P(Memory, AtomicAtRegionEnd) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_atomic);
+  const Sge s = sge(0, 8);
+  SendWr wr = send_wr(7, &s, WrOpcode::atomic_fetch_and_add);
+  wr.remote_addr = m->address(4096);
+  wr.rkey = m->rkey();
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::fetch_add, 8));
+}
+
 TEST_P(Memory, WriteToDeregisteredRegion) {
   Pair p = make_pair();
   auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_write);
