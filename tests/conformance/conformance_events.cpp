@@ -120,6 +120,21 @@ TEST_P(Channel, DestroyedCqTakesItsPendingEvent) {
   CHECK_ERR("get_cq_event", ch_->get_cq_event(cq, Wait::nonblocking), EAGAIN);
 }
 
+// Arming a CQ that already holds completions fires no event for them: only the next one does
+// (the classic race a program closes by polling once more after arming).
+TEST_P(Channel, ArmingWithCompletionsWaitingWaitsForTheNext) {
+  Pair p = channel_pair();
+  send(p, 1);  // a receive completion waits in cq_b, unpolled
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_ERR("arm", p.cq_b->req_notify(false), 0);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), EAGAIN);
+  send(p, 2);
+  CHECK_ERR("get_cq_event_next", take_event(cq), 0);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_b, 2)), "SUCCESS/RECV/8,SUCCESS/RECV/8");
+}
+
 TEST_P(Channel, NoEventWithoutArming) {
   Pair p = channel_pair();
   send(p, 1);
