@@ -187,10 +187,20 @@ class SimQp : public QueuePair {
   std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
 
-  SendWqe& sq_at(std::uint32_t i) noexcept { return sq_[i & sq_mask_]; }
-  Sge* sq_sge(std::uint32_t i) noexcept { return &sq_sges_[(i & sq_mask_) * max_send_sge_]; }
+  // Send queue slot of index `i`: its WQE, then its max_send_sge_ SGEs, then its inline room.
+  std::byte* sq_slot(std::uint32_t i) noexcept { return sq_ + (i & sq_mask_) * sq_stride_; }
+  SendWqe& sq_at(std::uint32_t i) noexcept { return *reinterpret_cast<SendWqe*>(sq_slot(i)); }
+  Sge* sq_sge(std::uint32_t i) noexcept {
+    return reinterpret_cast<Sge*>(sq_slot(i) + sizeof(SendWqe));
+  }
   std::uint8_t* sq_inline(std::uint32_t i) noexcept {
-    return sq_inline_ + (i & sq_mask_) * inline_stride_;
+    return reinterpret_cast<std::uint8_t*>(sq_slot(i) + sizeof(SendWqe) +
+                                           std::size_t{max_send_sge_} * sizeof(Sge));
+  }
+  // The operands of the atomic WR in slot `i` (RC and UC QPs), after the last slot.
+  AtomicOperands& sq_atomic(std::uint32_t i) noexcept {
+    return reinterpret_cast<AtomicOperands*>(sq_ + (sq_mask_ + std::size_t{1}) *
+                                                       sq_stride_)[i & sq_mask_];
   }
   DevCore& dev() noexcept { return *dev_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
@@ -274,15 +284,14 @@ class SimQp : public QueuePair {
   QpAttr attr_;
 
   // Send queue: indices grow without bound; slot = index & sq_mask_. One allocation holds the
-  // WQEs, then their SGEs (max_send_sge_ per slot), then their inline room (inline_stride_).
+  // slots (sq_stride_ bytes each: a WQE, its SGEs, its inline room), then, except on UD QPs,
+  // an AtomicOperands per slot.
   std::unique_ptr<std::byte[]> sq_mem_;
-  SendWqe* sq_ = nullptr;
-  Sge* sq_sges_ = nullptr;
-  std::uint8_t* sq_inline_ = nullptr;
+  std::byte* sq_ = nullptr;
   std::uint32_t sq_depth_ = 0;  // max_send_wr given
   std::uint32_t sq_mask_ = 0;
   std::uint32_t max_send_sge_ = 1;
-  std::uint32_t inline_stride_ = 0;
+  std::uint32_t sq_stride_ = 0;
   std::uint32_t sq_retired_ = 0;  // slots before this are free
   std::uint32_t sq_done_ = 0;     // WQEs before this are complete
   std::uint32_t sq_sent_ = 0;     // WQEs before this were transmitted (in this epoch)

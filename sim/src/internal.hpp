@@ -573,26 +573,42 @@ struct SrqCore {
   void consumed();  // after a receive is taken: fires the limit event
 };
 
+// A send WQE: the head of its send queue slot (SimQp::sq_at), followed in the slot by its SGEs
+// and its inline room. 48 bytes, so that a slot with one SGE and no inline room is one cache
+// line: posting a WR writes one line and the responder reads one. What only some opcodes use
+// shares room: UD has no remote buffer and keeps its destination there; an atomic's operands
+// sit apart (SimQp::sq_atomic).
 struct SendWqe {
   std::uint64_t wr_id;
-  std::uint64_t remote_addr;
-  std::uint64_t compare_add;
-  std::uint64_t swap;
+  union {
+    std::uint64_t remote_addr;  // RDMA, atomics
+    struct {
+      std::uint32_t remote_qpn;
+      std::uint32_t remote_qkey;
+    } ud;
+  };
+  union {
+    std::uint32_t rkey;    // RDMA, atomics
+    std::int32_t dst_dev;  // UD: resolved from the AH
+  };
   std::uint32_t length;  // total bytes
   std::uint32_t num_sge;
-  std::uint32_t rkey;
   std::uint32_t imm;
-  std::uint32_t remote_qpn;  // UD
-  std::uint32_t remote_qkey;
   std::uint32_t psn;
-  std::int32_t dst_dev;  // UD: resolved from the AH
-  WrOpcode opcode;
   SendFlags flags;
+  WrOpcode opcode;
   bool signaled;
   bool inlined;
   // Sent, and an MR its SGEs name was deregistered or re-registered before it arrived
   // (SimQp::mr_changed): on arrival it may not touch them.
   bool buffers_gone;
+};
+static_assert(sizeof(SendWqe) == 48);
+
+// The operands of an atomic WR, kept beside the send queue's slots rather than in them.
+struct AtomicOperands {
+  std::uint64_t compare_add;
+  std::uint64_t swap;
 };
 
 }  // namespace verbsim::sim

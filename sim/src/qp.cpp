@@ -125,16 +125,21 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   sq_depth_ = actual.max_send_wr;
   sq_mask_ = slots - 1;
   max_send_sge_ = actual.max_send_sge;
-  inline_stride_ = (actual.max_inline_data + 7u) & ~7u;
-  static_assert(alignof(SendWqe) >= alignof(Sge) && sizeof(SendWqe) % alignof(Sge) == 0);
-  const std::size_t wqe_bytes = std::size_t{slots} * sizeof(SendWqe);
-  const std::size_t sge_bytes = std::size_t{slots} * max_send_sge_ * sizeof(Sge);
-  // Value-initialised, as the vectors were: a slot never posted reads as zeros.
-  sq_mem_ = std::make_unique<std::byte[]>(wqe_bytes + sge_bytes +
-                                          std::size_t{slots} * inline_stride_);
-  sq_ = new (sq_mem_.get()) SendWqe[slots]();
-  sq_sges_ = new (sq_mem_.get() + wqe_bytes) Sge[std::size_t{slots} * max_send_sge_]();
-  sq_inline_ = reinterpret_cast<std::uint8_t*>(sq_mem_.get() + wqe_bytes + sge_bytes);
+  const std::uint32_t inline_stride = (actual.max_inline_data + 7u) & ~7u;
+  sq_stride_ = static_cast<std::uint32_t>(sizeof(SendWqe) + max_send_sge_ * sizeof(Sge)) +
+               inline_stride;
+  static_assert(sizeof(SendWqe) % alignof(Sge) == 0 && alignof(SendWqe) >= alignof(Sge) &&
+                alignof(SendWqe) >= alignof(AtomicOperands));
+  const std::size_t slot_bytes = std::size_t{slots} * sq_stride_;
+  const std::size_t atomic_bytes = type_ == QpType::ud ? 0 : slots * sizeof(AtomicOperands);
+  // Value-initialised: a slot never posted reads as zeros.
+  sq_mem_ = std::make_unique<std::byte[]>(slot_bytes + atomic_bytes);
+  sq_ = sq_mem_.get();
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    new (sq_slot(i)) SendWqe();
+    new (sq_sge(i)) Sge[max_send_sge_]();
+  }
+  if (atomic_bytes != 0) new (sq_ + slot_bytes) AtomicOperands[slots]();
   if (!srq_) {
     rq_.init(actual.max_recv_wr, actual.max_recv_sge);
   } else {
@@ -235,15 +240,17 @@ template <QpType Type>
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;
-  w.remote_addr = wr.remote_addr;
-  w.compare_add = wr.compare_add;
-  w.swap = wr.swap;
+  if constexpr (Type == QpType::ud) {
+    w.ud.remote_qpn = wr.remote_qpn;
+    w.ud.remote_qkey = wr.remote_qkey;
+    w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
+  } else {
+    w.remote_addr = wr.remote_addr;
+    w.rkey = wr.rkey;
+    if (is_atomic(wr.opcode)) [[unlikely]] sq_atomic(i) = {wr.compare_add, wr.swap};
+  }
   w.length = length;
-  w.rkey = wr.rkey;
   w.imm = wr.imm_data;
-  w.remote_qpn = wr.remote_qpn;
-  w.remote_qkey = wr.remote_qkey;
-  w.dst_dev = Type == QpType::ud ? static_cast<const SimAh*>(wr.ah)->dst_dev() : -1;
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);

@@ -218,7 +218,7 @@ void SimQp::transmit_as() {
     const bool oversize = ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
     if (dst >= 0 && !oversize) {
       e.dev = static_cast<std::uint16_t>(dst);
-      e.qpn = ud ? wq.remote_qpn : attr_.dest_qp_num;
+      e.qpn = ud ? wq.ud.remote_qpn : attr_.dest_qp_num;
       e.time = w.send_packet(e, wq.psn);
     }
     if (!rc) {
@@ -406,7 +406,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   const Sge* src_sges = req.sq_sge(index);
   const std::uint8_t* src_inline = req.sq_inline(index);
   if (wq.buffers_gone) return;  // lost: the sender completes it with LOC_PROT_ERR (on_ack)
-  if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
+  if (wq.ud.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
   RecvWqe rw;
   Sge* rs;
   if (!take_recv(rw, rs)) return;
@@ -597,10 +597,11 @@ void SimQp::on_deliver(const Event& e) {
       }
       auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
       const std::uint64_t original = *target;
+      const AtomicOperands& op = req->sq_atomic(e.index);
       if (wq.opcode == WrOpcode::atomic_cmp_and_swp) {
-        if (original == wq.compare_add) *target = wq.swap;
+        if (original == op.compare_add) *target = op.swap;
       } else {
-        *target = original + wq.compare_add;
+        *target = original + op.compare_add;
       }
       scatter(src_sges, wq.num_sge, reinterpret_cast<const std::uint8_t*>(&original), 8);
       response_bytes = 8;
