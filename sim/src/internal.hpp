@@ -547,8 +547,7 @@ struct RecvWqe {
 // A ring of receive WQEs with their SGEs, used by QPs and SRQs. One allocation holds the
 // `slots` WQEs, then their SGEs (max_sge per slot).
 struct RecvQueue {
-  std::unique_ptr<std::byte[]> mem;
-  RecvWqe* wqes = nullptr;
+  std::unique_ptr<std::byte[]> mem;  // the WQEs, then the SGEs
   Sge* sges = nullptr;
   std::uint32_t slots = 0;  // max(cap, 1) rounded up to a power of two
   std::uint32_t cap = 0;
@@ -557,7 +556,9 @@ struct RecvQueue {
   std::uint32_t tail = 0;  // next to post
   std::uint32_t size() const noexcept { return tail - head; }
   void init(std::uint32_t capacity, std::uint32_t sge);
-  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i & (slots - 1)]; }
+  RecvWqe& at(std::uint32_t i) noexcept {
+    return reinterpret_cast<RecvWqe*>(mem.get())[i & (slots - 1)];
+  }
   Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i & (slots - 1)) * max_sge]; }
   void clear() noexcept { head = tail = 0; }
 };
