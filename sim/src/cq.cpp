@@ -200,7 +200,7 @@ void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
   const std::size_t wqe_bytes = std::size_t{slots} * sizeof(RecvWqe);
   const std::size_t n_sges = std::size_t{slots} * max_sge;
   mem = std::make_unique<std::byte[]>(wqe_bytes + n_sges * sizeof(Sge));  // zeroed
-  wqes = new (mem.get()) RecvWqe[slots]();
+  new (mem.get()) RecvWqe[slots]();
   sges = new (mem.get() + wqe_bytes) Sge[n_sges]();
   head = tail = 0;
 }

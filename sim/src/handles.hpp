@@ -142,7 +142,7 @@ class SimSrq : public SharedReceiveQueue {
 
 // A queue pair is both handle and state: nothing else keeps it alive. Not final: with a fault
 // plan that targets its verbs, the QP is a FaultyQp (below), chosen when it is created.
-class SimQp : public QueuePair {
+class alignas(64) SimQp : public QueuePair {
  public:
   SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn);
   ~SimQp() override;
@@ -156,7 +156,7 @@ class SimQp : public QueuePair {
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
   void modify(const QpAttr& attr, QpAttrMask mask) override;
   QpAttr query(QpAttrMask mask) const override;
-  QpState state() const noexcept override { return attr_.qp_state; }
+  QpState state() const noexcept override { return hot_.qp_state; }
 
   // Transport (transport.cpp), driven by the world's events.
   void on_deliver(const Event& e);  // this QP is the responder
@@ -187,10 +187,22 @@ class SimQp : public QueuePair {
   std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
 
-  SendWqe& sq_at(std::uint32_t i) noexcept { return sq_[i & sq_mask_]; }
-  Sge* sq_sge(std::uint32_t i) noexcept { return &sq_sges_[(i & sq_mask_) * max_send_sge_]; }
+  // Send queue slot of index `i`: its WQE, then its max_send_sge_ SGEs, then its inline room.
+  std::byte* sq_slot(std::uint32_t i) noexcept {
+    return sq_mem_.get() + (i & sq_mask_) * sq_stride_;
+  }
+  SendWqe& sq_at(std::uint32_t i) noexcept { return *reinterpret_cast<SendWqe*>(sq_slot(i)); }
+  Sge* sq_sge(std::uint32_t i) noexcept {
+    return reinterpret_cast<Sge*>(sq_slot(i) + sizeof(SendWqe));
+  }
   std::uint8_t* sq_inline(std::uint32_t i) noexcept {
-    return sq_inline_ + (i & sq_mask_) * inline_stride_;
+    return reinterpret_cast<std::uint8_t*>(sq_slot(i) + sizeof(SendWqe) +
+                                           std::size_t{max_send_sge_} * sizeof(Sge));
+  }
+  // The operands of the atomic WR in slot `i` (RC and UC QPs), after the last slot.
+  AtomicOperands& sq_atomic(std::uint32_t i) noexcept {
+    return reinterpret_cast<AtomicOperands*>(sq_mem_.get() + (sq_mask_ + std::size_t{1}) *
+                                                                sq_stride_)[i & sq_mask_];
   }
   DevCore& dev() noexcept { return *dev_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
@@ -254,27 +266,89 @@ class SimQp : public QueuePair {
   bool sge_keys_known(const Sge* sges, std::uint32_t n, std::uint64_t len) noexcept;
   // Takes the next receive WQE from the RQ or SRQ; false if none.
   bool take_recv(RecvWqe& wqe, Sge*& sges) {
-    RecvQueue& rq = srq_ ? srq_->rq : rq_;
+    RecvQueue& rq = has_srq_ ? srq_->rq : rq_;
     if (rq.size() == 0) return false;
     wqe = rq.at(rq.head);
     sges = rq.sge_at(rq.head);
     ++rq.head;
-    if (srq_) [[unlikely]] srq_->consumed();
+    if (has_srq_) [[unlikely]] srq_->consumed();
     return true;
   }
   void apply(const QpAttr& attr, QpAttrMask mask);
   void raise(AsyncEventType type);
 
-  // Owners: the PD (which owns the context), the CQs and the SRQ stay alive while the QP is.
-  std::shared_ptr<PdCore> pd_;
+  // The fields sit by who reads them, so that a message touches few cache lines of a QP whose
+  // state has gone cold (many QPs): the object is aligned to a line, line 0 holds what the
+  // requester and the responder both read, line 1 and the first half of line 2 the requester's
+  // send queue, timer and retries, the rest of line 2 and line 3 the responder's receive queue;
+  // what the data path does not read follows. (The vtable pointer is at offset 0.) Keep the
+  // sizes: moving a field across a line costs a miss per message at 10,000 QPs, and the object
+  // must stay within 384 bytes (6 lines; docs/PERFORMANCE.md, "Memory and scaling").
+
+  // The fields of QpAttr that the data path reads. attr_ holds every other field; its copies
+  // of these are not used (query() fills them in from here).
+  struct HotAttr {
+    QpState qp_state = QpState::reset;
+    std::uint8_t port_num = 0;
+    std::uint8_t timeout = 0;
+    std::uint8_t retry_cnt = 0;
+    std::uint8_t rnr_retry = 0;
+    std::uint8_t max_rd_atomic = 0;
+    std::uint32_t sq_psn = 0;
+    std::uint32_t dest_qp_num = 0;
+  };
+  // The MR find_mr found last; it still exists, with the same key and PD, while `generation`
+  // is the device's mr_generation (0: none found yet).
+  struct MrCache {
+    std::uint64_t generation = 0;
+    const MrCore* mr = nullptr;
+  };
+
+  // Line 0: both roles.
   World::Impl* world_;  // pd_->ctx->world
-  std::shared_ptr<CqCore> scq_;
-  std::shared_ptr<CqCore> rcq_;
-  std::shared_ptr<SrqCore> srq_;
   DevCore* dev_;
+  MrCache mr_cache_;
   std::uint32_t qpn_;
+  HotAttr hot_;
   QpType type_;
   bool sq_sig_all_;
+  bool ack_owed_ = false;  // responder: the last message's ACK was left to the next one
+  bool comm_est_raised_ = false;
+
+  // Line 1: the requester's send queue. Indices grow without bound; slot = index & sq_mask_.
+  // One allocation holds the slots (sq_stride_ bytes each: a WQE, its SGEs, its inline room),
+  // then, except on UD QPs, an AtomicOperands per slot.
+  std::shared_ptr<CqCore> scq_;  // its first half, the pointer, is what the data path reads
+  std::unique_ptr<std::byte[]> sq_mem_;
+  std::uint32_t sq_depth_ = 0;  // max_send_wr given
+  std::uint32_t sq_mask_ = 0;
+  std::uint32_t max_send_sge_ = 1;
+  std::uint32_t sq_stride_ = 0;
+  std::uint32_t sq_retired_ = 0;  // slots before this are free
+  std::uint32_t sq_done_ = 0;     // WQEs before this are complete
+  std::uint32_t sq_sent_ = 0;     // WQEs before this were transmitted (in this epoch)
+  std::uint32_t sq_post_ = 0;     // next WQE to post
+  std::uint32_t sq_psn_base_index_ = 0;  // index whose PSN is hot_.sq_psn
+  std::uint32_t epoch_ = 0;
+
+  // Line 2: the requester's timer and retries; then owners the data path does not read (the
+  // PD owns the context; the PD, the CQs and the SRQ stay alive while the QP is).
+  std::uint64_t timer_deadline_ = 0;  // local ACK timeout of the oldest outstanding WQE
+  std::uint64_t timer_gen_ = 0;       // changes on RESET/ERR: older timer events are void
+  std::uint32_t rd_atomic_outstanding_ = 0;
+  int dst_dev_ = -1;  // RC/UC peer device from the AV
+  bool timer_armed_ = false;  // one timer event per QP is in the heap
+  std::uint8_t retry_left_ = 0;
+  std::uint8_t rnr_left_ = 0;
+  bool rnr_wait_ = false;
+  std::shared_ptr<SrqCore> srq_;
+  std::shared_ptr<PdCore> pd_;
+
+  // Line 3: the responder's receive queue; then what the data path does not read.
+  RecvQueue rq_;
+  std::shared_ptr<CqCore> rcq_;
+  std::uint32_t epsn_ = 0;
+  bool has_srq_;  // srq_ != nullptr (it never changes), in the responder's line
   bool destroyed_ = false;
   // What cap() and requested_cap() return. The capabilities actually given (query()) differ
   // from reported_cap_ only on rxe, in the depths and max_recv_sge: those are sq_depth_,
@@ -282,47 +356,6 @@ class SimQp : public QueuePair {
   QpCap requested_cap_;
   QpCap reported_cap_;
   QpAttr attr_;
-
-  // Send queue: indices grow without bound; slot = index & sq_mask_. One allocation holds the
-  // WQEs, then their SGEs (max_send_sge_ per slot), then their inline room (inline_stride_).
-  std::unique_ptr<std::byte[]> sq_mem_;
-  SendWqe* sq_ = nullptr;
-  Sge* sq_sges_ = nullptr;
-  std::uint8_t* sq_inline_ = nullptr;
-  std::uint32_t sq_depth_ = 0;  // max_send_wr given
-  std::uint32_t sq_mask_ = 0;
-  std::uint32_t max_send_sge_ = 1;
-  std::uint32_t inline_stride_ = 0;
-  std::uint32_t sq_retired_ = 0;  // slots before this are free
-  std::uint32_t sq_done_ = 0;     // WQEs before this are complete
-  std::uint32_t sq_sent_ = 0;     // WQEs before this were transmitted (in this epoch)
-  std::uint32_t sq_post_ = 0;     // next WQE to post
-  std::uint32_t sq_psn_base_index_ = 0;  // index whose PSN is attr_.sq_psn
-
-  RecvQueue rq_;
-
-  // Requester
-  std::uint32_t epoch_ = 0;
-  std::uint64_t timer_gen_ = 0;       // changes on RESET/ERR: older timer events are void
-  std::uint64_t timer_deadline_ = 0;  // local ACK timeout of the oldest outstanding WQE
-  bool timer_armed_ = false;          // one timer event per QP is in the heap
-  std::uint8_t retry_left_ = 0;
-  std::uint8_t rnr_left_ = 0;
-  bool rnr_wait_ = false;
-  std::uint32_t rd_atomic_outstanding_ = 0;
-  int dst_dev_ = -1;  // RC/UC peer device from the AV
-
-  // Responder
-  std::uint32_t epsn_ = 0;
-  bool comm_est_raised_ = false;
-  bool ack_owed_ = false;  // the last message's ACK was left to the next one (coalescing)
-
-  // The MR find_mr found last; it still exists, with the same key and PD, while `generation`
-  // is the device's mr_generation (0: none found yet).
-  struct MrCache {
-    std::uint64_t generation = 0;
-    const MrCore* mr = nullptr;
-  } mr_cache_;
 };
 
 // Variants created instead of the plain classes when the world's fault plan targets their data

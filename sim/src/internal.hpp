@@ -549,8 +549,7 @@ struct RecvWqe {
 // A ring of receive WQEs with their SGEs, used by QPs and SRQs. One allocation holds the
 // `slots` WQEs, then their SGEs (max_sge per slot).
 struct RecvQueue {
-  std::unique_ptr<std::byte[]> mem;
-  RecvWqe* wqes = nullptr;
+  std::unique_ptr<std::byte[]> mem;  // the WQEs, then the SGEs
   Sge* sges = nullptr;
   std::uint32_t slots = 0;  // max(cap, 1) rounded up to a power of two
   std::uint32_t cap = 0;
@@ -559,7 +558,9 @@ struct RecvQueue {
   std::uint32_t tail = 0;  // next to post
   std::uint32_t size() const noexcept { return tail - head; }
   void init(std::uint32_t capacity, std::uint32_t sge);
-  RecvWqe& at(std::uint32_t i) noexcept { return wqes[i & (slots - 1)]; }
+  RecvWqe& at(std::uint32_t i) noexcept {
+    return reinterpret_cast<RecvWqe*>(mem.get())[i & (slots - 1)];
+  }
   Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i & (slots - 1)) * max_sge]; }
   void clear() noexcept { head = tail = 0; }
 };
@@ -575,26 +576,42 @@ struct SrqCore {
   void consumed();  // after a receive is taken: fires the limit event
 };
 
+// A send WQE: the head of its send queue slot (SimQp::sq_at), followed in the slot by its SGEs
+// and its inline room. 48 bytes, so that a slot with one SGE and no inline room is one cache
+// line: posting a WR writes one line and the responder reads one. What only some opcodes use
+// shares room: UD has no remote buffer and keeps its destination there; an atomic's operands
+// sit apart (SimQp::sq_atomic).
 struct SendWqe {
   std::uint64_t wr_id;
-  std::uint64_t remote_addr;
-  std::uint64_t compare_add;
-  std::uint64_t swap;
+  union {
+    std::uint64_t remote_addr;  // RDMA, atomics
+    struct {
+      std::uint32_t remote_qpn;
+      std::uint32_t remote_qkey;
+    } ud;
+  };
+  union {
+    std::uint32_t rkey;    // RDMA, atomics
+    std::int32_t dst_dev;  // UD: resolved from the AH
+  };
   std::uint32_t length;  // total bytes
   std::uint32_t num_sge;
-  std::uint32_t rkey;
   std::uint32_t imm;
-  std::uint32_t remote_qpn;  // UD
-  std::uint32_t remote_qkey;
   std::uint32_t psn;
-  std::int32_t dst_dev;  // UD: resolved from the AH
-  WrOpcode opcode;
   SendFlags flags;
+  WrOpcode opcode;
   bool signaled;
   bool inlined;
   // Sent, and an MR its SGEs name was deregistered or re-registered before it arrived
   // (SimQp::mr_changed): on arrival it may not touch them.
   bool buffers_gone;
+};
+static_assert(sizeof(SendWqe) == 48);
+
+// The operands of an atomic WR, kept beside the send queue's slots rather than in them.
+struct AtomicOperands {
+  std::uint64_t compare_add;
+  std::uint64_t swap;
 };
 
 }  // namespace verbsim::sim

@@ -88,14 +88,15 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
 }
 
 SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn)
-    : pd_(std::move(pd)),
-      world_(pd_->ctx->world),
-      scq_(static_cast<SimCq*>(init.send_cq)->core()),
-      rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
-      dev_(pd_->ctx->dev),
+    : world_(pd->ctx->world),
+      dev_(pd->ctx->dev),
       qpn_(qpn),
       type_(init.type),
       sq_sig_all_(init.sq_sig_all),
+      scq_(static_cast<SimCq*>(init.send_cq)->core()),
+      pd_(std::move(pd)),
+      rcq_(static_cast<SimCq*>(init.recv_cq)->core()),
+      has_srq_(init.srq != nullptr),
       requested_cap_(init.cap) {
   const ProfileTraits& t = traits();
   if (init.srq != nullptr) srq_ = static_cast<SimSrq*>(init.srq)->core();
@@ -125,16 +126,20 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   sq_depth_ = actual.max_send_wr;
   sq_mask_ = slots - 1;
   max_send_sge_ = actual.max_send_sge;
-  inline_stride_ = (actual.max_inline_data + 7u) & ~7u;
-  static_assert(alignof(SendWqe) >= alignof(Sge) && sizeof(SendWqe) % alignof(Sge) == 0);
-  const std::size_t wqe_bytes = std::size_t{slots} * sizeof(SendWqe);
-  const std::size_t sge_bytes = std::size_t{slots} * max_send_sge_ * sizeof(Sge);
-  // Value-initialised, as the vectors were: a slot never posted reads as zeros.
-  sq_mem_ = std::make_unique<std::byte[]>(wqe_bytes + sge_bytes +
-                                          std::size_t{slots} * inline_stride_);
-  sq_ = new (sq_mem_.get()) SendWqe[slots]();
-  sq_sges_ = new (sq_mem_.get() + wqe_bytes) Sge[std::size_t{slots} * max_send_sge_]();
-  sq_inline_ = reinterpret_cast<std::uint8_t*>(sq_mem_.get() + wqe_bytes + sge_bytes);
+  const std::uint32_t inline_stride = (actual.max_inline_data + 7u) & ~7u;
+  sq_stride_ = static_cast<std::uint32_t>(sizeof(SendWqe) + max_send_sge_ * sizeof(Sge)) +
+               inline_stride;
+  static_assert(sizeof(SendWqe) % alignof(Sge) == 0 && alignof(SendWqe) >= alignof(Sge) &&
+                alignof(SendWqe) >= alignof(AtomicOperands));
+  const std::size_t slot_bytes = std::size_t{slots} * sq_stride_;
+  const std::size_t atomic_bytes = type_ == QpType::ud ? 0 : slots * sizeof(AtomicOperands);
+  // Value-initialised: a slot never posted reads as zeros.
+  sq_mem_ = std::make_unique<std::byte[]>(slot_bytes + atomic_bytes);
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    new (sq_slot(i)) SendWqe();
+    new (sq_sge(i)) Sge[max_send_sge_]();
+  }
+  if (atomic_bytes != 0) new (sq_mem_.get() + slot_bytes) AtomicOperands[slots]();
   if (!srq_) {
     rq_.init(actual.max_recv_wr, actual.max_recv_sge);
   } else {
@@ -238,15 +243,17 @@ template <QpType Type>
   const std::uint32_t i = sq_post_++;
   SendWqe& w = sq_at(i);
   w.wr_id = wr.wr_id;
-  w.remote_addr = wr.remote_addr;
-  w.compare_add = wr.compare_add;
-  w.swap = wr.swap;
+  if constexpr (Type == QpType::ud) {
+    w.ud.remote_qpn = wr.remote_qpn;
+    w.ud.remote_qkey = wr.remote_qkey;
+    w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
+  } else {
+    w.remote_addr = wr.remote_addr;
+    w.rkey = wr.rkey;
+    if (is_atomic(wr.opcode)) [[unlikely]] sq_atomic(i) = {wr.compare_add, wr.swap};
+  }
   w.length = length;
-  w.rkey = wr.rkey;
   w.imm = wr.imm_data;
-  w.remote_qpn = wr.remote_qpn;
-  w.remote_qkey = wr.remote_qkey;
-  w.dst_dev = Type == QpType::ud ? static_cast<const SimAh*>(wr.ah)->dst_dev() : -1;
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
@@ -277,7 +284,7 @@ PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
 template <QpType Type>
 PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   const ProfileTraits& t = traits();
-  const QpState s = attr_.qp_state;
+  const QpState s = hot_.qp_state;
   const bool early = s == QpState::reset || s == QpState::init || s == QpState::rtr;
   if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
     return {0, EINVAL, "QP is not in RTS"};
@@ -308,8 +315,8 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
 }
 
 PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
-  if (srq_) return {0, EINVAL, "QP receives from an SRQ"};
-  if (attr_.qp_state == QpState::reset) return {0, EINVAL, "QP is in RESET"};
+  if (has_srq_) return {0, EINVAL, "QP receives from an SRQ"};
+  if (hot_.qp_state == QpState::reset) return {0, EINVAL, "QP is in RESET"};
   // The queue's indices in locals: the stores into its slots cannot change them.
   const std::uint32_t room = rq_.cap - rq_.size();
   const std::uint32_t max_sge = rq_.max_sge;
@@ -338,7 +345,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   rq_.tail = tail;
   world().acct.posted += i;
   // On an ERR QP what was taken is flushed at once, also when a later WR of the batch failed.
-  if (attr_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
+  if (hot_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
@@ -392,8 +399,8 @@ void SimQp::flush_all() {
 }
 
 void SimQp::enter_error(bool raise_fatal) {
-  if (attr_.qp_state == QpState::err) return;
-  attr_.qp_state = QpState::err;
+  if (hot_.qp_state == QpState::err) return;
+  hot_.qp_state = QpState::err;
   ++epoch_;
   ++timer_gen_;
   timer_armed_ = false;
@@ -430,7 +437,7 @@ void SimQp::reset_queues() {
 // State machine
 
 void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
-  const QpState cur = attr_.qp_state;
+  const QpState cur = hot_.qp_state;
   const QpState next = any(mask, QpAttrMask::state) ? attr.qp_state : cur;
   auto bad = [&](const std::string& why) {
     fail("ibv_modify_qp", EINVAL,
@@ -501,24 +508,25 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
   switch (next) {
     case QpState::reset: {
       attr_ = QpAttr{};
+      hot_ = HotAttr{};
       reset_queues();
       break;
     }
     case QpState::err:
-      attr_.qp_state = cur;  // so enter_error runs
+      hot_.qp_state = cur;  // so enter_error runs
       enter_error(false);
       break;
     case QpState::rtr:
-      attr_.qp_state = next;
+      hot_.qp_state = next;
       epsn_ = attr_.rq_psn;
       if (type_ != QpType::ud) dst_dev_ = world().route(attr_.ah_attr.grh.dgid);
       break;
     case QpState::rts:
-      attr_.qp_state = next;
+      hot_.qp_state = next;
       if (cur == QpState::rtr) {
         sq_psn_base_index_ = sq_sent_;
-        retry_left_ = attr_.retry_cnt;
-        rnr_left_ = attr_.rnr_retry;
+        retry_left_ = hot_.retry_cnt;
+        rnr_left_ = hot_.rnr_retry;
       }
       attr_.sq_draining = 0;
       // WRs posted before (rxe: refused in RESET..RTR, or held in SQD) go now on hardware;
@@ -526,13 +534,13 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
       if (traits().rts_starts_send_queue) transmit();
       break;
     case QpState::sqd:
-      attr_.qp_state = next;
+      hot_.qp_state = next;
       attr_.sq_draining = sq_done_ != sq_sent_;
       if (!attr_.sq_draining && cur != QpState::sqd && attr_.en_sqd_async_notify) {
         raise(AsyncEventType::sq_drained);
       }
       break;
-    default: attr_.qp_state = next; break;
+    default: hot_.qp_state = next; break;
   }
 }
 
@@ -540,32 +548,40 @@ void SimQp::apply(const QpAttr& a, QpAttrMask m) {
   if (any(m, QpAttrMask::en_sqd_async_notify)) attr_.en_sqd_async_notify = a.en_sqd_async_notify;
   if (any(m, QpAttrMask::access_flags)) attr_.qp_access_flags = a.qp_access_flags;
   if (any(m, QpAttrMask::pkey_index)) attr_.pkey_index = a.pkey_index;
-  if (any(m, QpAttrMask::port)) attr_.port_num = a.port_num;
+  if (any(m, QpAttrMask::port)) hot_.port_num = a.port_num;
   if (any(m, QpAttrMask::qkey)) attr_.qkey = a.qkey;
   if (any(m, QpAttrMask::av)) {
     attr_.ah_attr = a.ah_attr;
     if (attr_.ah_attr.port_num == 0) attr_.ah_attr.port_num = 1;
   }
   if (any(m, QpAttrMask::path_mtu)) attr_.path_mtu = a.path_mtu;
-  if (any(m, QpAttrMask::timeout)) attr_.timeout = a.timeout;
+  if (any(m, QpAttrMask::timeout)) hot_.timeout = a.timeout;
   if (any(m, QpAttrMask::retry_cnt)) {
-    attr_.retry_cnt = a.retry_cnt;
+    hot_.retry_cnt = a.retry_cnt;
     retry_left_ = a.retry_cnt;
   }
   if (any(m, QpAttrMask::rnr_retry)) {
-    attr_.rnr_retry = a.rnr_retry;
+    hot_.rnr_retry = a.rnr_retry;
     rnr_left_ = a.rnr_retry;
   }
   if (any(m, QpAttrMask::rq_psn)) attr_.rq_psn = a.rq_psn & 0xffffff;
-  if (any(m, QpAttrMask::max_qp_rd_atomic)) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (any(m, QpAttrMask::max_qp_rd_atomic)) hot_.max_rd_atomic = a.max_rd_atomic;
   if (any(m, QpAttrMask::min_rnr_timer)) attr_.min_rnr_timer = a.min_rnr_timer;
-  if (any(m, QpAttrMask::sq_psn)) attr_.sq_psn = a.sq_psn & 0xffffff;
+  if (any(m, QpAttrMask::sq_psn)) hot_.sq_psn = a.sq_psn & 0xffffff;
   if (any(m, QpAttrMask::max_dest_rd_atomic)) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  if (any(m, QpAttrMask::dest_qpn)) attr_.dest_qp_num = a.dest_qp_num & 0xffffff;
+  if (any(m, QpAttrMask::dest_qpn)) hot_.dest_qp_num = a.dest_qp_num & 0xffffff;
 }
 
 QpAttr SimQp::query(QpAttrMask) const {
   QpAttr a = attr_;
+  a.qp_state = hot_.qp_state;
+  a.port_num = hot_.port_num;
+  a.timeout = hot_.timeout;
+  a.retry_cnt = hot_.retry_cnt;
+  a.rnr_retry = hot_.rnr_retry;
+  a.max_rd_atomic = hot_.max_rd_atomic;
+  a.sq_psn = hot_.sq_psn;
+  a.dest_qp_num = hot_.dest_qp_num;
   a.cur_qp_state = a.qp_state;
   a.cap = reported_cap_;
   a.cap.max_send_wr = sq_depth_;

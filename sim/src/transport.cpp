@@ -170,7 +170,7 @@ inline bool SimQp::sge_keys_known(const Sge* sges, std::uint32_t n, std::uint64_
 // Requester
 
 void SimQp::transmit() {
-  if (sq_sent_ == sq_post_ || attr_.qp_state != QpState::rts || rnr_wait_) return;
+  if (sq_sent_ == sq_post_ || hot_.qp_state != QpState::rts || rnr_wait_) return;
   switch (type_) {
     case QpType::rc: return transmit_as<QpType::rc>();
     case QpType::uc: return transmit_as<QpType::uc>();
@@ -184,7 +184,7 @@ void SimQp::transmit_as() {
   const bool had_outstanding = sq_done_ != sq_sent_;
   constexpr bool rc = Type == QpType::rc;
   constexpr bool ud = Type == QpType::ud;
-  const std::uint8_t port = ud ? 1 : attr_.port_num;
+  const std::uint8_t port = ud ? 1 : hot_.port_num;
   // What every packet of this QP has in common.
   Event e{};
   e.kind = EvKind::deliver;
@@ -197,7 +197,7 @@ void SimQp::transmit_as() {
     SendWqe& wq = sq_at(sq_sent_);
     const bool rd = is_read_or_atomic(wq.opcode);
     if (rc) {
-      if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(attr_.max_rd_atomic, 1)) break;
+      if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(hot_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
     if (!opcode_supported(Type, wq.opcode)) {
@@ -223,7 +223,7 @@ void SimQp::transmit_as() {
       enter_error(false);
       return;
     }
-    wq.psn = (attr_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
+    wq.psn = (hot_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
     wq.buffers_gone = false;  // the buffers were just found valid
     const int dst = ud ? wq.dst_dev : dst_dev_;
     const std::uint64_t bytes = wq.opcode == WrOpcode::rdma_read ? 0 : wq.length;
@@ -234,7 +234,7 @@ void SimQp::transmit_as() {
     const bool oversize = ud && wq.length > mtu_bytes(dev_->ports[0].attr.active_mtu);
     if (dst >= 0 && !oversize) {
       e.dev = static_cast<std::uint16_t>(dst);
-      e.qpn = ud ? wq.remote_qpn : attr_.dest_qp_num;
+      e.qpn = ud ? wq.ud.remote_qpn : hot_.dest_qp_num;
       e.time = w.send_packet(e, wq.psn);
     }
     if (!rc) {
@@ -254,8 +254,8 @@ void SimQp::transmit_as() {
 // Restarts the local ACK timer. At most one timer event per QP is in the heap: when it fires
 // before the (since pushed back) deadline, it re-arms itself for the deadline.
 void SimQp::arm_timer() {
-  if (attr_.timeout == 0) return;  // infinite: a lost message waits forever, as on hardware
-  timer_deadline_ = world().now + ack_timeout_ns(attr_.timeout);
+  if (hot_.timeout == 0) return;  // infinite: a lost message waits forever, as on hardware
+  timer_deadline_ = world().now + ack_timeout_ns(hot_.timeout);
   if (!timer_armed_) schedule_timer();
 }
 
@@ -277,14 +277,14 @@ inline bool SimQp::acknowledge_until(std::uint32_t end) {
       --rd_atomic_outstanding_;
     }
     complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
-    if (attr_.qp_state == QpState::err) return false;  // its CQ overran
+    if (hot_.qp_state == QpState::err) return false;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
   return true;
 }
 
 void SimQp::on_ack(const Event& e) {
-  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
+  if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
   if (type_ != QpType::rc && sq_at(e.index).buffers_gone) [[unlikely]] {
     // UC, UD: sent (completing) while its buffers went; the message was lost.
@@ -294,10 +294,10 @@ void SimQp::on_ack(const Event& e) {
     return;
   }
   if (!acknowledge_until(e.index + 1)) return;
-  retry_left_ = attr_.retry_cnt;
-  rnr_left_ = attr_.rnr_retry;
+  retry_left_ = hot_.retry_cnt;
+  rnr_left_ = hot_.rnr_retry;
   if (type_ == QpType::rc && sq_done_ != sq_sent_) arm_timer();
-  if (attr_.qp_state == QpState::sqd && sq_done_ == sq_sent_ && attr_.sq_draining) {
+  if (hot_.qp_state == QpState::sqd && sq_done_ == sq_sent_ && attr_.sq_draining) {
     attr_.sq_draining = 0;
     if (attr_.en_sqd_async_notify) raise(AsyncEventType::sq_drained);
   }
@@ -305,14 +305,14 @@ void SimQp::on_ack(const Event& e) {
 }
 
 void SimQp::on_nak(const Event& e) {
-  if (e.epoch != epoch_ || attr_.qp_state == QpState::err) return;
+  if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
   if (!acknowledge_until(e.index)) return;  // a NAK acknowledges everything before it
   WcStatus fatal = WcStatus::success;
   switch (static_cast<Nak>(e.code)) {
     case Nak::rnr:
-      if (attr_.rnr_retry == 7 || rnr_left_ > 0) {
-        if (attr_.rnr_retry != 7) --rnr_left_;
+      if (hot_.rnr_retry == 7 || rnr_left_ > 0) {
+        if (hot_.rnr_retry != 7) --rnr_left_;
         ++epoch_;
         sq_sent_ = sq_done_;
         rd_atomic_outstanding_ = 0;
@@ -344,7 +344,7 @@ void SimQp::on_nak(const Event& e) {
 
 bool SimQp::drop_idle_timer(const Event& e) noexcept {
   if (e.value != timer_gen_) return true;  // armed before a RESET or ERR
-  if (attr_.qp_state != QpState::err && !rnr_wait_ && sq_done_ != sq_sent_) return false;
+  if (hot_.qp_state != QpState::err && !rnr_wait_ && sq_done_ != sq_sent_) return false;
   timer_armed_ = false;  // nothing outstanding (or an RNR wait, or ERR): the timer stops
   return true;
 }
@@ -422,7 +422,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   const Sge* src_sges = req.sq_sge(index);
   const std::uint8_t* src_inline = req.sq_inline(index);
   if (wq.buffers_gone) return;  // lost: the sender completes it with LOC_PROT_ERR (on_ack)
-  if (wq.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
+  if (wq.ud.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
   RecvWqe rw;
   Sge* rs;
   if (!take_recv(rw, rs)) return;
@@ -457,7 +457,7 @@ void SimQp::on_deliver(const Event& e) {
   SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
   if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
   const bool ack_owed = std::exchange(ack_owed_, false);
-  const QpState s = attr_.qp_state;
+  const QpState s = hot_.qp_state;
   if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) {
     // Dropped. The ACK the previous message left to this one goes out now.
     if (ack_owed) send_response(e, EvKind::ack, Nak::rnr, e.index - 1, 0, 0);
@@ -613,10 +613,11 @@ void SimQp::on_deliver(const Event& e) {
       }
       auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
       const std::uint64_t original = *target;
+      const AtomicOperands& op = req->sq_atomic(e.index);
       if (wq.opcode == WrOpcode::atomic_cmp_and_swp) {
-        if (original == wq.compare_add) *target = wq.swap;
+        if (original == op.compare_add) *target = op.swap;
       } else {
-        *target = original + wq.compare_add;
+        *target = original + op.compare_add;
       }
       scatter(src_sges, wq.num_sge, reinterpret_cast<const std::uint8_t*>(&original), 8);
       response_bytes = 8;
@@ -635,8 +636,8 @@ void SimQp::send_response(const Event& request, EvKind kind, Nak code, std::uint
                           std::uint64_t value, std::uint64_t bytes) {
   World::Impl& w = world();
   Event r{};
-  r.time = w.transmit_time(*dev_, attr_.port_num, bytes);
-  r.wire = w.wire_of(*dev_, attr_.port_num);
+  r.time = w.transmit_time(*dev_, hot_.port_num, bytes);
+  r.wire = w.wire_of(*dev_, hot_.port_num);
   r.kind = kind;
   r.code = static_cast<std::uint8_t>(code);
   r.dev = request.src_dev;

@@ -13,7 +13,8 @@
 //                       queue entries: the QP object and its fixed state, including its share
 //                       of per-device and per-CQ tables (QPN table, the CQ's QP list).
 //   queue_bytes_per_qp  send and receive queue entries: slots x entry size (SendWqe + SGEs +
-//                       inline room per SQ slot, RecvWqe + SGEs per RQ slot).
+//                       inline room + an atomic's operands per SQ slot of an RC QP,
+//                       RecvWqe + SGEs per RQ slot).
 //   sizeof_qp           sizeof(sim::SimQp), the object alone (part of bytes_per_qp).
 //   allocs_per_qp       heap allocations per QP (live after creation).
 //   total_mib           live heap of the whole world with its QPs, in MiB.
@@ -96,7 +97,8 @@ std::size_t queue_bytes(const QpCap& c) {
   std::size_t sq_slots = 1;
   while (sq_slots < c.max_send_wr) sq_slots <<= 1;
   const std::size_t inline_stride = round_up(c.max_inline_data, 8);
-  return sq_slots * (sizeof(sim::SendWqe) + c.max_send_sge * sizeof(Sge) + inline_stride) +
+  return sq_slots * (sizeof(sim::SendWqe) + c.max_send_sge * sizeof(Sge) + inline_stride +
+                     sizeof(sim::AtomicOperands)) +
          static_cast<std::size_t>(c.max_recv_wr) *
              (sizeof(sim::RecvWqe) + c.max_recv_sge * sizeof(Sge));
 }
