@@ -383,6 +383,76 @@ TEST_P(Datapath, InlineSendAtLimit) {
   CHECK_OBS("data", std::memcmp(copy.data(), mem(kDst), 64) == 0, true);
 }
 
+TEST_P(Datapath, InlineGathersSgesWithoutLookingAtKeys) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 64}));
+  fill(kSrc, 40, 4);
+  std::vector<char> copy(mem(kSrc), mem(kSrc) + 40);
+  Sge s[] = {sge(kSrc, 10), sge(kSrc + 10, 30)};
+  s[1].lkey ^= 0x100;  // inline data is copied at post time: no key is looked at
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  SendWr wr = send_wr(1, nullptr, WrOpcode::send, SendFlags::signaled | SendFlags::inline_data);
+  wr.sg_list = s;
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/40");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/40");
+  CHECK_OBS("data", std::memcmp(copy.data(), mem(kDst), 40) == 0, true);
+}
+
+TEST_P(Datapath, InlineRdmaWrite) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 64}));
+  fill(kSrc, 48, 6);
+  std::vector<char> copy(mem(kSrc), mem(kSrc) + 48);
+  const Sge s = sge(kSrc, 48);
+  SendWr wr = rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey(),
+                      SendFlags::signaled | SendFlags::inline_data);
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  std::memset(mem(kSrc), 0, 48);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/48");
+  CHECK_OBS("data", std::memcmp(copy.data(), mem(kDst), 48) == 0, true);
+}
+
+TEST_P(Datapath, ReadScattersIntoSges) {
+  Pair p = make_pair();
+  fill(kSrc, 50, 7);
+  const Sge s[] = {sge(kAux, 20), sge(kAux + 1000, 30)};
+  SendWr wr = rdma_wr(1, WrOpcode::rdma_read, nullptr, mr().address(kSrc), mr().rkey());
+  wr.sg_list = s;
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/50");
+  CHECK_OBS("data", same(kSrc, kAux, 20) && same(kSrc + 20, kAux + 1000, 30), true);
+}
+
+TEST_P(Datapath, ZeroLengthWriteWithImmNeedsNoRkey) {
+  Pair p = make_pair();
+  RecvWr rw;
+  rw.wr_id = 2;
+  ASSERT_FALSE(p.b->post_recv(rw).error());
+  SendWr wr = rdma_wr(1, WrOpcode::rdma_write_with_imm, nullptr, mr().address(kDst), mr().rkey() ^ 0x100);
+  wr.sg_list = {};
+  wr.imm_data = 0xabcd;
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/0");
+  const auto wcs = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver", describe(wcs), "SUCCESS/RECV_RDMA_WITH_IMM/0");
+  CHECK_OBS("imm", wcs.empty() ? 0u : wcs[0].imm_data, 0xabcdu);
+  CHECK_OBS("with_imm", !wcs.empty() && any(wcs[0].wc_flags, WcFlags::with_imm), true);
+}
+
+TEST_P(Datapath, SendWithImmIntoAReceiveWithoutSges) {
+  Pair p = make_pair();
+  RecvWr rw;
+  rw.wr_id = 2;
+  ASSERT_FALSE(p.b->post_recv(rw).error());
+  SendWr wr = send_wr(1, nullptr, WrOpcode::send_with_imm);
+  wr.imm_data = 0x1234;
+  CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/0");
+  const auto wcs = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver", describe(wcs), "SUCCESS/RECV/0");
+  CHECK_OBS("imm", wcs.empty() ? 0u : wcs[0].imm_data, 0x1234u);
+}
+
 TEST_P(Datapath, InlineAboveLimitRefused) {
   Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 64}));
   const std::uint32_t limit = p.a->query().cap.max_inline_data;
