@@ -559,6 +559,12 @@ void SimQp::on_deliver(const Event& e) {
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm: {
       if (!remote_ok(Access::remote_write, Access::remote_write, wq.length)) {
+        if (!rc) {
+          // UC has no NAK to send: the message is dropped and the QP carries on (rxe's
+          // drop_msg; conformance Datapath.UcWrite*).
+          epsn_ = (wq.psn + 1) & 0xffffff;
+          return;
+        }
         responder_error(access_nak, AsyncEventType::qp_access_err);
         return;
       }

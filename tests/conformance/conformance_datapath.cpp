@@ -529,6 +529,55 @@ TEST_P(Datapath, UcSendAndWrite) {
   CHECK_OBS("data", same(kSrc, kDst, 64) && same(kSrc, kDst + 1024, 64), true);
 }
 
+// UC has no NAK: a WRITE the responder refuses (bad rkey, or a QP without REMOTE_WRITE) is
+// dropped, with or without immediate (no receive is taken), and the QP carries on: the next
+// message arrives. A receive that cannot take a SEND fails and takes the QP to ERR, as on RC.
+TEST_P(Datapath, UcWriteWithBadRkeyIsDropped) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc));
+  const Sge s = sge(kSrc, 64);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(4, &r)).error());
+  for (const WrOpcode op : {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm}) {
+    const SendWr wrs[] = {rdma_wr(1, op, &s, mr().address(kDst + 1024), mr().rkey() ^ 0x100),
+                          send_wr(3, &s)};
+    CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
+    CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/RDMA_WRITE/64,SUCCESS/SEND/64");
+    CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
+  }
+  CHECK_OBS("receiver_state", p.b->state(), QpState::rts);
+}
+
+TEST_P(Datapath, UcWriteToQpWithoutRemoteWriteIsDropped) {
+  PairOptions o = PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc);
+  o.b.access = Access::local_write;
+  Pair p = make_pair(o);
+  const Sge s = sge(kSrc, 64);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  const SendWr wrs[] = {rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst + 1024), mr().rkey()),
+                        send_wr(3, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/RDMA_WRITE/64,SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
+  CHECK_OBS("receiver_state", p.b->state(), QpState::rts);
+}
+
+TEST_P(Datapath, UcSendIntoTooSmallReceiveFailsTheQp) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc));
+  const Sge s = sge(kSrc, 64);
+  const Sge tiny = sge(kDst, 8);
+  const Sge r = sge(kDst + 1024, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &tiny)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(4, &r)).error());
+  const SendWr wrs[] = {send_wr(1, &s), send_wr(3, &s)};
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 2)), "SUCCESS/SEND/64,SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 2)),
+            err_wc(expect().recv_too_small, WcOpcode::recv, 0) + "," + err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
+  CHECK_OBS("receiver_state", p.b->state(), QpState::err);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ordering
 
