@@ -180,9 +180,13 @@ class alignas(64) SimQp : public QueuePair {
   void cq_failed();
   // The device failed this QP (fault plan): ERR with a QP_FATAL event.
   void fatal();
-  // The MR of `key` was deregistered or re-registered: marks the messages in flight that read
-  // or land in it.
+  // The MR of `key` was deregistered or re-registered: marks the messages in flight whose bytes
+  // it no longer covers (SendWqe::buffers_gone). Walks the in-flight WQEs of this QP.
   void mr_changed(std::uint32_t key) noexcept;
+  // The status of send WQE `index` whose own buffers failed their check: a READ or atomic
+  // response that cannot be written is a protection error everywhere; data that cannot be read
+  // through an unknown key may be reported apart (rxe: LOC_QP_OP_ERR).
+  WcStatus local_fault_status(std::uint32_t index) noexcept;
   // Work requests still in its queues (for the accounting invariant).
   std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
@@ -277,16 +281,18 @@ class alignas(64) SimQp : public QueuePair {
   void apply(const QpAttr& attr, QpAttrMask mask);
   void raise(AsyncEventType type);
 
-  // The fields sit by who reads them, so that a message touches few cache lines of a QP whose
+  // The fields sit by who reads them, so that a SEND touches few cache lines of a QP whose
   // state has gone cold (many QPs): the object is aligned to a line, line 0 holds what the
-  // requester and the responder both read, line 1 and the first half of line 2 the requester's
-  // send queue, timer and retries, the rest of line 2 and line 3 the responder's receive queue;
-  // what the data path does not read follows. (The vtable pointer is at offset 0.) Keep the
-  // sizes: moving a field across a line costs a miss per message at 10,000 QPs, and the object
-  // must stay within 384 bytes (6 lines; docs/PERFORMANCE.md, "Memory and scaling").
+  // requester and the responder both read, line 1 the requester's send queue, line 2 its timer
+  // and retries (then owners the data path does not read), line 3 the responder's receive
+  // queue; what the data path does not read follows. (The vtable pointer is at offset 0.) Keep
+  // the sizes: moving a field across a line costs a miss per message at 10,000 QPs, and the
+  // object must stay within 384 bytes (6 lines; docs/PERFORMANCE.md, "Memory and scaling").
 
-  // The fields of QpAttr that the data path reads. attr_ holds every other field; its copies
-  // of these are not used (query() fills them in from here).
+  // The fields of QpAttr that a SEND's requester and responder read. attr_ holds every other
+  // field; its copies of these are not used (query() fills them in from here). RDMA and atomic
+  // requests also read attr_.qp_access_flags (and more on their error paths), UD receives
+  // attr_.qkey: one more line for those.
   struct HotAttr {
     QpState qp_state = QpState::reset;
     std::uint8_t port_num = 0;
@@ -357,6 +363,7 @@ class alignas(64) SimQp : public QueuePair {
   QpCap reported_cap_;
   QpAttr attr_;
 };
+static_assert(sizeof(SimQp) <= 384, "6 cache lines at most: see the comment on SimQp's fields");
 
 // Variants created instead of the plain classes when the world's fault plan targets their data
 // path verbs: the check happens here, never as a branch in the plain classes' hot path.

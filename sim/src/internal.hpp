@@ -577,10 +577,11 @@ struct SrqCore {
 };
 
 // A send WQE: the head of its send queue slot (SimQp::sq_at), followed in the slot by its SGEs
-// and its inline room. 48 bytes, so that a slot with one SGE and no inline room is one cache
-// line: posting a WR writes one line and the responder reads one. What only some opcodes use
-// shares room: UD has no remote buffer and keeps its destination there; an atomic's operands
-// sit apart (SimQp::sq_atomic).
+// and its inline room. 48 bytes, so that a slot with one SGE and no inline room is 64 bytes:
+// a batch of n WRs writes n + 1 lines (the ring is 16-byte aligned; aligning it to a line would
+// cost about 30 bytes per QP, 496 in the worst case against the 512 target). What only some
+// opcodes use shares room: UD has no remote buffer and keeps its destination there; an
+// atomic's operands sit apart (SimQp::sq_atomic).
 struct SendWqe {
   std::uint64_t wr_id;
   union {

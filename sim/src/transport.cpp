@@ -18,6 +18,16 @@ bool is_read_or_atomic(WrOpcode op) noexcept {
          op == WrOpcode::atomic_fetch_and_add;
 }
 
+// What a send WQE's own buffers must allow, and how many of their bytes a message touches: a
+// READ's response fills them, an atomic's the first 8 bytes (rxe takes longer buffers), other
+// messages are read from them whole.
+Access local_need(const SendWqe& wq) noexcept {
+  return is_read_or_atomic(wq.opcode) ? Access::local_write : Access::none;
+}
+std::uint64_t touched_bytes(const SendWqe& wq) noexcept {
+  return is_read_or_atomic(wq.opcode) && wq.opcode != WrOpcode::rdma_read ? 8 : wq.length;
+}
+
 // UD sends only SENDs; UC has no READ or atomics. (Profiles that check at post time never
 // let anything else into the queue.)
 bool opcode_supported(QpType type, WrOpcode op) noexcept {
@@ -210,16 +220,12 @@ void SimQp::transmit_as() {
     }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
     // stay in order, so wait for everything before it first.
-    // An atomic's response takes the first 8 bytes of its buffer (which may be longer on rxe).
-    const Access need = rd ? Access::local_write : Access::none;
-    const std::uint64_t touched = rd && wq.opcode != WrOpcode::rdma_read ? 8 : wq.length;
-    if (!wq.inlined && !sges_valid(sq_sge(sq_sent_), wq.num_sge, touched, need)) {
+    if (!wq.inlined &&
+        !sges_valid(sq_sge(sq_sent_), wq.num_sge, touched_bytes(wq), local_need(wq))) {
       if (sq_done_ != sq_sent_) break;
-      // Reading the data: an unknown key may be reported apart from a bounds error. Writing a
-      // READ/atomic response into it fails as a protection error everywhere.
-      const bool known = rd || sge_keys_known(sq_sge(sq_sent_), wq.num_sge, touched);
+      const WcStatus status = local_fault_status(sq_sent_);
       ++sq_sent_;
-      complete_next(known ? WcStatus::loc_prot_err : traits().bad_lkey_status);
+      complete_next(status);
       enter_error(false);
       return;
     }
@@ -289,7 +295,7 @@ void SimQp::on_ack(const Event& e) {
   if (type_ != QpType::rc && sq_at(e.index).buffers_gone) [[unlikely]] {
     // UC, UD: sent (completing) while its buffers went; the message was lost.
     if (!acknowledge_until(e.index)) return;
-    complete_next(WcStatus::loc_prot_err);
+    complete_next(local_fault_status(e.index));
     enter_error(false);
     return;
   }
@@ -377,18 +383,31 @@ void SimQp::on_rnr_retry(const Event& e) {
 
 // The simulator reads a message's buffers, and writes a READ or atomic response into them, when
 // the message arrives. A program that deregisters (or re-registers) an MR while messages that
-// use it are on the wire must not have them touch its memory then: they are marked, and arrive
-// as nothing (on_deliver). As on a NIC that had not yet read the buffers, the WR fails with
-// LOC_PROT_ERR.
+// use it are on the wire must not have them touch its memory then: those whose bytes the MR no
+// longer covers are marked, and arrive as nothing (on_deliver). As on a NIC that had not yet
+// read the buffers, the WR fails (local_fault_status): RC when it goes back and finds the key
+// invalid, UC and UD when they complete (on_ack). A re-registration that still covers the
+// bytes leaves them alone.
 void SimQp::mr_changed(std::uint32_t key) noexcept {
   for (std::uint32_t i = sq_done_; i != sq_sent_; ++i) {
     SendWqe& wq = sq_at(i);
-    if (wq.inlined) continue;
+    if (wq.inlined || wq.buffers_gone) continue;
     const Sge* sges = sq_sge(i);
+    bool names_key = false;
     for (std::uint32_t k = 0; k < wq.num_sge; ++k) {
-      if (sges[k].lkey == key) wq.buffers_gone = true;
+      names_key |= sges[k].lkey == key && sges[k].length != 0;
+    }
+    if (names_key && !bytes_valid(sges, wq.num_sge, touched_bytes(wq), local_need(wq))) {
+      wq.buffers_gone = true;
     }
   }
+}
+
+WcStatus SimQp::local_fault_status(std::uint32_t index) noexcept {
+  const SendWqe& wq = sq_at(index);
+  if (is_read_or_atomic(wq.opcode)) return WcStatus::loc_prot_err;
+  return sge_keys_known(sq_sge(index), wq.num_sge, wq.length) ? WcStatus::loc_prot_err
+                                                              : traits().bad_lkey_status;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../support/sim_checks.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 namespace verbsim {
 namespace {
@@ -383,27 +384,39 @@ TEST_P(Ops, OpcodesAQpTypeCannotCarryFail) {
 }
 
 // UC and UD: a SEND whose MR is deregistered while it is on the wire is not read (its buffer
-// may be freed already); it is lost and its WR fails with LOC_PROT_ERR (see the RC case in
-// sim_errors_test.cpp).
+// may be freed already); it is lost and its WR fails, with the status of a send whose key is
+// unknown (rxe: LOC_QP_OP_ERR), as on RC (sim_errors_test.cpp). Re-registered so that it still
+// covers the bytes, the MR leaves the message alone.
 TEST_P(Ops, UnreliableSendWhoseMrGoesOnTheWireIsLostAndFails) {
+  const WcStatus bad_lkey = is(Profile::rxe) ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err;
   for (const QpType t : {QpType::uc, QpType::ud}) {
-    SCOPED_TRACE(std::string(to_string(t)));
-    PairOptions o;
-    o.type = t;
-    o.connect_options.qkey = 0x11111111;
-    SimPair p(config(), o);
-    Ledger led;
-    const Sge ls = p.a.sge(0, 16);
-    const Sge rs = p.b.sge(0, 256);
-    ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
-    SendWr wr = send_wr(1, ls);
-    const std::unique_ptr<AddressHandle> ah = t == QpType::ud ? address_to_b(p, wr) : nullptr;
-    ASSERT_TRUE(led.post_send(*p.a.qp, wr));
-    destroy(p.a.mr);
-    const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
-    EXPECT_EQ(w.status, WcStatus::loc_prot_err) << to_string(w.status);
-    EXPECT_EQ(p.a.qp->state(), QpState::err);
-    EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "the receiver got it";
+    for (const bool reregistered : {false, true}) {
+      SCOPED_TRACE(std::string(to_string(t)) + (reregistered ? ", re-registered" : ", deregistered"));
+      PairOptions o;
+      o.type = t;
+      o.connect_options.qkey = 0x11111111;
+      SimPair p(config(), o);
+      Ledger led;
+      const Sge ls = p.a.sge(0, 16);
+      const Sge rs = p.b.sge(0, 256);
+      ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(201, rs)));
+      SendWr wr = send_wr(1, ls);
+      const std::unique_ptr<AddressHandle> ah = t == QpType::ud ? address_to_b(p, wr) : nullptr;
+      ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+      if (reregistered) {
+        sim::MrChange change;
+        change.access = Access::local_write;
+        sim::rereg_mr(*p.a.mr, change);
+        EXPECT_EQ(only(led.poll_n(p.world, *p.a.cq, 1)).status, WcStatus::success);
+        EXPECT_EQ(led.drain(p.world, *p.b.cq).size(), 1u) << "the receiver did not get it";
+        continue;
+      }
+      destroy(p.a.mr);
+      const WorkCompletion w = only(led.poll_n(p.world, *p.a.cq, 1));
+      EXPECT_EQ(w.status, bad_lkey) << to_string(w.status);
+      EXPECT_EQ(p.a.qp->state(), QpState::err);
+      EXPECT_TRUE(led.drain(p.world, *p.b.cq).empty()) << "the receiver got it";
+    }
   }
 }
 
