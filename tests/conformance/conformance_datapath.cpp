@@ -578,6 +578,40 @@ TEST_P(Datapath, UcSendIntoTooSmallReceiveFailsTheQp) {
   CHECK_OBS("receiver_state", p.b->state(), QpState::err);
 }
 
+// UC has no RNR: a SEND (or a WRITE with immediate) that finds no receive is lost, and the QP
+// carries on.
+TEST_P(Datapath, UcMessageWithoutReceiveIsLost) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc));
+  const Sge s = sge(kSrc, 64);
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/64");
+  pass_time(std::chrono::milliseconds(20));
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  SendWr imm = rdma_wr(5, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst + 1024), mr().rkey());
+  const SendWr wrs[] = {send_wr(3, &s)};
+  CHECK_ERR("post_again", p.a->post_send(wrs).error(), 0);
+  CHECK_OBS("sender_again", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/64");
+  CHECK_ERR("post_imm", p.a->post_send(imm).error(), 0);
+  CHECK_OBS("sender_imm", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/64");
+  pass_time(std::chrono::milliseconds(20));
+  CHECK_OBS("receiver_imm", describe(poll_quiet(*p.cq_b)), "none");
+  CHECK_OBS("receiver_state", p.b->state(), QpState::rts);
+}
+
+TEST_P(Datapath, UcMultiPacketSend) {
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 4, 4, 0}, QpType::uc));
+  fill(kSrc, 3000, 8);
+  const Sge s = sge(kSrc, 3000);
+  const Sge r = sge(kDst, 4096);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/3000");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/3000");
+  CHECK_OBS("data", same(kSrc, kDst, 3000), true);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ordering
 
@@ -745,6 +779,22 @@ TEST_P(Ud, ZeroLengthSendDeliversTheHeaderOnly) {
   CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, nullptr)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/0");
   CHECK_OBS("receiver", describe(poll_n(*u.p.cq_b, 1)), "SUCCESS/RECV/40");
+}
+
+// A UD receive may give the 40 bytes of network header an SGE of their own.
+TEST_P(Ud, GrhInAnSgeOfItsOwn) {
+  UdPair u = make_ud();
+  fill(kSrc, 32, 5);
+  const Sge s = sge(kSrc, 32);
+  const Sge r[] = {sge(kDst, 40), sge(kDst + 1024, 64)};
+  RecvWr rw;
+  rw.wr_id = 2;
+  rw.sg_list = r;
+  ASSERT_FALSE(u.p.b->post_recv(rw).error());
+  CHECK_ERR("post", u.p.a->post_send(ud_send(u, 1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)), "SUCCESS/SEND/32");
+  CHECK_OBS("receiver", describe(poll_n(*u.p.cq_b, 1)), "SUCCESS/RECV/72");
+  CHECK_OBS("data", same(kSrc, kDst + 1024, 32), true);
 }
 
 TEST_P(Ud, LargerThanMtu) {

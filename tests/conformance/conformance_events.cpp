@@ -310,9 +310,13 @@ TEST_P(Async, DestroyedSrqTakesItsPendingEvent) {
   ASSERT_FALSE(a->post_send(send_wr(1, &s)).error());
   ASSERT_EQ(poll_n(*cqb, 1).size(), 1u);
   (void)poll_n(*cqa, 1);
-  pass_time(std::chrono::milliseconds(50));  // SRQ_LIMIT_REACHED is pending
+  pass_time(std::chrono::milliseconds(50));
+  pollfd pfd{ctx().async_fd(), POLLIN, 0};
+  CHECK_OBS("readable_before", ::poll(&pfd, 1, 0), 1);  // SRQ_LIMIT_REACHED is pending
   b.reset();
+  CHECK_OBS("readable_with_srq", ::poll(&pfd, 1, 0), 1);  // the QP's destroy leaves it
   srq.reset();
+  CHECK_OBS("readable_after", ::poll(&pfd, 1, 0), 0);
   CHECK_OBS("events", describe(take_async_events()), "none");
 }
 

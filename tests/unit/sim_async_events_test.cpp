@@ -172,6 +172,7 @@ TEST(AsyncEvents, DestroyingTheCqTakesItsPendingCqErr) {
   s.world.run_until_idle();
   ASSERT_TRUE(readable(s.a.ctx->async_fd()));
   s.qp_a.reset();
+  ASSERT_TRUE(readable(s.a.ctx->async_fd())) << "the CQ_ERR is not the QP's to take";
   s.cq_a.reset();
   EXPECT_FALSE(readable(s.a.ctx->async_fd()));
   EXPECT_TRUE(testing::async_events(*s.a.ctx).empty());

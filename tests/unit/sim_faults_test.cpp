@@ -169,9 +169,10 @@ TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
 }
 
 // An atomic runs once at the responder however often its request arrives: a duplicate, or a
-// retry after its response was lost, gets the value the first run returned (IB spec 9.4.5:
-// the responder replays it from its saved responses). Each FETCH_ADD returns the sum of the
-// ones before it and the word ends with the sum of all.
+// retry after its response was lost, is acknowledged without running it again (the value the
+// first run returned is already in the requester's buffer; the simulator keeps no saved
+// responses to replay). Each FETCH_ADD returns the sum of the ones before it and the word ends
+// with the sum of all.
 TEST(PacketFaults, AtomicsRunOnceWhateverIsLostOrDuplicated) {
   for (const char* plan : {"duplicate p=0.5", "drop p=0.1", "drop p=0.1; duplicate p=0.3",
                            "reorder p=0.5 by=3us; duplicate p=0.3"}) {

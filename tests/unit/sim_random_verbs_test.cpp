@@ -17,9 +17,9 @@
 // - a receive of a SEND_WITH_IMM (whose immediate names it) holds exactly the bytes it sent,
 //   a signaled READ or WRITE on RC moved exactly the bytes it named;
 // - the signaled atomics of an RC QP that does not fail act on one word of the peer's, each
-//   exactly once and in posting order: each returns what the ones before it left, and once all
-//   have completed the word holds what they computed, however packets were lost, duplicated or
-//   retried;
+//   exactly once and in posting order: each returns what the ones before it left, and whenever
+//   none is pending (and at the end) the word holds what they computed, however packets were
+//   lost, duplicated or retried (a chain that fails is not checked further);
 // - a modify that the state table refuses throws EINVAL and leaves the QP as it was;
 // - a completion event comes only for an armed CQ, at most once per arming;
 // - an async event names a live object of its context: a QP of this host (a destroyed QP's
