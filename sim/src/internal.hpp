@@ -70,6 +70,7 @@ struct ProfileTraits {
                                   // of a QP (hardware); rxe ACKs every message
   bool atomic_takes_longer_buffer;  // rxe: an atomic's local SGEs may hold more than 8 bytes
                                     // (the value lands in the first 8; byte_len says them all)
+  bool uc_on_srq;                 // rxe: a UC QP may receive from an SRQ
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

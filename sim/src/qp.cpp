@@ -71,7 +71,9 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
     if (srq == nullptr || srq->core()->pd->ctx != core_->ctx) {
       fail("ibv_create_qp", EINVAL, "the SRQ belongs to another device");
     }
-    if (init.type == QpType::uc) fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
+    if (init.type == QpType::uc && !core_->ctx->world->traits->uc_on_srq) {
+      fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
+    }
   }
   DevCore& dev = *core_->ctx->dev;
   World::Impl& w = *core_->ctx->world;

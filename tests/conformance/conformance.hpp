@@ -103,6 +103,8 @@ struct Expect {
   // An atomic whose local SGEs hold more than 8 bytes is accepted (the value lands in the
   // first 8, byte_len counts them all: rxe); otherwise it is EINVAL, as below 8 everywhere.
   bool atomic_takes_longer_buffer;
+  // A UC QP may receive from an SRQ (rxe); otherwise ibv_create_qp refuses it (EINVAL).
+  bool uc_on_srq;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

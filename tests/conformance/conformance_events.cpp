@@ -320,6 +320,55 @@ TEST_P(Async, DestroyedSrqTakesItsPendingEvent) {
   CHECK_OBS("events", describe(take_async_events()), "none");
 }
 
+// rxe lets a UC QP receive from an SRQ (the simulator's hardware profiles refuse it, EINVAL): a
+// SEND takes an SRQ receive; one too small for it fails and takes the QP to ERR, leaving the
+// SRQ's other receives alone.
+TEST_P(Async, UcQpOnSrq) {
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cqa = make_cq(16);
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa, QpCap{4, 4, 1, 1, 0}, QpType::uc);
+  std::unique_ptr<QueuePair> b;
+  CHECK_ERR("create", verb_errno([&] { b = make_qp(*cqb, *cqb, QpCap{4, 0, 1, 1, 0}, QpType::uc, srq.get()); }),
+            expect().uc_on_srq ? 0 : EINVAL);
+  if (!b) return;
+  connect_pair(*a, *b);
+  const Sge r = sge(8192, 64);
+  const Sge tiny = sge(8192 + 1024, 4);
+  ASSERT_FALSE(srq->post_recv(recv_wr(1, &r)).error());
+  ASSERT_FALSE(srq->post_recv(recv_wr(2, &tiny)).error());
+  ASSERT_FALSE(srq->post_recv(recv_wr(3, &r)).error());
+  const Sge s = sge(0, 16);
+  const SendWr wrs[] = {send_wr(7, &s), send_wr(8, &s)};
+  CHECK_ERR("post", a->post_send(wrs).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cqa, 2)), "SUCCESS/SEND/16,SUCCESS/SEND/16");
+  CHECK_OBS("receiver", describe(poll_n(*cqb, 2)),
+            "SUCCESS/RECV/16," + err_wc(expect().recv_too_small, WcOpcode::recv, 0));
+  CHECK_OBS("receiver_state", b->state(), QpState::err);
+}
+
+// An RC QP on an SRQ: a receive too small for the SEND fails both sides, as a QP's own does.
+TEST_P(Async, SrqReceiveTooSmall) {
+  auto [srq, cqa, cqb, a, b] = srq_pair(0, 0);
+  const Sge tiny = sge(8192, 4);
+  ASSERT_FALSE(srq->post_recv(recv_wr(1, &tiny)).error());
+  const Sge s = sge(0, 16);
+  CHECK_ERR("post", a->post_send(send_wr(7, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cqa, 1)), err_wc(expect().recv_too_small_requester, WcOpcode::send, 16));
+  CHECK_OBS("receiver", describe(poll_n(*cqb, 1)), err_wc(expect().recv_too_small, WcOpcode::recv, 0));
+  CHECK_OBS("receiver_state", b->state(), QpState::err);
+}
+
+// An RDMA WRITE with immediate takes an SRQ receive.
+TEST_P(Async, WriteWithImmTakesAnSrqReceive) {
+  auto [srq, cqa, cqb, a, b] = srq_pair(1, 0);
+  const Sge s = sge(0, 16);
+  SendWr wr = rdma_wr(7, WrOpcode::rdma_write_with_imm, &s, mr().address(4096), mr().rkey());
+  CHECK_ERR("post", a->post_send(wr).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cqa, 1)), "SUCCESS/RDMA_WRITE/16");
+  CHECK_OBS("receiver", describe(poll_n(*cqb, 1)), "SUCCESS/RECV_RDMA_WITH_IMM/16");
+}
+
 VERBSIM_CONFORMANCE_SUITE(Channel);
 VERBSIM_CONFORMANCE_SUITE(Async);
 

@@ -51,6 +51,7 @@ constexpr Expect kRxe{
     .ud_recv_too_small = WcStatus::loc_qp_op_err,
     .ud_recv_too_small_errors_qp = true,
     .atomic_takes_longer_buffer = true,
+    .uc_on_srq = true,
 };
 
 constexpr Expect kStrict{
@@ -95,6 +96,7 @@ constexpr Expect kStrict{
     .ud_recv_too_small = WcStatus::loc_len_err,
     .ud_recv_too_small_errors_qp = true,
     .atomic_takes_longer_buffer = false,
+    .uc_on_srq = false,
 };
 
 constexpr Expect kMlx5 = [] {
