@@ -407,15 +407,16 @@ inline WcOpcode wc_opcode_of(WrOpcode op) noexcept {
   return WcOpcode::send;
 }
 
-// Writes the completion of send WQE `index` into the send CQ; `detail`: with its opcode and
-// length (rxe leaves them out of an error completion).
 // An MR of `dev` was deregistered or re-registered: the QPs' remembered MR lookups are stale,
-// and messages in flight that use it may no longer touch its memory (SimQp::mr_changed).
+// and messages in flight that use it may no longer touch its memory (SimQp::mr_changed). It
+// visits every QP of the device: a deregistration costs O(QPs), on the control path.
 inline void mr_changed(DevCore& dev, std::uint32_t key) noexcept {
   ++dev.mr_generation;
   dev.qps.for_each([key](SimQp& qp) { qp.mr_changed(key); });
 }
 
+// Writes the completion of send WQE `index` into the send CQ; `detail`: with its opcode and
+// length (rxe leaves them out of an error completion).
 inline void SimQp::push_send_wc(std::uint32_t index, WcStatus status, bool detail) {
   const SendWqe& w = sq_at(index);
   CqEntry& e = scq_->next_slot();
