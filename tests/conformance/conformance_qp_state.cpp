@@ -1,6 +1,8 @@
 // The QP state machine (valid and invalid transitions, required and forbidden attributes) and
 // what posting does in each state.
 #include <cerrno>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "conformance.hpp"
@@ -172,6 +174,28 @@ TEST_P(QpStates, UcResetToRts) {
   CHECK_ERR("rtr", apply(*qp, to_rtr(QpType::uc, qp->qp_num())), 0);
   CHECK_ERR("rts", apply(*qp, to_rts(QpType::uc)), 0);
   CHECK_OBS("state", qp->state(), QpState::rts);
+}
+
+// What ibv_query_qp reports once connect() has taken the QP to RTS with its defaults.
+TEST_P(QpStates, QueryAfterConnect) {
+  Pair p = make_pair();
+  const QpAttr a = p.a->query(QpAttrMask::state | QpAttrMask::path_mtu | QpAttrMask::dest_qpn | QpAttrMask::rq_psn |
+                              QpAttrMask::sq_psn | QpAttrMask::access_flags | QpAttrMask::max_qp_rd_atomic |
+                              QpAttrMask::max_dest_rd_atomic | QpAttrMask::min_rnr_timer | QpAttrMask::port |
+                              QpAttrMask::timeout | QpAttrMask::retry_cnt | QpAttrMask::rnr_retry |
+                              QpAttrMask::pkey_index | QpAttrMask::av | QpAttrMask::cap);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "state=%d mtu=%d dqpn_ok=%d rq_psn=%u sq_psn=%u access=%u rd=%u dest_rd=%u rnr_timer=%u port=%u "
+                "timeout=%u retry=%u rnr_retry=%u pkey=%u global=%d sgid=%u hop=%u sl=%u sq_draining=%u",
+                static_cast<int>(a.qp_state), static_cast<int>(a.path_mtu), a.dest_qp_num == p.b->qp_num(),
+                a.rq_psn, a.sq_psn, static_cast<unsigned>(to_underlying(a.qp_access_flags)), a.max_rd_atomic,
+                a.max_dest_rd_atomic, a.min_rnr_timer, a.port_num, a.timeout, a.retry_cnt, a.rnr_retry,
+                a.pkey_index, a.ah_attr.is_global, a.ah_attr.grh.sgid_index, a.ah_attr.grh.hop_limit,
+                a.ah_attr.sl, a.sq_draining);
+  CHECK_OBS("attrs", std::string(buf),
+            "state=3 mtu=3 dqpn_ok=1 rq_psn=200 sq_psn=100 access=15 rd=1 dest_rd=1 rnr_timer=12 port=1 "
+            "timeout=14 retry=7 rnr_retry=7 pkey=0 global=1 sgid=1 hop=64 sl=0 sq_draining=0");
 }
 
 TEST_P(QpStates, InitToInit) {
