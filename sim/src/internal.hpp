@@ -71,6 +71,8 @@ struct ProfileTraits {
   bool atomic_takes_longer_buffer;  // rxe: an atomic's local SGEs may hold more than 8 bytes
                                     // (the value lands in the first 8; byte_len says them all)
   bool uc_on_srq;                 // rxe: a UC QP may receive from an SRQ
+  bool imm_write_takes_recv_first;  // rxe: a WRITE with immediate whose rkey or range fails has
+                                    // taken a receive, which completes with REM_ACCESS_ERR
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

@@ -584,6 +584,18 @@ void SimQp::on_deliver(const Event& e) {
           epsn_ = (wq.psn + 1) & 0xffffff;
           return;
         }
+        if (with_imm && access_nak == Nak::rem_access && traits().imm_write_takes_recv_first) {
+          // rxe takes the receive before it checks the rkey (check_resource, then check_rkey):
+          // without one the request is RNR NAKed; the one taken completes with the error.
+          RecvWqe rw;
+          Sge* rs;
+          if (!take_recv(rw, rs)) {
+            respond(EvKind::nak, Nak::rnr, attr_.min_rnr_timer, 0);
+            return;
+          }
+          complete_recv(rw, WcStatus::rem_access_err, WcOpcode::recv_rdma_with_imm, 0, 0, false,
+                        0, false);
+        }
         responder_error(access_nak, AsyncEventType::qp_access_err);
         return;
       }

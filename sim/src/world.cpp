@@ -48,6 +48,7 @@ constexpr ProfileTraits kStrict{
     .coalesce_acks = true,
     .atomic_takes_longer_buffer = false,
     .uc_on_srq = false,
+    .imm_write_takes_recv_first = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -87,6 +88,7 @@ constexpr ProfileTraits kRxe{
     .coalesce_acks = false,  // rxe_req sets AckReq on the last packet of every message
     .atomic_takes_longer_buffer = true,  // librxe validate_send_wr: only length < 8 is EINVAL
     .uc_on_srq = true,                   // measured: conformance Async.UcOnSrq*
+    .imm_write_takes_recv_first = true,  // rxe_resp: RESPST_CHK_RESOURCE before RESPST_CHK_RKEY
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,

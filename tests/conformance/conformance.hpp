@@ -105,6 +105,10 @@ struct Expect {
   bool atomic_takes_longer_buffer;
   // A UC QP may receive from an SRQ (rxe); otherwise ibv_create_qp refuses it (EINVAL).
   bool uc_on_srq;
+  // An RDMA WRITE with immediate whose rkey or range fails has taken a receive first (RNR NAK
+  // without one), which completes with REM_ACCESS_ERR (rxe); otherwise the receives are only
+  // flushed when the QP goes to ERR.
+  bool imm_write_error_takes_recv;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

@@ -424,6 +424,59 @@ TEST_P(RemoteAccess, WriteWithImmNeedsNoValidReceiveBuffer) {
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV_RDMA_WITH_IMM/16");
 }
 
+// The receiver's side of an RDMA WRITE with immediate that fails at the responder. rxe takes
+// the receive before it checks the rkey and range: that receive completes with the error (the
+// others are flushed), and without a receive the request is RNR NAKed first. A QP without
+// REMOTE_WRITE refuses the request before it takes a receive.
+TEST_P(RemoteAccess, WriteWithImmBadRkeyAtTheReceiver) {
+  for (const bool past_end : {false, true}) {
+    SCOPED_TRACE(past_end ? "past the MR's end" : "bad rkey");
+    Pair p = make_pair();
+    const Sge r = sge(kDst + 8192, 64);
+    ASSERT_FALSE(p.b->post_recv(recv_wr(20, &r)).error());
+    ASSERT_FALSE(p.b->post_recv(recv_wr(21, &r)).error());
+    const Sge s = sge(kSrc, 64);
+    const SendWr wr = past_end ? rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kMemSize - 32), mr().rkey())
+                               : rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey() + 0x100);
+    CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+    CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64));
+    const std::string flush = err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0);
+    CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 2)),
+              (expect().imm_write_error_takes_recv ? err_wc(WcStatus::rem_access_err, WcOpcode::recv_rdma_with_imm, 0)
+                                                   : flush) + "," + flush);
+  }
+}
+
+TEST_P(RemoteAccess, WriteWithImmBadRkeyWithoutReceive) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 64);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey() + 0x100)).error(), 0);
+  pass_time(std::chrono::milliseconds(50));
+  // rxe: RNR NAKs (rnr_retry 7 retries for ever) until a receive comes; elsewhere it has failed.
+  CHECK_OBS("sender_before", describe(poll_quiet(*p.cq_a)),
+            expect().imm_write_error_takes_recv ? "none" : err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64));
+  const Sge r = sge(kDst + 8192, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(20, &r)).error());
+  if (expect().imm_write_error_takes_recv) {
+    CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64));
+  }
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)),
+            expect().imm_write_error_takes_recv ? err_wc(WcStatus::rem_access_err, WcOpcode::recv_rdma_with_imm, 0)
+                                                : err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
+}
+
+TEST_P(RemoteAccess, WriteWithImmToQpWithoutRemoteWriteAtTheReceiver) {
+  PairOptions o;
+  o.b.access = Access::local_write | Access::remote_read;
+  Pair p = make_pair(o);
+  const Sge r = sge(kDst + 8192, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(20, &r)).error());
+  const Sge s = sge(kSrc, 64);
+  CHECK_ERR("post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst), mr().rkey())).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(expect().qp_access_violation, WcOpcode::rdma_write, 64));
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
+}
+
 TEST_P(RemoteAccess, ReadWithBadRkey) {
   Pair p = make_pair();
   const Sge s = sge(kSrc, 64);

@@ -52,6 +52,7 @@ constexpr Expect kRxe{
     .ud_recv_too_small_errors_qp = true,
     .atomic_takes_longer_buffer = true,
     .uc_on_srq = true,
+    .imm_write_error_takes_recv = true,
 };
 
 constexpr Expect kStrict{
@@ -97,6 +98,7 @@ constexpr Expect kStrict{
     .ud_recv_too_small_errors_qp = true,
     .atomic_takes_longer_buffer = false,
     .uc_on_srq = false,
+    .imm_write_error_takes_recv = false,
 };
 
 constexpr Expect kMlx5 = [] {
