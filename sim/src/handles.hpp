@@ -427,6 +427,12 @@ inline void SimQp::push_send_wc(std::uint32_t index, WcStatus status, bool detai
     e.wc.opcode = wc_opcode_of(w.opcode);
     e.wc.byte_len = w.length;
   }
+  // A SEND or RDMA WRITE with immediate says so in its own successful completion too (rxe's
+  // make_send_cqe, mlx5's handle_good_req), with no immediate value.
+  if (status == WcStatus::success &&
+      (w.opcode == WrOpcode::send_with_imm || w.opcode == WrOpcode::rdma_write_with_imm)) {
+    e.wc.wc_flags = WcFlags::with_imm;
+  }
   e.wc.qp_num = qpn_;
   e.qp = this;
   e.sq_index = index;

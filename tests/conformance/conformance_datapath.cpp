@@ -229,6 +229,29 @@ TEST_P(Datapath, ZeroLengthRdmaNeedsNoRkey) {
   }
 }
 
+// The sender's completion of a SEND or RDMA WRITE with immediate carries IBV_WC_WITH_IMM, with
+// no immediate value; those without carry no flag.
+TEST_P(Datapath, SendCompletionOfAnImmediateSaysSo) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 16);
+  const Sge r = sge(kDst, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(3, &r)).error());
+  SendWr a = send_wr(1, &s, WrOpcode::send_with_imm);
+  a.imm_data = 0x55;
+  SendWr b = rdma_wr(4, WrOpcode::rdma_write_with_imm, &s, mr().address(kDst + 1024), mr().rkey());
+  b.imm_data = 0x66;
+  const SendWr wrs[] = {a, b, send_wr(5, &s), rdma_wr(6, WrOpcode::rdma_write, &s, mr().address(kDst + 2048), mr().rkey())};
+  ASSERT_FALSE(p.b->post_recv(recv_wr(7, &r)).error());
+  CHECK_ERR("post", p.a->post_send(wrs).error(), 0);
+  const auto wcs = poll_n(*p.cq_a, 4);
+  std::string flags;
+  for (const WorkCompletion& wc : wcs) {
+    flags += std::to_string(static_cast<unsigned>(wc.wc_flags)) + "/" + std::to_string(wc.imm_data) + " ";
+  }
+  CHECK_OBS("flags", flags, "2/0 2/0 0/0 0/0 ");
+}
+
 TEST_P(Datapath, ZeroLengthSend) {
   Pair p = make_pair();
   const Sge r = sge(kDst, 64);
