@@ -251,6 +251,7 @@ class Tracker {
       return;
     }
     Wr& wr = it->second;
+    ++census_[census_key(wr.send, wc)];
     SCOPED_TRACE("wr_id " + std::to_string(wc.wr_id) + " " + std::string(to_string(wc.status)));
     if (wr.qp.second == kSrqOwner) {
       EXPECT_EQ(dev, wr.qp.first) << "an SRQ receive completed on another device";
@@ -294,7 +295,25 @@ class Tracker {
 
   std::size_t successes() const { return successes_; }
 
+  // How many completions of each kind a run polled: the side, status, opcode and flags, and
+  // which fields are non-zero. Compared between real rxe and the rxe profile
+  // (tests/rxe/census-compare.sh), a kind that only one of them produces points at a
+  // difference (two found so far: SimQp's WITH_IMM on send completions, the receive a failed
+  // WRITE with immediate takes on rxe).
+  const std::map<std::string, int>& census() const { return census_; }
+
  private:
+  static std::string census_key(bool send, const WorkCompletion& wc) {
+    std::string key = send ? "send " : "recv ";
+    key += std::string(to_string(wc.status)) + " " + std::string(to_string(wc.opcode));
+    key += " flags=" + std::to_string(static_cast<unsigned>(wc.wc_flags));
+    key += wc.byte_len != 0 ? " len" : "";
+    key += wc.imm_data != 0 ? " imm" : "";
+    key += wc.src_qp != 0 ? " src_qp" : "";
+    key += wc.vendor_err != 0 ? " vendor_err" : "";
+    return key;
+  }
+  std::map<std::string, int> census_;
   std::map<std::uint64_t, Wr> wrs_;
   std::map<std::pair<QpKey, bool>, std::uint64_t> last_;  // (QP, send) -> last wr_id
   std::size_t successes_ = 0;
@@ -1079,6 +1098,9 @@ class Scenario {
       if (got == 0) fabric_.advance();  // a device: wait a little rather than spin
     }
     tracker_.expect_balanced(fabric_.overrun_lost());
+    if (std::getenv("VERBSIM_CENSUS") != nullptr) {
+      for (const auto& [kind, n] : tracker_.census()) std::printf("census %s: %d\n", kind.c_str(), n);
+    }
     std::vector<const Qp*> last_wqe;
     for (Host* h : {a_.get(), b_.get()}) {
       for (const Qp* q : take_async_events(*h)) last_wqe.push_back(q);
