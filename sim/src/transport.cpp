@@ -292,6 +292,7 @@ inline bool SimQp::acknowledge_until(std::uint32_t end) {
 void SimQp::on_ack(const Event& e) {
   if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
+  if (static_cast<std::int32_t>(e.index - sq_sent_) >= 0) return;  // acknowledges nothing sent
   if (type_ != QpType::rc && sq_at(e.index).buffers_gone) [[unlikely]] {
     // UC, UD: sent (completing) while its buffers went; the message was lost.
     if (!acknowledge_until(e.index)) return;
@@ -496,7 +497,13 @@ void SimQp::on_deliver(const Event& e) {
     if (!rc) {
       epsn_ = (wq.psn + 1) & 0xffffff;  // UC: a gap just loses messages
     } else if (diff >= 0x800000) {
-      respond(EvKind::ack, Nak::rnr, 0, 0);  // duplicate: acknowledge again
+      // A duplicate. A SEND or WRITE gets an ACK of the last message received (C9-105; rxe's
+      // duplicate_request acks prev_psn), which may be past it, even past anything the
+      // requester sent when the two sides disagree on the PSNs (the requester then ignores
+      // it); a READ or atomic gets its own.
+      const std::uint32_t last =
+          is_read_or_atomic(wq.opcode) ? e.index : e.index + ((epsn_ - 1 - wq.psn) & 0xffffff);
+      send_response(e, EvKind::ack, Nak::rnr, last, 0, 0);
       return;
     } else {
       // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.

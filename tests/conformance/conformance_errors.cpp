@@ -328,6 +328,33 @@ TEST_P(Errors, ResponderInSqdStillReceives) {
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
 }
 
+// The two sides disagree on the PSNs (a connection set up with the wrong peer PSN). Behind:
+// the responder takes every message for a duplicate and acknowledges the last PSN it received
+// (C9-105), which the requester never sent, so it ignores the ACK and runs out of retries; the
+// data never arrives. Ahead: the responder NAKs a sequence error for a PSN the requester is
+// already past, and it runs out of retries too.
+TEST_P(Errors, PsnMismatchRetriesOut) {
+  for (const std::uint32_t told : {300u, 50u}) {
+    SCOPED_TRACE(told == 300u ? "behind" : "ahead");
+    auto cqa = make_cq(16);
+    auto cqb = make_cq(16);
+    auto a = make_qp(*cqa, *cqa);
+    auto b = make_qp(*cqb, *cqb);
+    ConnectOptions o;
+    o.timeout = 12;
+    o.retry_cnt = 2;
+    connect(*a, 100, endpoint(*b, 200), options(o));
+    connect(*b, 200, endpoint(*a, told), options(o));  // a sends from PSN 100
+    const Sge r = sge(kDst, 64);
+    ASSERT_FALSE(b->post_recv(recv_wr(2, &r)).error());
+    const Sge s = sge(kSrc, 16);
+    CHECK_ERR("post", a->post_send(send_wr(1, &s)).error(), 0);
+    CHECK_OBS("sender", describe(poll_n(*cqa, 1)), err_wc(WcStatus::retry_exc_err, WcOpcode::send, 16));
+    CHECK_OBS("receiver", describe(poll_quiet(*cqb)), "none");
+    CHECK_OBS("receiver_state", b->state(), QpState::rts);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Remote access
 
