@@ -355,6 +355,33 @@ TEST_P(Errors, PsnMismatchRetriesOut) {
   }
 }
 
+// PSNs are 24 bits: a connection that starts just below 2^24 wraps to 0 and goes on (SENDs both
+// ways and a READ).
+TEST_P(Errors, PsnWrapsAround) {
+  auto cqa = make_cq(16);
+  auto cqb = make_cq(16);
+  auto a = make_qp(*cqa, *cqa);
+  auto b = make_qp(*cqb, *cqb);
+  connect(*a, 0xfffffe, endpoint(*b, 0xffffff), options());
+  connect(*b, 0xffffff, endpoint(*a, 0xfffffe), options());
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_FALSE(b->post_recv(recv_wr(10 + i, &r)).error());
+  ASSERT_FALSE(a->post_recv(recv_wr(20, &r)).error());
+  const Sge s = sge(kSrc, 16);
+  const SendWr wrs[] = {send_wr(1, &s), send_wr(2, &s), send_wr(3, &s), send_wr(4, &s)};
+  CHECK_ERR("post", a->post_send(wrs).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cqa, 4)),
+            "SUCCESS/SEND/16,SUCCESS/SEND/16,SUCCESS/SEND/16,SUCCESS/SEND/16");
+  CHECK_OBS("receiver", describe(poll_n(*cqb, 4)),
+            "SUCCESS/RECV/16,SUCCESS/RECV/16,SUCCESS/RECV/16,SUCCESS/RECV/16");
+  CHECK_ERR("post_back", b->post_send(send_wr(5, &s)).error(), 0);
+  CHECK_OBS("back", describe(poll_n(*cqb, 1)) + " " + describe(poll_n(*cqa, 1)),
+            "SUCCESS/SEND/16 SUCCESS/RECV/16");
+  SendWr rd = rdma_wr(6, WrOpcode::rdma_read, &s, mr().address(kDst), mr().rkey());
+  CHECK_ERR("post_read", a->post_send(rd).error(), 0);
+  CHECK_OBS("read", describe(poll_n(*cqa, 1)), "SUCCESS/RDMA_READ/16");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Remote access
 
