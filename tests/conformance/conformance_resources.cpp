@@ -231,6 +231,35 @@ TEST_P(Memory, AtomicAtRegionEnd) {
   CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::fetch_add, 8));
 }
 
+// A requester's own buffer with an unknown key or past its MR's end: a READ or atomic, whose
+// response cannot be written, fails with LOC_PROT_ERR everywhere; an RDMA WRITE, whose data
+// cannot be read, with the profile's unknown-key status (rxe: LOC_QP_OP_ERR) or LOC_PROT_ERR.
+TEST_P(Memory, RequesterBufferFaults) {
+  std::string out;
+  std::string want;
+  for (int kind = 0; kind < 6; ++kind) {
+    Pair p = make_pair();
+    Sge s = sge(0, 64);
+    WrOpcode op = WrOpcode::rdma_read;
+    if (kind == 0) s.lkey ^= 0x100;                          // READ, unknown key
+    if (kind == 1) s = sge(kMemSize - 32, 64);               // READ, past the end
+    if (kind == 2) { s = sge(0, 8); s.lkey ^= 0x100; op = WrOpcode::atomic_fetch_and_add; }
+    if (kind == 3) { s = sge(kMemSize - 4, 8); op = WrOpcode::atomic_fetch_and_add; }
+    if (kind == 4) { s.lkey ^= 0x100; op = WrOpcode::rdma_write; }
+    if (kind == 5) { s = sge(kMemSize - 32, 64); op = WrOpcode::rdma_write; }
+    SendWr wr = send_wr(7, &s, op);
+    wr.remote_addr = mr().address(16384);
+    wr.rkey = mr().rkey();
+    CHECK_ERR("post", p.a->post_send(wr).error(), 0);
+    out += describe(poll_n(*p.cq_a, 1)) + " ";
+    const WcOpcode wc_op = op == WrOpcode::rdma_read            ? WcOpcode::rdma_read
+                           : op == WrOpcode::atomic_fetch_and_add ? WcOpcode::fetch_add
+                                                                  : WcOpcode::rdma_write;
+    want += err_wc(kind == 4 ? expect().bad_lkey : WcStatus::loc_prot_err, wc_op, s.length) + " ";
+  }
+  CHECK_OBS("wcs", out, want);
+}
+
 TEST_P(Memory, WriteToDeregisteredRegion) {
   Pair p = make_pair();
   auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_write);
