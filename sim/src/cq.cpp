@@ -51,13 +51,7 @@ SimCq::~SimCq() {
                  "completions are lost\n",
                  core_->users);
   }
-  core_->handle = nullptr;
-  if (core_->channel) {
-    --core_->channel->users;
-    core_->channel->forget_events_of(this);
-  }
-  core_->ctx->forget_events_of(static_cast<CompletionQueue*>(this));
-  --core_->ctx->dev->live_cqs;
+  release();
 }
 
 void SimCq::destroy() {
@@ -71,6 +65,12 @@ void SimCq::destroy() {
              " completion events were not acknowledged with ibv_ack_cq_events; real libibverbs "
              "would block forever in ibv_destroy_cq");
   }
+  release();
+}
+
+// What destroy() and the destructor both do: the handle goes, and with it its events not yet
+// taken (as the kernel drops them).
+void SimCq::release() noexcept {
   core_->handle = nullptr;
   if (core_->channel) {
     --core_->channel->users;
@@ -139,6 +139,19 @@ SimSrq::~SimSrq() {
     std::fprintf(stderr, "verbsim: ibv_destroy_srq: SRQ destroyed while %d QPs still use it\n",
                  core_->users);
   }
+  release();
+}
+
+void SimSrq::destroy() {
+  if (core_->users > 0) {
+    fail("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
+  }
+  release();
+}
+
+// What destroy() and the destructor both do: the handle and its events not yet taken go; the
+// receives go too unless QPs still use the SRQ (a destructor may run while they do).
+void SimSrq::release() noexcept {
   core_->handle = nullptr;
   core_->pd->ctx->forget_events_of(static_cast<SharedReceiveQueue*>(this));
   --core_->pd->users;
@@ -147,18 +160,6 @@ SimSrq::~SimSrq() {
     core_->rq.clear();
     std::erase(core_->dev->srqs, core_.get());
   }
-}
-
-void SimSrq::destroy() {
-  if (core_->users > 0) {
-    fail("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
-  }
-  core_->handle = nullptr;
-  core_->pd->ctx->forget_events_of(static_cast<SharedReceiveQueue*>(this));
-  --core_->pd->users;
-  core_->pd->ctx->world->acct.discarded += core_->rq.size();
-  core_->rq.clear();
-  std::erase(core_->dev->srqs, core_.get());
   destroyed_ = true;
 }
 

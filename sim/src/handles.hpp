@@ -121,6 +121,7 @@ class SimCq : public CompletionQueue {
   CompletionChannel* channel_ = nullptr;
 
  protected:
+  void release() noexcept;
   std::shared_ptr<CqCore> core_;
   bool destroyed_ = false;
 };
@@ -136,6 +137,7 @@ class SimSrq : public SharedReceiveQueue {
   const std::shared_ptr<SrqCore>& core() const noexcept { return core_; }
 
  protected:
+  void release() noexcept;
   std::shared_ptr<SrqCore> core_;
   bool destroyed_ = false;
 };
