@@ -441,7 +441,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   const SendWqe& wq = req.sq_at(index);
   const Sge* src_sges = req.sq_sge(index);
   const std::uint8_t* src_inline = req.sq_inline(index);
-  if (wq.buffers_gone) return;  // lost: the sender completes it with LOC_PROT_ERR (on_ack)
+  if (wq.buffers_gone) return;  // lost: the sender fails it when it completes (on_ack)
   if (wq.ud.remote_qkey != attr_.qkey) return;  // silently dropped, as the spec says
   RecvWqe rw;
   Sge* rs;
@@ -513,8 +513,8 @@ void SimQp::on_deliver(const Event& e) {
   }
   if (wq.buffers_gone) [[unlikely]] {
     // The requester's buffers went while it was on the wire: nothing of it arrives. RC NAKs
-    // it, so the requester goes back, finds the key invalid and fails the WR with LOC_PROT_ERR;
-    // UC loses it, and the requester fails it when it completes (on_ack).
+    // it, so the requester goes back, finds the buffers invalid and fails the WR
+    // (local_fault_status); UC loses it, and the requester fails it when it completes (on_ack).
     if (rc) send_response(e, EvKind::nak, Nak::psn_seq, e.index, 0, 0);
     return;
   }
