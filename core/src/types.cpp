@@ -41,6 +41,17 @@ std::string_view to_string(WrOpcode o) noexcept {
     case WrOpcode::rdma_read: return "RDMA_READ";
     case WrOpcode::atomic_cmp_and_swp: return "ATOMIC_CMP_AND_SWP";
     case WrOpcode::atomic_fetch_and_add: return "ATOMIC_FETCH_AND_ADD";
+    case WrOpcode::local_inv: return "LOCAL_INV";
+    case WrOpcode::bind_mw: return "BIND_MW";
+    case WrOpcode::send_with_inv: return "SEND_WITH_INV";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view to_string(MwType t) noexcept {
+  switch (t) {
+    case MwType::type1: return "TYPE_1";
+    case MwType::type2: return "TYPE_2";
   }
   return "UNKNOWN";
 }

@@ -10,6 +10,7 @@ namespace verbsim {
 
 class AddressHandle;
 class MemoryRegion;
+class MemoryWindow;
 class QueuePair;
 class SharedReceiveQueue;
 
@@ -25,6 +26,9 @@ class ProtectionDomain : public Resource {
   virtual std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) = 0;
   // ibv_create_ah.
   virtual std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) = 0;
+  // ibv_alloc_mw. EOPNOTSUPP when the device has no windows of that type, EINVAL for a type
+  // that is neither 1 nor 2, ENOMEM past the device's max_mw.
+  virtual std::unique_ptr<MemoryWindow> alloc_mw(MwType type) = 0;
 };
 
 }  // namespace verbsim

@@ -36,6 +36,14 @@ class QueuePair : public Resource {
   virtual QpAttr query(QpAttrMask mask = QpAttrMask::none) const = 0;
   virtual QpState state() const noexcept = 0;
 
+  // ibv_bind_mw: binds the type 1 window `mw` as a BIND_MW work request on this send queue
+  // and gives it its next key (inc_rkey), which mw.rkey() returns from now on; should the
+  // bind complete with an error, the key given is not valid (as with libibverbs). The bind
+  // runs and completes (WcOpcode::bind_mw) in send-queue order; a window or MR it may not
+  // bind completes with WcStatus::mw_bind_err and takes the QP to ERR. Errors on post:
+  // EINVAL for a type 2 window, a UD QP or remote access in `bind.info` the MR cannot give,
+  // as for post_send otherwise.
+  virtual PostResult bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept = 0;
   PostResult post_send(const SendWr& wr) noexcept { return post_send(std::span(&wr, 1)); }
   PostResult post_recv(const RecvWr& wr) noexcept { return post_recv(std::span(&wr, 1)); }
 };

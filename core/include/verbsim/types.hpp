@@ -19,6 +19,8 @@ namespace verbsim {
 
 class AddressHandle;
 class CompletionQueue;
+class MemoryRegion;
+class MemoryWindow;
 class QueuePair;
 class SharedReceiveQueue;
 
@@ -41,6 +43,9 @@ enum class WrOpcode : std::uint8_t {
   rdma_read = 4,
   atomic_cmp_and_swp = 5,
   atomic_fetch_and_add = 6,
+  local_inv = 7,      // invalidates the type 2 memory window of `invalidate_rkey`
+  bind_mw = 8,        // binds the type 2 memory window `mw` (see SendWr)
+  send_with_inv = 9,  // a SEND that invalidates the receiver's window `invalidate_rkey`
 };
 
 enum class WcOpcode : std::uint32_t {  // 32 bits, as in ibv_wc
@@ -96,14 +101,21 @@ enum class Access : std::uint32_t {
   remote_write = 1u << 1,
   remote_read = 1u << 2,
   remote_atomic = 1u << 3,
+  mw_bind = 1u << 4,  // memory windows may be bound to the MR
 };
 template <>
 struct is_flag_enum<Access> : std::true_type {};
+
+// ibv_mw_type. A type 1 window is bound with QueuePair::bind_mw and belongs to its PD; a type 2
+// window (2B) is bound by a BIND_MW work request and then serves only the QP that bound it,
+// until LOCAL_INV or a SEND_WITH_INV invalidates it.
+enum class MwType : std::uint8_t { type1 = 1, type2 = 2 };
 
 enum class WcFlags : std::uint32_t {
   none = 0,
   grh = 1u << 0,
   with_imm = 1u << 1,
+  with_inv = 1u << 3,  // a SEND_WITH_INV invalidated WorkCompletion::invalidated_rkey()
 };
 template <>
 struct is_flag_enum<WcFlags> : std::true_type {};
@@ -173,6 +185,7 @@ std::string_view to_string(WcOpcode o) noexcept;
 std::string_view to_string(WrOpcode o) noexcept;
 std::string_view to_string(QpState s) noexcept;
 std::string_view to_string(QpType t) noexcept;
+std::string_view to_string(MwType t) noexcept;
 std::string_view to_string(AsyncEventType t) noexcept;
 
 // ---------------------------------------------------------------------------------------------
@@ -219,6 +232,23 @@ struct Sge {
   std::uint32_t lkey = 0;
 };
 
+// What a bind gives a memory window (ibv_mw_bind_info): `length` bytes at `addr`, inside `mr`
+// (registered with Access::mw_bind), with remote `access`. Binding a type 1 window with
+// length 0 unbinds it.
+struct MwBindInfo {
+  const MemoryRegion* mr = nullptr;
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  Access access = Access::none;
+};
+
+// A bind of a type 1 window (ibv_mw_bind): posted on a send queue like a work request.
+struct MwBind {
+  std::uint64_t wr_id = 0;
+  SendFlags flags = SendFlags::none;
+  MwBindInfo info;
+};
+
 // A send-queue work request. `sg_list` refers to caller memory that must stay valid during the
 // post call only (the data itself must stay valid until completion, as with libibverbs, unless
 // SendFlags::inline_data is set). `imm_data` is in host byte order here; backends convert.
@@ -228,7 +258,9 @@ struct SendWr {
   SendFlags flags = SendFlags::none;
   std::span<const Sge> sg_list;
   std::uint32_t imm_data = 0;
-  // RDMA and atomic operations
+  std::uint32_t invalidate_rkey = 0;  // LOCAL_INV, SEND_WITH_INV
+  // RDMA and atomic operations; BIND_MW: `rkey` is the window's new key (inc_rkey of its
+  // current one)
   std::uint64_t remote_addr = 0;
   std::uint32_t rkey = 0;
   std::uint64_t compare_add = 0;  // compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD)
@@ -237,7 +269,16 @@ struct SendWr {
   const AddressHandle* ah = nullptr;
   std::uint32_t remote_qpn = 0;
   std::uint32_t remote_qkey = 0;
+  // BIND_MW: the type 2 window, and what it is to cover (caller memory read during the post
+  // only, like sg_list)
+  MemoryWindow* mw = nullptr;
+  const MwBindInfo* bind_info = nullptr;
 };
+
+// The key a bind gives a window: the same index, the next value of the low byte (ibv_inc_rkey).
+constexpr std::uint32_t inc_rkey(std::uint32_t rkey) noexcept {
+  return (rkey & 0xffffff00u) | ((rkey + 1) & 0xffu);
+}
 
 struct RecvWr {
   std::uint64_t wr_id = 0;
@@ -245,8 +286,11 @@ struct RecvWr {
 };
 
 // A completion, in ibv_wc's field order. Unlike ibv_wc, `imm_data` is in host byte order and 0
-// without WcFlags::with_imm, and `wc_flags` holds only the flags named by WcFlags.
+// without WcFlags::with_imm or WcFlags::with_inv, and `wc_flags` holds only the flags named by
+// WcFlags. With WcFlags::with_inv the field holds the invalidated rkey, as ibv_wc's union does.
 struct WorkCompletion {
+  std::uint32_t invalidated_rkey() const noexcept { return imm_data; }
+
   std::uint64_t wr_id = 0;
   WcStatus status = WcStatus::success;
   WcOpcode opcode = WcOpcode::send;
@@ -323,6 +367,9 @@ struct DeviceAttr {
   std::uint16_t max_pkeys = 0;
   std::uint8_t phys_port_cnt = 0;
   bool atomics = false;  // atomic_cap != IBV_ATOMIC_NONE
+  int max_mw = 0;
+  bool mw_type1 = false;  // IBV_DEVICE_MEM_WINDOW
+  bool mw_type2 = false;  // IBV_DEVICE_MEM_WINDOW_TYPE_2B
 };
 
 struct PortAttr {

@@ -12,6 +12,7 @@
 #include "verbsim/context.hpp"
 #include "verbsim/error.hpp"
 #include "verbsim/memory_region.hpp"
+#include "verbsim/memory_window.hpp"
 #include "verbsim/polling.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/queue_pair.hpp"

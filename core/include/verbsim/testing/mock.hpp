@@ -21,6 +21,7 @@ class MockQueuePair : public QueuePair {
   MOCK_METHOD(const QpCap&, requested_cap, (), (const, noexcept, override));
   MOCK_METHOD(PostResult, post_send, (std::span<const SendWr> wrs), (noexcept, override));
   MOCK_METHOD(PostResult, post_recv, (std::span<const RecvWr> wrs), (noexcept, override));
+  MOCK_METHOD(PostResult, bind_mw, (MemoryWindow & mw, const MwBind& bind), (noexcept, override));
   MOCK_METHOD(void, modify, (const QpAttr& attr, QpAttrMask mask), (override));
   MOCK_METHOD(QpAttr, query, (QpAttrMask mask), (const, override));
   MOCK_METHOD(QpState, state, (), (const, noexcept, override));
@@ -65,6 +66,13 @@ class MockMemoryRegion : public MemoryRegion {
   MOCK_METHOD(Access, access, (), (const, noexcept, override));
 };
 
+class MockMemoryWindow : public MemoryWindow {
+ public:
+  MOCK_METHOD(void, destroy, (), (override));
+  MOCK_METHOD(MwType, type, (), (const, noexcept, override));
+  MOCK_METHOD(std::uint32_t, rkey, (), (const, noexcept, override));
+};
+
 class MockProtectionDomain : public ProtectionDomain {
  public:
   MOCK_METHOD(void, destroy, (), (override));
@@ -74,6 +82,7 @@ class MockProtectionDomain : public ProtectionDomain {
   MOCK_METHOD(std::unique_ptr<SharedReceiveQueue>, create_srq, (const SrqInitAttr& attr),
               (override));
   MOCK_METHOD(std::unique_ptr<AddressHandle>, create_ah, (const AhAttr& attr), (override));
+  MOCK_METHOD(std::unique_ptr<MemoryWindow>, alloc_mw, (MwType type), (override));
 };
 
 class MockContext : public Context {
