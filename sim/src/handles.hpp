@@ -251,10 +251,12 @@ class alignas(64) SimQp : public QueuePair {
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   // check_send for BIND_MW, LOCAL_INV and SEND_WITH_INV: 0 or an errno.
   int check_window_op(const SendWr& wr, const char*& reason) const noexcept;
-  // The part of enqueue_send that BIND_MW, LOCAL_INV and SEND_WITH_INV add, for slot `i`.
-  void enqueue_window_op(const SendWr& wr, std::uint32_t i) noexcept;
+  // The part of enqueue_send that a BIND_MW adds, for slot `i`.
+  void enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept;
   // Runs the BIND_MW or LOCAL_INV of send WQE `index` (memory windows: mw.cpp).
   WcStatus run_local_op(std::uint32_t index) noexcept;
+  bool run_next_local_op();
+  void fail_invalidation(const Event& e, const SendWqe& wq, std::uint64_t wr_id);
   // Does the window of `key` let requests arriving at this QP reach [addr, addr+len) with
   // every access bit of `need`?
   bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,

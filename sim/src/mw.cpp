@@ -108,13 +108,13 @@ PostResult SimQp::bind_mw(MemoryWindow& window, const MwBind& bind) noexcept {
       return {0, EPERM, "the MR and the window belong to different PDs"};
     }
   }
+  const BindMwWr what{mw, info};
   SendWr wr;
   wr.wr_id = bind.wr_id;
   wr.opcode = WrOpcode::bind_mw;
   wr.flags = bind.flags;
   wr.rkey = inc_rkey(mw->rkey());
-  wr.mw = mw;
-  wr.bind_info = &info;
+  wr.bind_mw = &what;
   const PostResult r = post_send(std::span(&wr, 1));
   if (r) mw->set_rkey(wr.rkey);  // as the provider does: the program undoes it on an error
   return r;
@@ -127,14 +127,14 @@ int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept
   };
   if (wr.opcode != WrOpcode::bind_mw) return 0;  // LOCAL_INV, SEND_WITH_INV: any key
   if (!wr.sg_list.empty()) return refuse(EINVAL, "BIND_MW takes no SGEs");
-  if (wr.mw == nullptr || wr.bind_info == nullptr) {
-    return refuse(EINVAL, "BIND_MW without a window or bind_info");
+  if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr) {
+    return refuse(EINVAL, "BIND_MW without a window");
   }
-  const auto* mw = dynamic_cast<const SimMw*>(wr.mw);
-  if (mw == nullptr || const_cast<SimMw*>(mw)->core().dev != dev_) {
+  auto* mw = dynamic_cast<SimMw*>(wr.bind_mw->mw);
+  if (mw == nullptr || mw->core().dev != dev_) {
     return refuse(EINVAL, "memory window of another device");
   }
-  const MwBindInfo& info = *wr.bind_info;
+  const MwBindInfo& info = wr.bind_mw->info;
   if (info.mr != nullptr && dynamic_cast<const SimMr*>(info.mr) == nullptr) {
     return refuse(EINVAL, "MR of another backend");
   }
@@ -142,14 +142,10 @@ int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept
   return 0;
 }
 
-void SimQp::enqueue_window_op(const SendWr& wr, std::uint32_t i) noexcept {
+void SimQp::enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept {
   SendWqe& w = sq_at(i);
-  if (wr.opcode != WrOpcode::bind_mw) {
-    w.imm = wr.invalidate_rkey;
-    return;
-  }
-  const MwBindInfo& info = *wr.bind_info;
-  auto* mw = static_cast<SimMw*>(wr.mw);
+  const MwBindInfo& info = wr.bind_mw->info;
+  auto* mw = static_cast<SimMw*>(wr.bind_mw->mw);
   w.remote_addr = info.addr;
   w.imm = info.mr != nullptr ? info.mr->lkey() : 0;
   sq_bind(i) = BindOperands{info.length, mw->rkey(), info.access};

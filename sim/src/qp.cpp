@@ -261,7 +261,7 @@ template <QpType Type>
   }
   w.length = length;
   w.imm = wr.imm_data;
-  if (wr.opcode >= WrOpcode::local_inv) [[unlikely]] enqueue_window_op(wr, i);
+  if (wr.opcode == WrOpcode::bind_mw) [[unlikely]] enqueue_bind(wr, i);
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);

@@ -39,7 +39,8 @@ bool opcode_supported(QpType type, WrOpcode op) noexcept {
 
 // BIND_MW and LOCAL_INV run in the requester and put nothing on the wire.
 bool is_local_op(WrOpcode op) noexcept {
-  return op == WrOpcode::bind_mw || op == WrOpcode::local_inv;
+  static_assert(static_cast<int>(WrOpcode::bind_mw) == static_cast<int>(WrOpcode::local_inv) + 1);
+  return static_cast<unsigned>(op) - static_cast<unsigned>(WrOpcode::local_inv) < 2;
 }
 
 // Does `mr` cover [addr, addr+len) with every access bit of `need`?
@@ -229,19 +230,9 @@ void SimQp::transmit_as() {
       if (is_local_op(wq.opcode)) [[unlikely]] {
         // A bind or local invalidate runs once everything before it has completed (a NIC
         // runs it when it reaches it: the same outcome, a little later in virtual time), so
-        // it never has to be undone by a retry. It takes no PSN: the next message gets the
-        // one it would have had.
+        // it never has to be undone by a retry.
         if (sq_done_ != sq_sent_) break;
-        const WcStatus status = run_local_op(sq_sent_);
-        hot_.sq_psn = (hot_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
-        sq_psn_base_index_ = ++sq_sent_;
-        if (status != WcStatus::success) {
-          complete_next(status);
-          enter_error(false);
-          return;
-        }
-        acknowledge_until(sq_sent_);
-        if (hot_.qp_state == QpState::err) return;  // its CQ overran
+        if (!run_next_local_op()) return;
         continue;
       }
     }
@@ -282,6 +273,21 @@ void SimQp::transmit_as() {
     ++sq_sent_;
   }
   if (rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
+}
+
+// Runs the bind or local invalidate at sq_sent_, everything before it complete, and completes
+// it; false when that took the QP to ERR. It takes no PSN: the next message gets the one it
+// would have had.
+[[gnu::noinline]] bool SimQp::run_next_local_op() {
+  const WcStatus status = run_local_op(sq_sent_);
+  hot_.sq_psn = (hot_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
+  sq_psn_base_index_ = ++sq_sent_;
+  if (status != WcStatus::success) {
+    complete_next(status);
+    enter_error(false);
+    return false;
+  }
+  return acknowledge_until(sq_sent_);  // false: its CQ overran
 }
 
 // Restarts the local ACK timer. At most one timer event per QP is in the heap: when it fires
@@ -604,28 +610,12 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
       }
+      WcFlags imm_flag = with_imm ? WcFlags::with_imm : WcFlags::none;
       if (wq.opcode == WrOpcode::send_with_inv) [[unlikely]] {
-        // The data lands, then the window is invalidated; one that cannot be fails the
-        // receive (REM_INV_REQ_ERR) and takes this QP to ERR, while the SEND is still ACKed
-        // (rxe's RESPST_ERR_INVALIDATE_RKEY, class J).
-        if (!invalidate_window(*dev_, wq.imm)) {
-          complete_recv(rw, WcStatus::rem_inv_req_err, WcOpcode::recv, wq.length, 0,
-                        WcFlags::none, 0, false);
-          epsn_ = (wq.psn + 1) & 0xffffff;
-          respond(EvKind::ack, Nak::rnr, 0, 0);
-          enter_error(false);
-          return;
-        }
-        if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, WcFlags::with_inv, 0,
-                              solicited) &&
-            traits().recv_cq_overrun_errors_qp) {
-          enter_error(false);
-          return;
-        }
-        break;
+        if (!invalidate_window(*dev_, wq.imm)) return fail_invalidation(e, wq, rw.wr_id);
+        imm_flag = WcFlags::with_inv;
       }
-      if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm,
-                            with_imm ? WcFlags::with_imm : WcFlags::none, 0, solicited) &&
+      if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, imm_flag, 0, solicited) &&
           traits().recv_cq_overrun_errors_qp) {
         enter_error(false);  // rxe: no ACK; the requester times out
         return;
@@ -728,6 +718,18 @@ void SimQp::on_deliver(const Event& e) {
     return;
   }
   respond(EvKind::ack, Nak::rnr, 0, response_bytes);
+}
+
+// A SEND_WITH_INV whose key names no window this QP may invalidate: the data has landed; the
+// receive fails (REM_INV_REQ_ERR) and this QP goes to ERR, while the SEND is still ACKed (rxe's
+// RESPST_ERR_INVALIDATE_RKEY, class J).
+[[gnu::noinline]] void SimQp::fail_invalidation(const Event& e, const SendWqe& wq,
+                                                std::uint64_t wr_id) {
+  complete_recv({wr_id, 0}, WcStatus::rem_inv_req_err, WcOpcode::recv, wq.length, 0,
+                WcFlags::none, 0, false);
+  epsn_ = (wq.psn + 1) & 0xffffff;
+  if (type_ == QpType::rc) send_response(e, EvKind::ack, Nak::rnr, e.index, 0, 0);
+  enter_error(false);
 }
 
 void SimQp::send_response(const Event& request, EvKind kind, Nak code, std::uint32_t index,

@@ -55,14 +55,13 @@ class Windows : public ProfileTest {
   // Binds type 2 window `mw` with a BIND_MW on b's QP; the bind's completion.
   WorkCompletion bind_type2(MemoryWindow& mw, std::size_t offset, std::uint64_t length,
                             Access access) {
-    info = {window_mr.get(), at(offset), length, access};
+    bind_wr = {&mw, {window_mr.get(), at(offset), length, access}};
     SendWr wr;
     wr.wr_id = 78;
     wr.opcode = WrOpcode::bind_mw;
     wr.flags = SendFlags::signaled;
-    wr.mw = &mw;
     wr.rkey = inc_rkey(mw.rkey());
-    wr.bind_info = &info;
+    wr.bind_mw = &bind_wr;
     EXPECT_TRUE(led.post_send(*p->b.qp, wr));
     return one_completion(*p->b.cq);
   }
@@ -89,7 +88,7 @@ class Windows : public ProfileTest {
   std::unique_ptr<SimPair> p;
   std::vector<char> window_buf;
   std::unique_ptr<MemoryRegion> window_mr;
-  MwBindInfo info;
+  BindMwWr bind_wr;
   Ledger led;
   std::uint64_t next_id = 1;
 };
@@ -218,7 +217,7 @@ TEST_P(Windows, LocalInvalidateClosesAType2Window) {
   inv.wr_id = 79;
   inv.opcode = WrOpcode::local_inv;
   inv.flags = SendFlags::signaled;
-  inv.invalidate_rkey = mw->rkey();
+  inv.imm_data = mw->rkey();
   ASSERT_TRUE(led.post_send(*p->b.qp, inv));
   const WorkCompletion wc = one_completion(*p->b.cq);
   EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
@@ -243,7 +242,7 @@ TEST_P(Windows, SendWithInvalidateClosesTheReceiversWindow) {
   ASSERT_TRUE(led.post_recv(*p->b.qp, recv_wr(600, rs)));
   const Sge ss = p->a.sge(0, 8);
   SendWr wr = send_wr(601, ss, WrOpcode::send_with_inv);
-  wr.invalidate_rkey = mw->rkey();
+  wr.imm_data = mw->rkey();
   ASSERT_TRUE(led.post_send(*p->a.qp, wr));
   const WorkCompletion sent = one_completion(*p->a.cq);
   EXPECT_EQ(sent.status, WcStatus::success);
@@ -265,7 +264,7 @@ TEST_P(Windows, ASendThatCannotInvalidateFailsTheReceiveOnly) {
   ASSERT_TRUE(led.post_recv(*p->b.qp, recv_wr(600, rs)));
   const Sge ss = p->a.sge(0, 8);
   SendWr wr = send_wr(601, ss, WrOpcode::send_with_inv);
-  wr.invalidate_rkey = p->b.mr->rkey();  // an MR's key: nothing to invalidate
+  wr.imm_data = p->b.mr->rkey();  // an MR's key: nothing to invalidate
   ASSERT_TRUE(led.post_send(*p->a.qp, wr));
   EXPECT_EQ(one_completion(*p->a.cq).status, WcStatus::success);
   EXPECT_EQ(one_completion(*p->b.cq).status, WcStatus::rem_inv_req_err);
@@ -329,7 +328,7 @@ TEST_P(Windows, LocalInvalidateOfWhatIsNoBoundType2WindowFails) {
     inv.wr_id = 80;
     inv.opcode = WrOpcode::local_inv;
     inv.flags = SendFlags::signaled;
-    inv.invalidate_rkey = w == "a type 1 window"            ? type1->rkey()
+    inv.imm_data = w == "a type 1 window"            ? type1->rkey()
                           : w == "an unbound type 2 window" ? unbound->rkey()
                           : w == "an MR"                    ? window_mr->rkey()
                                                             : 0x12345u;
