@@ -276,9 +276,10 @@ static int type1(void) {
                     "WRITE through the type 1 window's previous key"));
   TRY(write_through(mw->rkey, at, 64, "unbound", IBV_WC_REM_ACCESS_ERR,
                     "WRITE through the unbound type 1 window"));
+  const uint32_t unbound = mw->rkey;
   CHECK(ibv_dealloc_mw(mw) == 0, "ibv_dealloc_mw(type 1)");
   printf("2. type 1: bound (key %#x), written through, unbound (key %#x), REM_ACCESS_ERR "
-         "after\n", bound, old);
+         "after\n", bound, unbound);
   return 0;
 }
 
