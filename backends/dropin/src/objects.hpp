@@ -69,8 +69,8 @@ struct DMr : ibv_mr {
 
 // A memory window (ibv_alloc_mw). `rkey` is what the program reads: the key allocated, then the
 // key of each ibv_bind_mw (type 1) as it is posted. A type 2 window's key is whatever the
-// program put in its BIND_MW work request, which the program keeps (as with rxe and mlx5, a
-// BIND_MW work request leaves ibv_mw::rkey alone).
+// program put in its BIND_MW work request, which the program keeps (as with mlx5, a BIND_MW
+// work request leaves ibv_mw::rkey alone).
 struct DMw : ibv_mw {
   std::unique_ptr<MemoryWindow> impl;
   static DMw* from(ibv_mw* m) noexcept { return static_cast<DMw*>(m); }

@@ -13,7 +13,8 @@
 namespace verbsim::dropin {
 
 // ibv_context::ops: the data path (post_send, post_recv, poll_cq, req_notify_cq,
-// post_srq_recv) that verbs.h's inline functions call. qp.cpp.
+// post_srq_recv) and the memory window verbs (alloc_mw, dealloc_mw, bind_mw) that verbs.h's
+// inline functions call. qp.cpp.
 const ibv_context_ops& data_path_ops() noexcept;
 
 // ibv_poll_cq and ibv_req_notify_cq, for data_path_ops. cq.cpp.
