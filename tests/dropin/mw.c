@@ -15,7 +15,10 @@
  *      IBV_WC_WITH_INV and invalidated_rkey (ibv_poll_cq), then REM_ACCESS_ERR;
  *   5. the same with ibv_wr_bind_mw and ibv_wr_send_inv, polled with ibv_start_poll
  *      (ibv_wc_read_invalidated_rkey);
- *   6. ibv_wr_bind_mw then ibv_wr_local_inv; then a bound window deallocated: REM_ACCESS_ERR.
+ *   6. ibv_wr_bind_mw then ibv_wr_local_inv; then a bound window deallocated: REM_ACCESS_ERR;
+ *   7. errors: EINVAL / EOPNOTSUPP at post (a range without an MR, a zero-based window, a QP
+ *      without IBV_QP_EX_WITH_BIND_MW, a UD QP), ibv_dereg_mr refused while a window is bound,
+ *      IBV_WC_MW_BIND_ERR for an MR without IBV_ACCESS_MW_BIND.
  *
  * After each access error both QPs go back through RESET to RTS (a new connection).
  *
@@ -443,6 +446,99 @@ static int type2(void) {
   return 0;
 }
 
+/* 7. What real verbs refuse: errnos at post, MW_BIND_ERR for a bind the device refuses. */
+static int errors(void) {
+  struct ibv_mw *w1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+  struct ibv_mw *w2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+  CHECK(w1 && w2, "ibv_alloc_mw: %s", strerror(errno));
+  char *at = b.buf + 3072;
+  struct ibv_send_wr wr = {.wr_id = 70, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+  wr.bind_mw.mw = w2;
+  wr.bind_mw.rkey = ibv_inc_rkey(w2->rkey);
+  wr.bind_mw.bind_info.addr = (uintptr_t)at;
+  wr.bind_mw.bind_info.length = 64;
+  wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  struct ibv_send_wr *bad = NULL;
+  int err = ibv_post_send(b.qp, &wr, &bad);
+  CHECK(err == EINVAL && bad == &wr, "IBV_WR_BIND_MW of a range without an MR: want EINVAL, got %d",
+        err);
+  wr.bind_mw.bind_info.mr = b.mr;
+  wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED;
+  err = ibv_post_send(b.qp, &wr, &bad);
+  CHECK(err == EOPNOTSUPP && bad == &wr, "a zero-based window: want EOPNOTSUPP, got %d", err);
+  const struct ibv_mw_bind_info zero = {.mr = b.mr,
+                                        .addr = (uintptr_t)at,
+                                        .length = 64,
+                                        .mw_access_flags = IBV_ACCESS_ZERO_BASED};
+  ibv_wr_start(b.qpx);
+  ibv_wr_bind_mw(b.qpx, w2, ibv_inc_rkey(w2->rkey), &zero);
+  err = ibv_wr_complete(b.qpx);
+  CHECK(err == EOPNOTSUPP, "ibv_wr_bind_mw of a zero-based window: want EOPNOTSUPP, got %d", err);
+
+  /* A QP created without IBV_QP_EX_WITH_BIND_MW cannot build one; a UD QP cannot bind. */
+  struct ibv_qp_init_attr_ex init = {
+      .send_cq = a.cq,
+      .recv_cq = a.cq,
+      .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = IBV_QPT_RC,
+      .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+      .pd = pd,
+      .send_ops_flags = IBV_QP_EX_WITH_SEND,
+  };
+  struct ibv_qp *plain = ibv_create_qp_ex(ctx, &init);
+  CHECK(plain, "ibv_create_qp_ex: %s", strerror(errno));
+  struct ibv_qp_ex *plainx = ibv_qp_to_qp_ex(plain);
+  const struct ibv_mw_bind_info info = {.mr = b.mr, .addr = (uintptr_t)at, .length = 64,
+                                        .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  ibv_wr_start(plainx);
+  ibv_wr_bind_mw(plainx, w2, ibv_inc_rkey(w2->rkey), &info);
+  err = ibv_wr_complete(plainx);
+  CHECK(err == EINVAL, "ibv_wr_bind_mw without IBV_QP_EX_WITH_BIND_MW: want EINVAL, got %d", err);
+  CHECK(ibv_destroy_qp(plain) == 0, "ibv_destroy_qp");
+  struct ibv_qp_init_attr ud_init = {
+      .send_cq = a.cq,
+      .recv_cq = a.cq,
+      .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = IBV_QPT_UD,
+  };
+  struct ibv_qp *ud = ibv_create_qp(pd, &ud_init);
+  CHECK(ud, "ibv_create_qp(UD): %s", strerror(errno));
+  struct ibv_mw_bind mb = {.wr_id = 71, .send_flags = IBV_SEND_SIGNALED, .bind_info = info};
+  uint32_t old = w1->rkey;
+  err = ibv_bind_mw(ud, w1, &mb);
+  CHECK(err == EINVAL && w1->rkey == old, "ibv_bind_mw on a UD QP: want EINVAL, got %d", err);
+  CHECK(ibv_destroy_qp(ud) == 0, "ibv_destroy_qp(UD)");
+
+  /* An MR with a window bound cannot be deregistered (rxe: EINVAL). */
+  mb.wr_id = 72;
+  TRY(ibv_bind_mw(b.qp, w1, &mb));
+  TRY(expect(b.cq, 72, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "type 1 bind before ibv_dereg_mr"));
+  err = ibv_dereg_mr(b.mr);
+  CHECK(err != 0, "ibv_dereg_mr of an MR with a bound window succeeded");
+  TRY(write_through(w1->rkey, at, 64, "still there", IBV_WC_SUCCESS,
+                    "WRITE through the window after the refused ibv_dereg_mr"));
+  mb.wr_id = 73;
+  mb.bind_info.length = 0;
+  TRY(ibv_bind_mw(b.qp, w1, &mb));
+  TRY(expect(b.cq, 73, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "type 1 unbind"));
+
+  /* A's MR was registered without IBV_ACCESS_MW_BIND: the bind is posted, then fails. */
+  mb.wr_id = 74;
+  mb.bind_info.mr = a.mr;
+  mb.bind_info.addr = (uintptr_t)a.buf;
+  mb.bind_info.length = 64;
+  old = w1->rkey;
+  TRY(ibv_bind_mw(b.qp, w1, &mb));
+  CHECK(w1->rkey == ibv_inc_rkey(old), "mw->rkey after posting a bind that will fail");
+  TRY(expect(b.cq, 74, IBV_WC_MW_BIND_ERR, IBV_WC_BIND_MW,
+             "bind to an MR without IBV_ACCESS_MW_BIND"));
+  TRY(reconnect());
+  CHECK(ibv_dealloc_mw(w1) == 0 && ibv_dealloc_mw(w2) == 0, "ibv_dealloc_mw");
+  printf("7. errors: EINVAL, EOPNOTSUPP (zero-based), ibv_dereg_mr refused while bound, "
+         "IBV_WC_MW_BIND_ERR\n");
+  return 0;
+}
+
 static int run(const char *want) {
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
@@ -464,6 +560,7 @@ static int run(const char *want) {
   TRY(reconnect());
   TRY(type1());
   TRY(type2());
+  TRY(errors());
 
   CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "ibv_destroy_qp");
   CHECK(ibv_dereg_mr(a.mr) == 0 && ibv_dereg_mr(b.mr) == 0, "ibv_dereg_mr");
