@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -127,6 +128,10 @@ struct DQp : ibv_qp_ex {
   std::vector<Sge> inline_sges;     // wr_complete: one SGE over each WR's inline bytes
   int batch_error = 0;  // the first error a wr_* call found; wr_complete returns it
   bool in_batch = false;
+  // ibv_post_send: what the BIND_MW work requests of the batch being posted point at (one per
+  // WR of a batch; kept here rather than on the stack so a post does not initialise them).
+  static constexpr std::size_t kPostBatch = 16;
+  std::array<MwBindInfo, kPostBatch> post_binds{};
 
   static DQp* from(ibv_qp* q) noexcept { return static_cast<DQp*>(reinterpret_cast<ibv_qp_ex*>(q)); }
   static DQp* from(ibv_qp_ex* q) noexcept { return static_cast<DQp*>(q); }

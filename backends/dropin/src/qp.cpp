@@ -92,7 +92,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
 // than that, far beyond any device's max_sge, goes alone from the heap so the simulator still
 // names the error). `translate(wr, core, sges, i)` fills batch entry i. On failure *bad is the
 // first WR not posted.
-constexpr std::size_t kPostBatch = 16;
+constexpr std::size_t kPostBatch = DQp::kPostBatch;
 
 template <class Wr, class Core, class Translate, class Post>
 int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
@@ -145,11 +145,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   DQp* q = DQp::from(qp);
   try {
     auto held = lock();
-    MwBindInfo binds[kPostBatch];  // what the batch's BIND_MW WRs point at
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
-        [q, &binds](const ibv_send_wr& in, SendWr& out, Sge* s, std::size_t i) {
-          return to_send_wr(*q, in, out, s, binds[i]);
+        [q](const ibv_send_wr& in, SendWr& out, Sge* s, std::size_t i) {
+          return to_send_wr(*q, in, out, s, q->post_binds[i]);
         },
         [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
     settle();
