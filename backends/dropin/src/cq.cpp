@@ -24,7 +24,12 @@ void to_ibv_wc(const WorkCompletion& w, ibv_wc& out) noexcept {
   out.vendor_err = w.vendor_err;
   out.byte_len = w.byte_len;
   const auto flags = static_cast<unsigned>(to_underlying(w.wc_flags));
-  out.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? htonl(w.imm_data) : 0;
+  // One union: the immediate in network order, or the invalidated rkey in host order.
+  if ((flags & IBV_WC_WITH_INV) != 0) {
+    out.invalidated_rkey = w.invalidated_rkey();
+  } else {
+    out.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? htonl(w.imm_data) : 0;
+  }
   out.qp_num = w.qp_num;
   out.src_qp = w.src_qp;
   out.wc_flags = flags;
@@ -94,7 +99,11 @@ ibv_wc_opcode read_opcode(ibv_cq_ex* cq) noexcept {
 }
 std::uint32_t read_vendor_err(ibv_cq_ex* cq) noexcept { return cur(cq).vendor_err; }
 std::uint32_t read_byte_len(ibv_cq_ex* cq) noexcept { return cur(cq).byte_len; }
-__be32 read_imm_data(ibv_cq_ex* cq) noexcept { return htonl(cur(cq).imm_data); }
+// Also ibv_wc_read_invalidated_rkey, which returns what this returns as a host-order rkey.
+__be32 read_imm_data(ibv_cq_ex* cq) noexcept {
+  const WorkCompletion& w = cur(cq);
+  return any(w.wc_flags, WcFlags::with_inv) ? w.invalidated_rkey() : htonl(w.imm_data);
+}
 std::uint32_t read_qp_num(ibv_cq_ex* cq) noexcept { return cur(cq).qp_num; }
 std::uint32_t read_src_qp(ibv_cq_ex* cq) noexcept { return cur(cq).src_qp; }
 unsigned int read_wc_flags(ibv_cq_ex* cq) noexcept {

@@ -85,11 +85,14 @@ void fill_device_attr(DContext& c, ibv_device_attr& a) {
   a.max_qp_wr = d.max_qp_wr;
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                        IBV_DEVICE_SYS_IMAGE_GUID;
+  if (d.mw_type1) a.device_cap_flags |= IBV_DEVICE_MEM_WINDOW;
+  if (d.mw_type2) a.device_cap_flags |= IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a.max_sge = d.max_sge;
   a.max_sge_rd = d.max_sge_rd;
   a.max_cq = d.max_cq;
   a.max_cqe = d.max_cqe;
   a.max_mr = d.max_mr;
+  a.max_mw = d.max_mw;
   a.max_pd = d.max_pd;
   a.max_qp_rd_atom = d.max_qp_rd_atom;
   a.max_res_rd_atom = d.max_qp_rd_atom * d.max_qp;

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "verbsim/completion_queue.hpp"
 #include "verbsim/context.hpp"
 #include "verbsim/memory_region.hpp"
+#include "verbsim/memory_window.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
@@ -66,6 +68,15 @@ struct DMr : ibv_mr {
   static DMr* from(ibv_mr* m) noexcept { return static_cast<DMr*>(m); }
 };
 
+// A memory window (ibv_alloc_mw). `rkey` is what the program reads: the key allocated, then the
+// key of each ibv_bind_mw (type 1) as it is posted. A type 2 window's key is whatever the
+// program put in its BIND_MW work request, which the program keeps (as with mlx5, a BIND_MW
+// work request leaves ibv_mw::rkey alone).
+struct DMw : ibv_mw {
+  std::unique_ptr<MemoryWindow> impl;
+  static DMw* from(ibv_mw* m) noexcept { return static_cast<DMw*>(m); }
+};
+
 struct DAh : ibv_ah {
   std::unique_ptr<AddressHandle> impl;
   static DAh* from(ibv_ah* a) noexcept { return static_cast<DAh*>(a); }
@@ -108,6 +119,7 @@ struct DQp : ibv_qp_ex {
     std::size_t inline_begin = 0;  // into inline_bytes, when inline
     std::size_t inline_len = 0;
     bool is_inline = false;
+    MwBindInfo bind;  // wr_bind_mw: what wr.bind_info points at once the batch is posted
   };
   std::vector<Pending> batch;
   std::vector<Sge> sges;
@@ -116,6 +128,10 @@ struct DQp : ibv_qp_ex {
   std::vector<Sge> inline_sges;     // wr_complete: one SGE over each WR's inline bytes
   int batch_error = 0;  // the first error a wr_* call found; wr_complete returns it
   bool in_batch = false;
+  // ibv_post_send: what the BIND_MW work requests of the batch being posted point at (one per
+  // WR of a batch; kept here rather than on the stack so a post does not initialise them).
+  static constexpr std::size_t kPostBatch = 16;
+  std::array<MwBindInfo, kPostBatch> post_binds{};
 
   static DQp* from(ibv_qp* q) noexcept { return static_cast<DQp*>(reinterpret_cast<ibv_qp_ex*>(q)); }
   static DQp* from(ibv_qp_ex* q) noexcept { return static_cast<DQp*>(q); }

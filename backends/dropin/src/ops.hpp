@@ -13,12 +13,24 @@
 namespace verbsim::dropin {
 
 // ibv_context::ops: the data path (post_send, post_recv, poll_cq, req_notify_cq,
-// post_srq_recv) that verbs.h's inline functions call. qp.cpp.
+// post_srq_recv) and the memory window verbs (alloc_mw, dealloc_mw, bind_mw) that verbs.h's
+// inline functions call. qp.cpp.
 const ibv_context_ops& data_path_ops() noexcept;
 
 // ibv_poll_cq and ibv_req_notify_cq, for data_path_ops. cq.cpp.
 int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
 int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept;
+
+// Memory windows: ibv_context_ops' alloc_mw, dealloc_mw and bind_mw, which verbs.h's inline
+// ibv_alloc_mw, ibv_dealloc_mw and ibv_bind_mw call. mw.cpp.
+ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept;
+int mw_dealloc_op(ibv_mw* mw) noexcept;
+int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
+
+// An ibv_mw_bind_info as the core's MwBindInfo (ibv_bind_mw, IBV_WR_BIND_MW, ibv_wr_bind_mw):
+// 0, EINVAL for access flags a window cannot have or an address range without an MR,
+// EOPNOTSUPP for a zero-based window. mw.cpp.
+int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept;
 
 // The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
 void fill_extended_ops(DContext& c) noexcept;

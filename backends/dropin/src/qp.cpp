@@ -24,10 +24,16 @@ constexpr unsigned kSendFlags = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SO
 constexpr std::uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+    IBV_QP_EX_WITH_SEND_WITH_INV;
+// Those that need type 2 memory windows (DeviceAttr::mw_type2).
+constexpr std::uint64_t kWindowSendOps =
+    IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 
-// An ibv_send_wr as a core SendWr (its SGEs copied to `sges`). 0 or the errno to return.
-int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges) noexcept {
+// An ibv_send_wr as a core SendWr (its SGEs copied to `sges`; a BIND_MW's bind information to
+// `bind`). 0 or the errno to return.
+int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
+               MwBindInfo& bind) noexcept {
   switch (in.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -35,13 +41,29 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges) noex
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: break;
-    default: return EINVAL;  // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ...: not modelled
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_SEND_WITH_INV: break;
+    default: return EINVAL;  // TSO, DRIVER1, ATOMIC_WRITE, ...: not modelled
   }
   out = SendWr{};
   out.wr_id = in.wr_id;
   out.opcode = static_cast<WrOpcode>(in.opcode);
   out.flags = static_cast<SendFlags>(in.send_flags & kSendFlags);
+  // LOCAL_INV and BIND_MW carry no data: providers ignore their sg_list.
+  if (in.opcode == IBV_WR_LOCAL_INV) {
+    out.invalidate_rkey = in.invalidate_rkey;  // host order, unlike imm_data
+    return 0;
+  }
+  if (in.opcode == IBV_WR_BIND_MW) {
+    if (in.bind_mw.mw == nullptr) return EINVAL;
+    if (const int err = to_bind_info(in.bind_mw.bind_info, bind)) return err;
+    out.mw = DMw::from(in.bind_mw.mw)->impl.get();
+    out.rkey = in.bind_mw.rkey;
+    out.bind_info = &bind;
+    return 0;
+  }
   for (int i = 0; i < in.num_sge; ++i) {
     sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
   }
@@ -49,6 +71,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges) noex
   if (in.opcode == IBV_WR_SEND_WITH_IMM || in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     out.imm_data = ntohl(in.imm_data);
   }
+  if (in.opcode == IBV_WR_SEND_WITH_INV) out.invalidate_rkey = in.invalidate_rkey;
   if (q.qp_base.qp_type == IBV_QPT_UD) {
     if (in.wr.ud.ah != nullptr) out.ah = DAh::from(in.wr.ud.ah)->impl.get();
     out.remote_qpn = in.wr.ud.remote_qpn;
@@ -67,10 +90,13 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges) noex
 
 // Posts a list in batches of up to kWrs WRs / kSges SGEs from stack arrays (a WR with more SGEs
 // than that, far beyond any device's max_sge, goes alone from the heap so the simulator still
-// names the error). On failure *bad is the first WR not posted.
+// names the error). `translate(wr, core, sges, i)` fills batch entry i. On failure *bad is the
+// first WR not posted.
+constexpr std::size_t kPostBatch = DQp::kPostBatch;
+
 template <class Wr, class Core, class Translate, class Post>
 int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
-  constexpr std::size_t kWrs = 16;
+  constexpr std::size_t kWrs = kPostBatch;
   constexpr std::size_t kSges = 64;
   Core batch[kWrs];
   Sge sges[kSges];
@@ -92,7 +118,7 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
         big.resize(k);
         room = big.data();
       }
-      if ((err = translate(*wr, batch[n], room)) != 0) break;
+      if ((err = translate(*wr, batch[n], room, n)) != 0) break;
       src[n++] = wr;
       used += k;
       if (!big.empty()) {
@@ -120,7 +146,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   try {
     auto held = lock();
     const int err = post_list<ibv_send_wr, SendWr>(
-        wr, bad, [q](const ibv_send_wr& in, SendWr& out, Sge* s) { return to_send_wr(*q, in, out, s); },
+        wr, bad,
+        [q](const ibv_send_wr& in, SendWr& out, Sge* s, std::size_t i) {
+          return to_send_wr(*q, in, out, s, q->post_binds[i]);
+        },
         [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
     settle();
     return err;
@@ -130,7 +159,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   }
 }
 
-int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, Sge* sges) noexcept {
+int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, Sge* sges, std::size_t) noexcept {
   for (int i = 0; i < in.num_sge; ++i) {
     sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
   }
@@ -262,6 +291,36 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, std::uint32_t rkey, std::uint64_t addr,
   }
 }
 
+// Type 2 windows (mlx5 builds every wr_bind_mw as a type 2 bind too): `rkey` becomes the
+// window's key once the bind executes.
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, std::uint32_t rkey,
+                const ibv_mw_bind_info* info) noexcept {
+  add_wr(qp, WrOpcode::bind_mw, IBV_QP_EX_WITH_BIND_MW);
+  DQp& q = bq(qp);
+  if (SendWr* w = last(qp)) {
+    if (mw == nullptr || info == nullptr) {
+      q.batch_error = EINVAL;
+      return;
+    }
+    if (const int err = to_bind_info(*info, q.batch.back().bind)) {
+      q.batch_error = err;
+      return;
+    }
+    w->mw = DMw::from(mw)->impl.get();
+    w->rkey = rkey;
+  }
+}
+
+void wr_local_inv(ibv_qp_ex* qp, std::uint32_t invalidate_rkey) noexcept {
+  add_wr(qp, WrOpcode::local_inv, IBV_QP_EX_WITH_LOCAL_INV);
+  if (SendWr* w = last(qp)) w->invalidate_rkey = invalidate_rkey;
+}
+
+void wr_send_inv(ibv_qp_ex* qp, std::uint32_t invalidate_rkey) noexcept {
+  add_wr(qp, WrOpcode::send_with_inv, IBV_QP_EX_WITH_SEND_WITH_INV);
+  if (SendWr* w = last(qp)) w->invalidate_rkey = invalidate_rkey;
+}
+
 void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
                     std::uint32_t remote_qkey) noexcept {
   if (SendWr* w = last(qp)) {
@@ -351,6 +410,7 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
       } else {
         p.wr.sg_list = std::span<const Sge>(q.sges.data() + p.sge_begin, p.sge_count);
       }
+      if (p.wr.opcode == WrOpcode::bind_mw) p.wr.bind_info = &p.bind;
       q.flat.push_back(p.wr);
     }
     const PostResult r = q.impl->post_send(q.flat);
@@ -374,6 +434,9 @@ void fill_wr_ops(DQp& q) noexcept {
   q.wr_send_imm = wr_send_imm;
   q.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   q.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  q.wr_bind_mw = wr_bind_mw;
+  q.wr_local_inv = wr_local_inv;
+  q.wr_send_inv = wr_send_inv;
   q.wr_set_ud_addr = wr_set_ud_addr;
   q.wr_set_sge = wr_set_sge;
   q.wr_set_sge_list = wr_set_sge_list;
@@ -402,6 +465,9 @@ const ibv_context_ops& data_path_ops() noexcept {
     o.post_srq_recv = post_srq_recv;
     o.post_send = post_send;
     o.post_recv = post_recv;
+    o.alloc_mw = mw_alloc_op;
+    o.dealloc_mw = mw_dealloc_op;
+    o.bind_mw = mw_bind_op;
     return o;
   }();
   return ops;
@@ -419,6 +485,10 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   }
   const bool extended = (attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   if (extended && (attr.send_ops_flags & ~kSupportedSendOps) != 0) {
+    return fail_null<ibv_qp>(EOPNOTSUPP);
+  }
+  if (extended && (attr.send_ops_flags & kWindowSendOps) != 0 &&
+      !DContext::from(context)->impl->query_device().mw_type2) {
     return fail_null<ibv_qp>(EOPNOTSUPP);
   }
   int err = 0;

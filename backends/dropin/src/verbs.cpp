@@ -20,12 +20,16 @@ using namespace verbsim::dropin;
 
 namespace {
 
+// The flags the core's Access has, with the same values (IBV_ACCESS_MW_BIND: memory windows
+// may be bound to the MR).
 constexpr unsigned kCoreAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-// Accepted and without effect on the simulator: binding memory windows needs no preparation,
-// huge pages are the program's business, relaxed ordering (an optional flag: providers that do
-// not know it ignore it) changes nothing in a simulation that delivers in order anyway.
-constexpr unsigned kHarmlessAccess = IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                 IBV_ACCESS_MW_BIND;
+static_assert(IBV_ACCESS_MW_BIND == static_cast<unsigned>(Access::mw_bind));
+// Accepted and without effect on the simulator: huge pages are the program's business, relaxed
+// ordering (an optional flag: providers that do not know it ignore it) changes nothing in a
+// simulation that delivers in order anyway.
+constexpr unsigned kHarmlessAccess = IBV_ACCESS_HUGETLB;
 
 // The core access flags for a registration, or an errno for flags the simulator lacks.
 int mr_access(unsigned access, Access& out) noexcept {

@@ -1,0 +1,81 @@
+// Memory windows: the ibv_context_ops entries verbs.h's inline ibv_alloc_mw, ibv_dealloc_mw and
+// ibv_bind_mw call (libibverbs exports no symbol for them), and the translation of
+// ibv_mw_bind_info that ibv_bind_mw, IBV_WR_BIND_MW and ibv_wr_bind_mw share.
+#include "objects.hpp"
+#include "ops.hpp"
+#include "state.hpp"
+
+using namespace verbsim;
+using namespace verbsim::dropin;
+
+namespace verbsim::dropin {
+
+int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
+  constexpr unsigned kRemote =
+      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  const unsigned access = in.mw_access_flags;
+  // Zero-based windows (remote addresses as offsets into the window) are not modelled.
+  if ((access & IBV_ACCESS_ZERO_BASED) != 0) return EOPNOTSUPP;
+  // A window grants remote access only; IBV_ACCESS_LOCAL_WRITE, which programs often pass
+  // along (pyverbs does), has no meaning for it and is ignored, as providers do.
+  if ((access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE)) != 0) return EINVAL;
+  if (in.mr == nullptr && (in.addr != 0 || in.length != 0)) return EINVAL;
+  out = MwBindInfo{};
+  out.mr = in.mr != nullptr ? DMr::from(in.mr)->impl.get() : nullptr;
+  out.addr = in.addr;
+  out.length = in.length;
+  out.access = static_cast<Access>(access & kRemote);
+  return 0;
+}
+
+// ibv_alloc_mw: NULL with errno EINVAL for a type other than 1 and 2, EOPNOTSUPP when the device
+// has no windows of that type, ENOMEM past max_mw.
+ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept {
+  return with_null<ibv_mw>("ibv_alloc_mw", [&]() -> ibv_mw* {
+    MwType t{};
+    switch (type) {
+      case IBV_MW_TYPE_1: t = MwType::type1; break;
+      case IBV_MW_TYPE_2: t = MwType::type2; break;
+      default: return fail_null<ibv_mw>(EINVAL);
+    }
+    auto mw = std::make_unique<DMw>();
+    mw->impl = DPd::from(pd)->real().alloc_mw(t);
+    mw->context = pd->context;
+    mw->pd = pd;
+    mw->rkey = mw->impl->rkey();
+    mw->handle = global().next_handle++;
+    mw->type = type;
+    return mw.release();
+  });
+}
+
+// ibv_dealloc_mw: invalidates the window if bound. 0 or an errno.
+int mw_dealloc_op(ibv_mw* mw) noexcept {
+  return with_errno("ibv_dealloc_mw", [&] {
+    DMw* m = DMw::from(mw);
+    m->impl->destroy();
+    delete m;
+    return 0;
+  });
+}
+
+// ibv_bind_mw (verbs.h has already refused a type 2 window, and an MR of another PD): posts the
+// bind on the send queue and, once posted, gives mw->rkey the window's next key. 0 or an errno
+// (EINVAL for bad bind information or a QP that cannot bind, as ibv_post_send otherwise).
+int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept {
+  return with_errno("ibv_bind_mw", [&] {
+    if (mw->type != IBV_MW_TYPE_1) return EINVAL;
+    MwBind b;
+    b.wr_id = bind->wr_id;
+    // The flags a bind can carry (ibv_bind_mw(3)); others are ignored, as providers do.
+    b.flags = static_cast<SendFlags>(bind->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED));
+    if (const int err = to_bind_info(bind->bind_info, b.info)) return err;
+    DMw* m = DMw::from(mw);
+    const PostResult r = DQp::from(qp)->impl->bind_mw(*m->impl, b);
+    if (r.err == 0) mw->rkey = m->impl->rkey();
+    settle();
+    return r.err;
+  });
+}
+
+}  // namespace verbsim::dropin
