@@ -119,7 +119,7 @@ struct DQp : ibv_qp_ex {
     std::size_t inline_begin = 0;  // into inline_bytes, when inline
     std::size_t inline_len = 0;
     bool is_inline = false;
-    MwBindInfo bind;  // wr_bind_mw: what wr.bind_info points at once the batch is posted
+    BindMwWr bind;  // wr_bind_mw: what wr.bind_mw points at once the batch is posted
   };
   std::vector<Pending> batch;
   std::vector<Sge> sges;
@@ -131,7 +131,7 @@ struct DQp : ibv_qp_ex {
   // ibv_post_send: what the BIND_MW work requests of the batch being posted point at (one per
   // WR of a batch; kept here rather than on the stack so a post does not initialise them).
   static constexpr std::size_t kPostBatch = 16;
-  std::array<MwBindInfo, kPostBatch> post_binds{};
+  std::array<BindMwWr, kPostBatch> post_binds{};
 
   static DQp* from(ibv_qp* q) noexcept { return static_cast<DQp*>(reinterpret_cast<ibv_qp_ex*>(q)); }
   static DQp* from(ibv_qp_ex* q) noexcept { return static_cast<DQp*>(q); }

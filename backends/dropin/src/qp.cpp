@@ -33,7 +33,7 @@ constexpr std::uint64_t kWindowSendOps =
 // An ibv_send_wr as a core SendWr (its SGEs copied to `sges`; a BIND_MW's bind information to
 // `bind`). 0 or the errno to return.
 int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
-               MwBindInfo& bind) noexcept {
+               BindMwWr& bind) noexcept {
   switch (in.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -53,15 +53,15 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
   out.flags = static_cast<SendFlags>(in.send_flags & kSendFlags);
   // LOCAL_INV and BIND_MW carry no data: providers ignore their sg_list.
   if (in.opcode == IBV_WR_LOCAL_INV) {
-    out.invalidate_rkey = in.invalidate_rkey;  // host order, unlike imm_data
+    out.imm_data = in.invalidate_rkey;  // the key (host order), as in SendWr
     return 0;
   }
   if (in.opcode == IBV_WR_BIND_MW) {
     if (in.bind_mw.mw == nullptr) return EINVAL;
-    if (const int err = to_bind_info(in.bind_mw.bind_info, bind)) return err;
-    out.mw = DMw::from(in.bind_mw.mw)->impl.get();
+    if (const int err = to_bind_info(in.bind_mw.bind_info, bind.info)) return err;
+    bind.mw = DMw::from(in.bind_mw.mw)->impl.get();
     out.rkey = in.bind_mw.rkey;
-    out.bind_info = &bind;
+    out.bind_mw = &bind;
     return 0;
   }
   for (int i = 0; i < in.num_sge; ++i) {
@@ -71,7 +71,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
   if (in.opcode == IBV_WR_SEND_WITH_IMM || in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     out.imm_data = ntohl(in.imm_data);
   }
-  if (in.opcode == IBV_WR_SEND_WITH_INV) out.invalidate_rkey = in.invalidate_rkey;
+  if (in.opcode == IBV_WR_SEND_WITH_INV) out.imm_data = in.invalidate_rkey;  // host order
   if (q.qp_base.qp_type == IBV_QPT_UD) {
     if (in.wr.ud.ah != nullptr) out.ah = DAh::from(in.wr.ud.ah)->impl.get();
     out.remote_qpn = in.wr.ud.remote_qpn;
@@ -302,23 +302,24 @@ void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, std::uint32_t rkey,
       q.batch_error = EINVAL;
       return;
     }
-    if (const int err = to_bind_info(*info, q.batch.back().bind)) {
+    BindMwWr& bind = q.batch.back().bind;
+    if (const int err = to_bind_info(*info, bind.info)) {
       q.batch_error = err;
       return;
     }
-    w->mw = DMw::from(mw)->impl.get();
+    bind.mw = DMw::from(mw)->impl.get();
     w->rkey = rkey;
   }
 }
 
 void wr_local_inv(ibv_qp_ex* qp, std::uint32_t invalidate_rkey) noexcept {
   add_wr(qp, WrOpcode::local_inv, IBV_QP_EX_WITH_LOCAL_INV);
-  if (SendWr* w = last(qp)) w->invalidate_rkey = invalidate_rkey;
+  if (SendWr* w = last(qp)) w->imm_data = invalidate_rkey;
 }
 
 void wr_send_inv(ibv_qp_ex* qp, std::uint32_t invalidate_rkey) noexcept {
   add_wr(qp, WrOpcode::send_with_inv, IBV_QP_EX_WITH_SEND_WITH_INV);
-  if (SendWr* w = last(qp)) w->invalidate_rkey = invalidate_rkey;
+  if (SendWr* w = last(qp)) w->imm_data = invalidate_rkey;
 }
 
 void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
@@ -410,7 +411,7 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
       } else {
         p.wr.sg_list = std::span<const Sge>(q.sges.data() + p.sge_begin, p.sge_count);
       }
-      if (p.wr.opcode == WrOpcode::bind_mw) p.wr.bind_info = &p.bind;
+      if (p.wr.opcode == WrOpcode::bind_mw) p.wr.bind_mw = &p.bind;
       q.flat.push_back(p.wr);
     }
     const PostResult r = q.impl->post_send(q.flat);
