@@ -257,6 +257,7 @@ class alignas(64) SimQp : public QueuePair {
   WcStatus run_local_op(std::uint32_t index) noexcept;
   bool run_next_local_op();
   void fail_invalidation(const Event& e, const SendWqe& wq, std::uint64_t wr_id);
+  void fail_request(const Event& e, Nak code, AsyncEventType event);
   // Does the window of `key` let requests arriving at this QP reach [addr, addr+len) with
   // every access bit of `need`?
   bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,

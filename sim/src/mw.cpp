@@ -126,6 +126,8 @@ int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept
     return err;
   };
   if (wr.opcode != WrOpcode::bind_mw) return 0;  // LOCAL_INV, SEND_WITH_INV: any key
+  // rxe's provider refuses it on other QPs (its requester would find no operation for it).
+  if (type_ != QpType::rc && type_ != QpType::uc) return refuse(EINVAL, "BIND_MW on a UD QP");
   if (!wr.sg_list.empty()) return refuse(EINVAL, "BIND_MW takes no SGEs");
   if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr) {
     return refuse(EINVAL, "BIND_MW without a window");
@@ -142,6 +144,8 @@ int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept
   return 0;
 }
 
+// BIND_MW (RC and UC QPs only: check_window_op): the window's range and key in the WQE's RDMA
+// fields, the rest in the place of an atomic's operands.
 void SimQp::enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept {
   SendWqe& w = sq_at(i);
   const MwBindInfo& info = wr.bind_mw->info;

@@ -223,16 +223,20 @@ template <QpType Type>
       return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
-  if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
-                               (wr.remote_addr & 7u) != 0)) [[unlikely]] {
-    return refuse(EINVAL, t.atomic_takes_longer_buffer
-                              ? "atomics need 8 bytes of local buffer and an 8-byte aligned operand"
-                              : "atomics need one 8-byte, 8-byte aligned operand");
-  }
-  if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
-  if (wr.opcode >= WrOpcode::local_inv) [[unlikely]] {
+  // Atomics and the memory window operations come after every other opcode: one test here.
+  static_assert(WrOpcode::atomic_fetch_and_add > WrOpcode::rdma_read &&
+                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add);
+  if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
+    if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
+                                 (wr.remote_addr & 7u) != 0)) {
+      return refuse(EINVAL,
+                    t.atomic_takes_longer_buffer
+                        ? "atomics need 8 bytes of local buffer and an 8-byte aligned operand"
+                        : "atomics need one 8-byte, 8-byte aligned operand");
+    }
     if (const int err = check_window_op(wr, reason)) return err;
   }
+  if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
   if (Type == QpType::ud) {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
     if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
@@ -257,11 +261,15 @@ template <QpType Type>
   } else {
     w.remote_addr = wr.remote_addr;
     w.rkey = wr.rkey;
-    if (is_atomic(wr.opcode)) [[unlikely]] sq_atomic(i) = {wr.compare_add, wr.swap};
   }
   w.length = length;
   w.imm = wr.imm_data;
-  if (wr.opcode == WrOpcode::bind_mw) [[unlikely]] enqueue_bind(wr, i);
+  if constexpr (Type != QpType::ud) {
+    if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
+      if (is_atomic(wr.opcode)) sq_atomic(i) = {wr.compare_add, wr.swap};
+      if (wr.opcode == WrOpcode::bind_mw) enqueue_bind(wr, i);
+    }
+  }
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);

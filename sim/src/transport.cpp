@@ -555,11 +555,6 @@ void SimQp::on_deliver(const Event& e) {
     comm_est_raised_ = true;
     if (traits().comm_est_event) raise(AsyncEventType::comm_est);
   }
-  auto responder_error = [&](Nak code, AsyncEventType event) {
-    respond(EvKind::nak, code, 0, 0);
-    enter_error(false);
-    if (traits().responder_error_events) raise(event);
-  };
   // How a failed access check is NAKed: the QP's access flags (rxe: invalid request) or the
   // MR's key, bounds or rights (remote access error).
   Nak access_nak = Nak::rem_access;
@@ -596,13 +591,13 @@ void SimQp::on_deliver(const Event& e) {
       if (sges_length({rs, rw.num_sge}) < wq.length) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_len_err, WcOpcode::recv,
                       0, 0, WcFlags::none, 0, false);
-        responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
+        fail_request(e, qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
       if (!sges_valid(rs, rw.num_sge, wq.length, Access::local_write)) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err,
                       WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
-        responder_error(Nak::rem_op, AsyncEventType::qp_access_err);
+        fail_request(e, Nak::rem_op, AsyncEventType::qp_access_err);
         return;
       }
       if (wq.inlined) {
@@ -644,7 +639,7 @@ void SimQp::on_deliver(const Event& e) {
                         WcFlags::none,
                         0, false);
         }
-        responder_error(access_nak, AsyncEventType::qp_access_err);
+        fail_request(e, access_nak, AsyncEventType::qp_access_err);
         return;
       }
       RecvWqe rw{};
@@ -675,11 +670,11 @@ void SimQp::on_deliver(const Event& e) {
     }
     case WrOpcode::rdma_read: {
       if (attr_.max_dest_rd_atomic == 0) {
-        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        fail_request(e, Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
       if (!remote_ok(Access::remote_read, Access::remote_read, wq.length)) {
-        responder_error(access_nak, AsyncEventType::qp_access_err);
+        fail_request(e, access_nak, AsyncEventType::qp_access_err);
         return;
       }
       const Sge source{wq.remote_addr, wq.length, wq.rkey};
@@ -692,11 +687,11 @@ void SimQp::on_deliver(const Event& e) {
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add: {
       if (attr_.max_dest_rd_atomic == 0) {
-        responder_error(Nak::inv_req, AsyncEventType::qp_req_err);
+        fail_request(e, Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
       if (!remote_ok(Access::remote_atomic, Access::remote_atomic, 8)) {
-        responder_error(access_nak, AsyncEventType::qp_access_err);
+        fail_request(e, access_nak, AsyncEventType::qp_access_err);
         return;
       }
       auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
@@ -718,6 +713,14 @@ void SimQp::on_deliver(const Event& e) {
     return;
   }
   respond(EvKind::ack, Nak::rnr, 0, response_bytes);
+}
+
+// The responder cannot execute request `e`: NAKs it with `code` (RC), goes to ERR and raises
+// `event` where the profile does. Out of line: the error paths of on_deliver share it.
+[[gnu::noinline]] void SimQp::fail_request(const Event& e, Nak code, AsyncEventType event) {
+  if (type_ == QpType::rc) send_response(e, EvKind::nak, code, e.index, 0, 0);
+  enter_error(false);
+  if (traits().responder_error_events) raise(event);
 }
 
 // A SEND_WITH_INV whose key names no window this QP may invalidate: the data has landed; the
