@@ -37,6 +37,7 @@ IbvCq::IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_
                      "cqe=" + std::to_string(cqe) + " comp_vector=" + std::to_string(comp_vector));
   }
   cqe_ = cq_->cqe;
+  kernel_wc_flags_ = is_rxe(context.native());
   context_.add_child();
 }
 
@@ -66,7 +67,7 @@ PollResult IbvCq::poll(std::span<WorkCompletion> out) noexcept {
   const int got = ::ibv_poll_cq(cq_, want, as_ibv(out.data()));
   // A negative count carries no errno (mlx5 returns -2 for a bad CQE): report EIO.
   if (got < 0) [[unlikely]] return {0, EIO};
-  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)], kernel_wc_flags_);
   return {static_cast<std::uint32_t>(got), 0};
 }
 

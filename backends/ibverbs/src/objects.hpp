@@ -46,8 +46,8 @@ int set_nonblocking(int fd) noexcept;
 // Blocks until `fd` is readable. Returns 0 or errno.
 int wait_readable(int fd) noexcept;
 
-// rxe (rdma-core's rxe provider over the kernel's rdma_rxe), known by its device name: see
-// IbvQp::unbind_needs_mr_.
+// rxe (rdma-core's rxe provider over the kernel's rdma_rxe), known by its device name. Two of
+// its quirks need working around: see IbvQp::unbind_needs_mr_ and IbvCq::kernel_wc_flags_.
 bool is_rxe(ibv_context* ctx) noexcept;
 
 class IbvChannel;
@@ -207,6 +207,10 @@ class IbvCq final : public CompletionQueue {
   CompletionChannel* channel_;
   int cqe_ = 0;
   int requested_cqe_;
+  // The provider copies the kernel's wc_flags unchanged (rxe), where invalidation is bit 2
+  // (IB_WC_WITH_INVALIDATE; libibverbs' IBV_WC_IP_CSUM_OK) and IBV_WC_WITH_INV's bit 3 is
+  // IB_WC_IP_CSUM_OK. See fix_up_from_ibv.
+  bool kernel_wc_flags_ = false;
 };
 
 class IbvQp final : public QueuePair {

@@ -337,18 +337,33 @@ inline ibv_sge* as_ibv(std::span<const Sge> sges) noexcept {
 
 inline ibv_wc* as_ibv(WorkCompletion* wcs) noexcept { return reinterpret_cast<ibv_wc*>(wcs); }
 
-// Turns a completion the provider wrote (in ibv_wc's terms) into verbsim's: imm_data in host
-// order and 0 without WITH_IMM, wc_flags without the bits verbsim does not name. Fields past
-// wr_id/status/qp_num/vendor_err are undefined for an error completion (see ibv_poll_cq(3));
-// they stay as the provider left them.
-inline void fix_up_from_ibv(WorkCompletion& wc) noexcept {
-  constexpr unsigned kNamed = to_underlying(WcFlags::grh | WcFlags::with_imm);
-  const unsigned flags = to_underlying(wc.wc_flags);
+// The kernel's ib_wc_flags differ from libibverbs' past bit 1: IB_WC_WITH_INVALIDATE is bit 2
+// (IBV_WC_IP_CSUM_OK's), IB_WC_IP_CSUM_OK bit 3 (IBV_WC_WITH_INV's). A provider that copies
+// the kernel's completions as they are (rxe) reports them in the kernel's numbering.
+inline constexpr unsigned kKernelWcWithInv = 1u << 2;
+inline constexpr unsigned kKernelWcIpCsumOk = 1u << 3;
+
+// Turns a completion the provider wrote (in ibv_wc's terms, or with `kernel_flags` the kernel's
+// wc_flags) into verbsim's: imm_data in host order with WITH_IMM, the invalidated rkey (ibv_wc's
+// invalidated_rkey, already host order) with WITH_INV, 0 otherwise; wc_flags without the bits
+// verbsim does not name. Fields past wr_id/status/qp_num/vendor_err are undefined for an error
+// completion (see ibv_poll_cq(3)); they stay as the provider left them.
+inline void fix_up_from_ibv(WorkCompletion& wc, bool kernel_flags) noexcept {
+  constexpr unsigned kNamed = to_underlying(WcFlags::grh | WcFlags::with_imm | WcFlags::with_inv);
+  unsigned flags = to_underlying(wc.wc_flags);
   if ((flags & ~to_underlying(WcFlags::grh)) == 0) [[likely]] {
     wc.imm_data = 0;
     return;
   }
-  wc.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc.imm_data) : 0;
+  if (kernel_flags) {
+    flags = (flags & ~(kKernelWcWithInv | kKernelWcIpCsumOk)) |
+            ((flags & kKernelWcWithInv) != 0 ? unsigned{IBV_WC_WITH_INV} : 0u);
+  }
+  if ((flags & IBV_WC_WITH_IMM) != 0) {
+    wc.imm_data = ntohl(wc.imm_data);
+  } else if ((flags & IBV_WC_WITH_INV) == 0) {
+    wc.imm_data = 0;
+  }
   wc.wc_flags = static_cast<WcFlags>(flags & kNamed);
 }
 
