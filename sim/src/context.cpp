@@ -131,6 +131,9 @@ DeviceAttr SimContext::query_device() const {
   a.max_pkeys = 1;
   a.phys_port_cnt = static_cast<std::uint8_t>(core_->dev->ports.size());
   a.atomics = true;
+  a.max_mw = static_cast<int>(kMaxMw);
+  a.mw_type1 = true;
+  a.mw_type2 = true;
   return a;
 }
 
@@ -250,11 +253,12 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
     fail("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
   }
   const auto known = Access::local_write | Access::remote_write | Access::remote_read |
-                     Access::remote_atomic;
+                     Access::remote_atomic | Access::mw_bind;
   if (any(access, ~known)) fail("ibv_reg_mr", EINVAL, "unknown access flags");
   // The core API refuses an empty range on every backend (kernels differ on length 0).
   if (addr == nullptr || length == 0) fail("ibv_reg_mr", EINVAL, "null address or empty range");
   DevCore& dev = *core_->ctx->dev;
+  if (dev.next_mr_index >= kFirstMwIndex) fail("ibv_reg_mr", ENOMEM, "MR keys exhausted");
   MrCore mr;
   mr.pd = core_;
   mr.dev = &dev;
@@ -294,11 +298,22 @@ SimMr::SimMr(MrCore core) : core_(std::move(core)) {
 }
 
 SimMr::~SimMr() {
-  if (!destroyed_) destroy();
+  if (!destroyed_) release();
 }
 
 void SimMr::destroy() {
   if (destroyed_) return;
+  if (core_.windows > 0) {
+    // rxe_dereg_mr (IBA 10.6.7.2.6): not while memory windows are bound to it.
+    fail("ibv_dereg_mr", EINVAL,
+         std::to_string(core_.windows) + " memory windows are bound to the MR");
+  }
+  release();
+}
+
+// The MR goes even with windows bound (its handle was dropped): they stop working, since
+// their MR's key no longer resolves.
+void SimMr::release() noexcept {
   core_.dev->mrs.erase(core_.key >> 8);
   mr_changed(*core_.dev, core_.key);
   --core_.pd->users;

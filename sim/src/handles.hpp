@@ -49,6 +49,7 @@ class SimPd final : public ProtectionDomain {
   std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
   std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
   std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
+  std::unique_ptr<MemoryWindow> alloc_mw(MwType type) override;
 
   const std::shared_ptr<PdCore>& core() const noexcept { return core_; }
 
@@ -70,7 +71,26 @@ class SimMr final : public MemoryRegion {
   MrCore& core() noexcept { return core_; }
 
  private:
+  void release() noexcept;
   MrCore core_;
+  bool destroyed_ = false;
+};
+
+// A memory window's handle. `rkey_` is the key the program was last given (QueuePair::bind_mw
+// and BIND_MW advance it when posted); the window's own key changes when the bind runs.
+class SimMw final : public MemoryWindow {
+ public:
+  explicit SimMw(MwCore core);
+  ~SimMw() override;
+  void destroy() override;
+  MwType type() const noexcept override { return core_.type; }
+  std::uint32_t rkey() const noexcept override { return rkey_; }
+  void set_rkey(std::uint32_t key) noexcept { rkey_ = key; }
+  MwCore& core() noexcept { return core_; }
+
+ private:
+  MwCore core_;
+  std::uint32_t rkey_;
   bool destroyed_ = false;
 };
 
@@ -156,6 +176,7 @@ class alignas(64) SimQp : public QueuePair {
   const QpCap& requested_cap() const noexcept override { return requested_cap_; }
   PostResult post_send(std::span<const SendWr> wrs) noexcept override;
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  PostResult bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept override;
   void modify(const QpAttr& attr, QpAttrMask mask) override;
   QpAttr query(QpAttrMask mask) const override;
   QpState state() const noexcept override { return hot_.qp_state; }
@@ -210,6 +231,10 @@ class alignas(64) SimQp : public QueuePair {
     return reinterpret_cast<AtomicOperands*>(sq_mem_.get() + (sq_mask_ + std::size_t{1}) *
                                                                 sq_stride_)[i & sq_mask_];
   }
+  // The rest of the BIND_MW in slot `i`, in the place of an atomic's operands.
+  BindOperands& sq_bind(std::uint32_t i) noexcept {
+    return *reinterpret_cast<BindOperands*>(&sq_atomic(i));
+  }
   DevCore& dev() noexcept { return *dev_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
 
@@ -224,6 +249,16 @@ class alignas(64) SimQp : public QueuePair {
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
   template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
+  // check_send for BIND_MW, LOCAL_INV and SEND_WITH_INV: 0 or an errno.
+  int check_window_op(const SendWr& wr, const char*& reason) const noexcept;
+  // The part of enqueue_send that BIND_MW, LOCAL_INV and SEND_WITH_INV add, for slot `i`.
+  void enqueue_window_op(const SendWr& wr, std::uint32_t i) noexcept;
+  // Runs the BIND_MW or LOCAL_INV of send WQE `index` (memory windows: mw.cpp).
+  WcStatus run_local_op(std::uint32_t index) noexcept;
+  // Does the window of `key` let requests arriving at this QP reach [addr, addr+len) with
+  // every access bit of `need`?
+  bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
+                     Access need) const noexcept;
   void transmit();
   template <QpType Type>
   void transmit_as();  // transmit() for a QP of type `Type`
@@ -238,12 +273,15 @@ class alignas(64) SimQp : public QueuePair {
   // NAK acknowledges them; false when that overran the CQ and took the QP to ERR.
   bool acknowledge_until(std::uint32_t end);
   // False when the receive CQ dropped the completion.
+  // `imm_flag`: none, with_imm (`imm` is the immediate) or with_inv (`imm` is the rkey
+  // invalidated).
   bool complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                     std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+                     std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp, bool solicited);
   bool complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
-                        std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+                        std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
+                        bool solicited);
   bool push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited);
+                    std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp, bool solicited);
   void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
@@ -405,6 +443,9 @@ inline WcOpcode wc_opcode_of(WrOpcode op) noexcept {
     case WrOpcode::rdma_read: return WcOpcode::rdma_read;
     case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::local_inv: return WcOpcode::local_inv;
+    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
+    case WrOpcode::send_with_inv: return WcOpcode::send;
   }
   return WcOpcode::send;
 }
@@ -450,7 +491,7 @@ inline void SimQp::complete_send_ok(std::uint32_t index) {
 // Writes a receive completion into the receive CQ; false when the CQ dropped it. An error
 // completion carries only wr_id, status and qp_num on rxe (error_wc_zeroed).
 inline bool SimQp::push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode opcode,
-                                std::uint32_t byte_len, std::uint32_t imm, bool with_imm,
+                                std::uint32_t byte_len, std::uint32_t imm, WcFlags imm_flag,
                                 std::uint32_t src_qp, bool solicited) {
   CqEntry& e = rcq_->next_slot();
   e.wc = WorkCompletion{};
@@ -460,9 +501,9 @@ inline bool SimQp::push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode o
     e.wc.opcode = opcode;
     e.wc.byte_len = byte_len;
     e.wc.src_qp = src_qp;
-    if (with_imm) {
+    if (imm_flag != WcFlags::none) {
       e.wc.imm_data = imm;
-      e.wc.wc_flags = WcFlags::with_imm;
+      e.wc.wc_flags = imm_flag;
     }
   }
   if (status == WcStatus::success && (type_ == QpType::ud || traits().recv_wc_grh)) {
@@ -476,12 +517,16 @@ inline bool SimQp::push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode o
 }
 
 inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
-                                    std::uint32_t imm, bool with_imm, std::uint32_t src_qp,
+                                    std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
                                     bool solicited) {
   ++world().acct.completed;
-  return push_recv_wc(wr_id, WcStatus::success, opcode, byte_len, imm, with_imm, src_qp,
+  return push_recv_wc(wr_id, WcStatus::success, opcode, byte_len, imm, imm_flag, src_qp,
                       solicited);
 }
+
+// Invalidates the bound type 2 window of `key` (LOCAL_INV, SEND_WITH_INV); false when `key`
+// names nothing that can be invalidated (mw.cpp).
+bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept;
 
 // Errors of the simulator's verbs name the libibverbs call.
 [[noreturn]] void fail(const char* verb, int err, std::string_view detail);

@@ -19,6 +19,7 @@
 #include "verbsim/completion_queue.hpp"
 #include "verbsim/context.hpp"
 #include "verbsim/memory_region.hpp"
+#include "verbsim/memory_window.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
@@ -96,7 +97,14 @@ struct PortCore {
 };
 
 struct MrCore;
+struct MwCore;
 struct SrqCore;
+
+// Memory keys are an index and a random low byte. MRs take the indices from 1 up to
+// kFirstMwIndex - 1 (the device's max_mr), memory windows those from kFirstMwIndex on, so a key
+// names one table only (as rxe splits its MR and MW indices).
+inline constexpr std::uint32_t kFirstMwIndex = (1u << 20) + 1;
+inline constexpr std::uint32_t kMaxMw = 1u << 16;
 
 // Objects of a device by number (QPN, MR index): a vector indexed by `id - base`, since the
 // simulator hands out numbers in sequence. O(1) on the data path, no hashing.
@@ -141,10 +149,13 @@ struct DevCore {
   std::vector<PortCore> ports;  // ports[0] is port 1
   IdTable<SimQp> qps{0x11};  // by QPN (rxe starts at 17 too)
   IdTable<MrCore> mrs{0};    // by key >> 8 (the MR's index); the low byte is a random key
+  IdTable<MwCore> mws{kFirstMwIndex};  // memory windows, by key >> 8 likewise
   std::vector<CtxCore*> contexts;  // for device and port async events
   std::vector<SrqCore*> srqs;      // for the srq_limit fault
   std::uint32_t next_qpn = 0x11;
   std::uint32_t next_mr_index = 1;
+  std::uint32_t next_mw_index = kFirstMwIndex;
+  int live_mws = 0;
   // Changes when an MR of the device is deregistered or re-registered: keys that QPs found
   // before (SimQp::find_mr) must be looked up again.
   std::uint64_t mr_generation = 1;
@@ -407,6 +418,22 @@ struct MrCore {
   std::size_t length;
   Access access;
   std::uint32_t key;
+  int windows = 0;  // memory windows bound to it: it cannot be deregistered meanwhile
+};
+
+// A memory window. Type 1 is always valid (length 0: bound to nothing); type 2 is free until
+// a BIND_MW binds it, and then serves only the QP that bound it, until it is invalidated.
+struct MwCore {
+  std::shared_ptr<PdCore> pd;
+  DevCore* dev;
+  MwType type;
+  std::uint32_t key;          // the current rkey: a bind changes its low byte
+  std::uint32_t mr_key = 0;   // the MR it is bound to (0: none)
+  std::uint64_t addr = 0;
+  std::uint64_t length = 0;
+  Access access = Access::none;
+  std::uint32_t qpn = 0;      // type 2: the QP that bound it
+  bool bound = false;         // type 2: bound (valid), else free
 };
 
 struct ChannelCore {
@@ -585,6 +612,9 @@ struct SrqCore {
 // cost about 30 bytes per QP, 496 in the worst case against the 512 target). What only some
 // opcodes use shares room: UD has no remote buffer and keeps its destination there; an
 // atomic's operands sit apart (SimQp::sq_atomic).
+// A send WQE. A BIND_MW keeps the window's address in remote_addr, its new key in rkey, the
+// MR's lkey in imm and the rest in its BindOperands; LOCAL_INV and SEND_WITH_INV keep the key
+// to invalidate in imm.
 struct SendWqe {
   std::uint64_t wr_id;
   union {
@@ -617,5 +647,13 @@ struct AtomicOperands {
   std::uint64_t compare_add;
   std::uint64_t swap;
 };
+
+// The rest of a BIND_MW, in the same place as an atomic's operands.
+struct BindOperands {
+  std::uint64_t length;
+  std::uint32_t mw_key;  // the window's key when the bind was posted
+  Access access;
+};
+static_assert(sizeof(BindOperands) == sizeof(AtomicOperands));
 
 }  // namespace verbsim::sim

@@ -23,9 +23,11 @@ bool opcode_allowed(QpType type, WrOpcode op) noexcept {
   switch (type) {
     case QpType::rc: return true;
     case QpType::uc:
-      return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::rdma_write ||
-             op == WrOpcode::rdma_write_with_imm;
-    case QpType::ud: return op == WrOpcode::send || op == WrOpcode::send_with_imm;
+      return op != WrOpcode::rdma_read && op != WrOpcode::atomic_cmp_and_swp &&
+             op != WrOpcode::atomic_fetch_and_add;
+    case QpType::ud:
+      return op == WrOpcode::send || op == WrOpcode::send_with_imm ||
+             op == WrOpcode::send_with_inv;
   }
   return false;
 }
@@ -228,6 +230,9 @@ template <QpType Type>
                               : "atomics need one 8-byte, 8-byte aligned operand");
   }
   if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
+  if (wr.opcode >= WrOpcode::local_inv) [[unlikely]] {
+    if (const int err = check_window_op(wr, reason)) return err;
+  }
   if (Type == QpType::ud) {
     const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
     if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
@@ -256,6 +261,7 @@ template <QpType Type>
   }
   w.length = length;
   w.imm = wr.imm_data;
+  if (wr.opcode >= WrOpcode::local_inv) [[unlikely]] enqueue_window_op(wr, i);
   w.opcode = wr.opcode;
   w.flags = wr.flags;
   w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
@@ -350,7 +356,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
   if (hot_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
-      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
+      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
     }
   }
   if (err != 0) return {i, err, why};
@@ -374,9 +380,10 @@ void SimQp::complete_send(std::uint32_t index, WcStatus status) {
 }
 
 bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                          std::uint32_t imm, bool with_imm, std::uint32_t src_qp, bool solicited) {
+                          std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
+                          bool solicited) {
   ++world().acct.completed;
-  return push_recv_wc(wqe.wr_id, status, opcode, byte_len, imm, with_imm, src_qp, solicited);
+  return push_recv_wc(wqe.wr_id, status, opcode, byte_len, imm, imm_flag, src_qp, solicited);
 }
 
 void SimQp::raise(AsyncEventType type) {
@@ -395,7 +402,7 @@ void SimQp::flush_all() {
   if (!srq_) {
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
-      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, false, 0, false);
+      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
     }
   }
 }

@@ -31,8 +31,15 @@ std::uint64_t touched_bytes(const SendWqe& wq) noexcept {
 // UD sends only SENDs; UC has no READ or atomics. (Profiles that check at post time never
 // let anything else into the queue.)
 bool opcode_supported(QpType type, WrOpcode op) noexcept {
-  if (type == QpType::ud) return op == WrOpcode::send || op == WrOpcode::send_with_imm;
+  if (type == QpType::ud) {
+    return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::send_with_inv;
+  }
   return type == QpType::rc || !is_read_or_atomic(op);
+}
+
+// BIND_MW and LOCAL_INV run in the requester and put nothing on the wire.
+bool is_local_op(WrOpcode op) noexcept {
+  return op == WrOpcode::bind_mw || op == WrOpcode::local_inv;
 }
 
 // Does `mr` cover [addr, addr+len) with every access bit of `need`?
@@ -217,6 +224,26 @@ void SimQp::transmit_as() {
       complete_next(WcStatus::loc_qp_op_err);
       enter_error(false);
       return;
+    }
+    if constexpr (!ud) {
+      if (is_local_op(wq.opcode)) [[unlikely]] {
+        // A bind or local invalidate runs once everything before it has completed (a NIC
+        // runs it when it reaches it: the same outcome, a little later in virtual time), so
+        // it never has to be undone by a retry. It takes no PSN: the next message gets the
+        // one it would have had.
+        if (sq_done_ != sq_sent_) break;
+        const WcStatus status = run_local_op(sq_sent_);
+        hot_.sq_psn = (hot_.sq_psn + (sq_sent_ - sq_psn_base_index_)) & 0xffffff;
+        sq_psn_base_index_ = ++sq_sent_;
+        if (status != WcStatus::success) {
+          complete_next(status);
+          enter_error(false);
+          return;
+        }
+        acknowledge_until(sq_sent_);
+        if (hot_.qp_state == QpState::err) return;  // its CQ overran
+        continue;
+      }
     }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
     // stay in order, so wait for everything before it first.
@@ -451,7 +478,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
       !sges_valid(rs, rw.num_sge, 40u + wq.length, Access::local_write)) {
     WcStatus st = room < 40u + wq.length ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
     if (traits().responder_errors_are_qp_op) st = WcStatus::loc_qp_op_err;
-    complete_recv(rw, st, WcOpcode::recv, 0, 0, false, req.qpn_, false);
+    complete_recv(rw, st, WcOpcode::recv, 0, 0, WcFlags::none, req.qpn_, false);
     enter_error(false);
     return;
   }
@@ -464,7 +491,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
     gather_to(payload + 40, src_sges, wq.num_sge);
   }
   scatter(rs, rw.num_sge, payload, 40u + wq.length);
-  const bool imm = wq.opcode == WrOpcode::send_with_imm;
+  const WcFlags imm = wq.opcode == WrOpcode::send_with_imm ? WcFlags::with_imm : WcFlags::none;
   if (!complete_recv(rw, WcStatus::success, WcOpcode::recv, 40u + wq.length, wq.imm, imm,
                      req.qpn_, any(wq.flags, SendFlags::solicited)) &&
       traits().recv_cq_overrun_errors_qp) {
@@ -537,7 +564,8 @@ void SimQp::on_deliver(const Event& e) {
     }
     if (len == 0) return true;
     const MrCore* mr = find_mr(wq.rkey);
-    return mr != nullptr && covers(*mr, wq.remote_addr, len, mr_need);
+    if (mr != nullptr) [[likely]] return covers(*mr, wq.remote_addr, len, mr_need);
+    return window_covers(wq.rkey, wq.remote_addr, len, mr_need);
   };
   const bool with_imm =
       wq.opcode == WrOpcode::send_with_imm || wq.opcode == WrOpcode::rdma_write_with_imm;
@@ -546,7 +574,8 @@ void SimQp::on_deliver(const Event& e) {
 
   switch (wq.opcode) {
     case WrOpcode::send:
-    case WrOpcode::send_with_imm: {
+    case WrOpcode::send_with_imm:
+    case WrOpcode::send_with_inv: {
       RecvWqe rw;
       Sge* rs;
       if (!take_recv(rw, rs)) [[unlikely]] {
@@ -560,13 +589,13 @@ void SimQp::on_deliver(const Event& e) {
       const bool qp_op = traits().responder_errors_are_qp_op;
       if (sges_length({rs, rw.num_sge}) < wq.length) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_len_err, WcOpcode::recv,
-                      0, 0, false, 0, false);
+                      0, 0, WcFlags::none, 0, false);
         responder_error(qp_op ? Nak::rem_op : Nak::inv_req, AsyncEventType::qp_req_err);
         return;
       }
       if (!sges_valid(rs, rw.num_sge, wq.length, Access::local_write)) [[unlikely]] {
         complete_recv(rw, qp_op ? WcStatus::loc_qp_op_err : WcStatus::loc_prot_err,
-                      WcOpcode::recv, 0, 0, false, 0, false);
+                      WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
         responder_error(Nak::rem_op, AsyncEventType::qp_access_err);
         return;
       }
@@ -575,7 +604,28 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
       }
-      if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, with_imm, 0, solicited) &&
+      if (wq.opcode == WrOpcode::send_with_inv) [[unlikely]] {
+        // The data lands, then the window is invalidated; one that cannot be fails the
+        // receive (REM_INV_REQ_ERR) and takes this QP to ERR, while the SEND is still ACKed
+        // (rxe's RESPST_ERR_INVALIDATE_RKEY, class J).
+        if (!invalidate_window(*dev_, wq.imm)) {
+          complete_recv(rw, WcStatus::rem_inv_req_err, WcOpcode::recv, wq.length, 0,
+                        WcFlags::none, 0, false);
+          epsn_ = (wq.psn + 1) & 0xffffff;
+          respond(EvKind::ack, Nak::rnr, 0, 0);
+          enter_error(false);
+          return;
+        }
+        if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, WcFlags::with_inv, 0,
+                              solicited) &&
+            traits().recv_cq_overrun_errors_qp) {
+          enter_error(false);
+          return;
+        }
+        break;
+      }
+      if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm,
+                            with_imm ? WcFlags::with_imm : WcFlags::none, 0, solicited) &&
           traits().recv_cq_overrun_errors_qp) {
         enter_error(false);  // rxe: no ACK; the requester times out
         return;
@@ -600,7 +650,8 @@ void SimQp::on_deliver(const Event& e) {
             respond(EvKind::nak, Nak::rnr, attr_.min_rnr_timer, 0);
             return;
           }
-          complete_recv(rw, WcStatus::rem_access_err, WcOpcode::recv_rdma_with_imm, 0, 0, false,
+          complete_recv(rw, WcStatus::rem_access_err, WcOpcode::recv_rdma_with_imm, 0, 0,
+                        WcFlags::none,
                         0, false);
         }
         responder_error(access_nak, AsyncEventType::qp_access_err);
@@ -623,7 +674,8 @@ void SimQp::on_deliver(const Event& e) {
         sg_copy(&target, 1, src_sges, wq.num_sge);
       }
       if (with_imm &&
-          !complete_recv_ok(rw.wr_id, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm, true, 0,
+          !complete_recv_ok(rw.wr_id, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm,
+                            WcFlags::with_imm, 0,
                             solicited) &&
           traits().recv_cq_overrun_errors_qp) {
         enter_error(false);  // rxe: no ACK; the requester times out
@@ -645,6 +697,8 @@ void SimQp::on_deliver(const Event& e) {
       response_bytes = wq.length;
       break;
     }
+    case WrOpcode::bind_mw:
+    case WrOpcode::local_inv: return;  // never sent
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add: {
       if (attr_.max_dest_rd_atomic == 0) {

@@ -189,6 +189,11 @@ class Ledger {
     return r;
   }
   PostResult post_recv(QueuePair& qp, const RecvWr& wr) { return post_recv(qp, std::span(&wr, 1)); }
+  PostResult post_bind(QueuePair& qp, MemoryWindow& mw, const MwBind& bind) {
+    const PostResult r = qp.bind_mw(mw, bind);
+    if (r) add({qp.qp_num(), bind.wr_id}, any(bind.flags, SendFlags::signaled));
+    return r;
+  }
   PostResult post_recv(SharedReceiveQueue& srq, std::span<const RecvWr> wrs) {
     const PostResult r = srq.post_recv(wrs);
     for (std::uint32_t i = 0; i < r.posted; ++i) add({kSrqOwner, wrs[i].wr_id}, true);

@@ -322,12 +322,15 @@ class Tracker {
 WcOpcode wc_opcode_for(WrOpcode op) {
   switch (op) {
     case WrOpcode::send:
-    case WrOpcode::send_with_imm: return WcOpcode::send;
+    case WrOpcode::send_with_imm:
+    case WrOpcode::send_with_inv: return WcOpcode::send;
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
     case WrOpcode::rdma_read: return WcOpcode::rdma_read;
     case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::local_inv: return WcOpcode::local_inv;
+    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
   }
   return WcOpcode::send;
 }

@@ -1,0 +1,223 @@
+// Memory windows: allocation, binding (QueuePair::bind_mw for type 1, BIND_MW for both types),
+// invalidation (LOCAL_INV, SEND_WITH_INV, deallocation) and the responder's check of a
+// window's rkey. The rules are rxe's (drivers/infiniband/sw/rxe/rxe_mw.c), which follow the
+// IBA's type 1 and type 2B windows.
+#include <cerrno>
+#include <string>
+
+#include "handles.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+constexpr Access kWindowAccess = Access::local_write | Access::remote_read |
+                                 Access::remote_write | Access::remote_atomic | Access::mw_bind;
+
+MwCore* live_window(DevCore& dev, std::uint32_t key) noexcept {
+  MwCore* mw = dev.mws.find(key >> 8);
+  return mw != nullptr && mw->key == key ? mw : nullptr;
+}
+
+MrCore* live_mr(DevCore& dev, std::uint32_t key) noexcept {
+  MrCore* mr = dev.mrs.find(key >> 8);
+  return mr != nullptr && mr->key == key ? mr : nullptr;
+}
+
+// Forgets what `mw` is bound to.
+void unbind(MwCore& mw) noexcept {
+  if (mw.mr_key != 0) {
+    if (MrCore* mr = live_mr(*mw.dev, mw.mr_key)) --mr->windows;
+  }
+  mw.mr_key = 0;
+  mw.addr = 0;
+  mw.length = 0;
+  mw.access = Access::none;
+  mw.qpn = 0;
+  mw.bound = false;
+}
+
+}  // namespace
+
+bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept {
+  MwCore* mw = live_window(dev, key);
+  // A type 1 window is invalidated by binding it with length 0, never by a key (o10-37.2.26);
+  // an MR's key cannot be invalidated either (rxe invalidates only fast-registration MRs).
+  if (mw == nullptr || mw->type != MwType::type2 || !mw->bound) return false;
+  unbind(*mw);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation
+
+std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
+  if (type != MwType::type1 && type != MwType::type2) {
+    fail("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
+  }
+  DevCore& dev = *core_->ctx->dev;
+  if (dev.live_mws >= static_cast<int>(kMaxMw) || dev.next_mw_index > 0xffffff) {
+    fail("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
+  }
+  MwCore mw;
+  mw.pd = core_;
+  mw.dev = &dev;
+  mw.type = type;
+  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng.next() & 0xff);
+  mw.key = (dev.next_mw_index++ << 8) | key_byte;
+  return std::make_unique<SimMw>(std::move(mw));
+}
+
+SimMw::SimMw(MwCore core) : core_(std::move(core)), rkey_(core_.key) {
+  ++core_.pd->users;
+  ++core_.dev->live_mws;
+  core_.dev->mws.insert(core_.key >> 8, &core_);
+}
+
+SimMw::~SimMw() {
+  if (!destroyed_) destroy();
+}
+
+// Deallocating a window invalidates it: requests naming its key fail from now on.
+void SimMw::destroy() {
+  if (destroyed_) return;
+  unbind(core_);
+  core_.dev->mws.erase(core_.key >> 8);
+  --core_.dev->live_mws;
+  --core_.pd->users;
+  destroyed_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Posting
+
+PostResult SimQp::bind_mw(MemoryWindow& window, const MwBind& bind) noexcept {
+  // libibverbs' ibv_bind_mw checks these before it calls the provider.
+  auto* mw = dynamic_cast<SimMw*>(&window);
+  if (mw == nullptr || mw->core().dev != dev_) {
+    return {0, EINVAL, "memory window of another device"};
+  }
+  if (mw->type() != MwType::type1) return {0, EINVAL, "ibv_bind_mw binds type 1 windows only"};
+  const MwBindInfo& info = bind.info;
+  if (info.mr == nullptr && (info.addr != 0 || info.length != 0)) {
+    return {0, EINVAL, "a bind without an MR must have no address and length 0"};
+  }
+  if (info.mr != nullptr) {
+    const auto* mr = dynamic_cast<const SimMr*>(info.mr);
+    if (mr == nullptr || const_cast<SimMr*>(mr)->core().pd != mw->core().pd) {
+      return {0, EPERM, "the MR and the window belong to different PDs"};
+    }
+  }
+  SendWr wr;
+  wr.wr_id = bind.wr_id;
+  wr.opcode = WrOpcode::bind_mw;
+  wr.flags = bind.flags;
+  wr.rkey = inc_rkey(mw->rkey());
+  wr.mw = mw;
+  wr.bind_info = &info;
+  const PostResult r = post_send(std::span(&wr, 1));
+  if (r) mw->set_rkey(wr.rkey);  // as the provider does: the program undoes it on an error
+  return r;
+}
+
+int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept {
+  auto refuse = [&reason](int err, const char* why) {
+    reason = why;
+    return err;
+  };
+  if (wr.opcode != WrOpcode::bind_mw) return 0;  // LOCAL_INV, SEND_WITH_INV: any key
+  if (!wr.sg_list.empty()) return refuse(EINVAL, "BIND_MW takes no SGEs");
+  if (wr.mw == nullptr || wr.bind_info == nullptr) {
+    return refuse(EINVAL, "BIND_MW without a window or bind_info");
+  }
+  const auto* mw = dynamic_cast<const SimMw*>(wr.mw);
+  if (mw == nullptr || const_cast<SimMw*>(mw)->core().dev != dev_) {
+    return refuse(EINVAL, "memory window of another device");
+  }
+  const MwBindInfo& info = *wr.bind_info;
+  if (info.mr != nullptr && dynamic_cast<const SimMr*>(info.mr) == nullptr) {
+    return refuse(EINVAL, "MR of another backend");
+  }
+  if (info.length != 0 && info.mr == nullptr) return refuse(EINVAL, "BIND_MW without an MR");
+  return 0;
+}
+
+void SimQp::enqueue_window_op(const SendWr& wr, std::uint32_t i) noexcept {
+  SendWqe& w = sq_at(i);
+  if (wr.opcode != WrOpcode::bind_mw) {
+    w.imm = wr.invalidate_rkey;
+    return;
+  }
+  const MwBindInfo& info = *wr.bind_info;
+  auto* mw = static_cast<SimMw*>(wr.mw);
+  w.remote_addr = info.addr;
+  w.imm = info.mr != nullptr ? info.mr->lkey() : 0;
+  sq_bind(i) = BindOperands{info.length, mw->rkey(), info.access};
+  // A type 2 window's key is the one the program gives (SendWr::rkey); a type 1 window's
+  // handle moved on in bind_mw.
+  if (mw->type() == MwType::type2) mw->set_rkey(wr.rkey);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a bind or a local invalidation (transmit, in send-queue order)
+
+WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
+  const SendWqe& wq = sq_at(index);
+  if (wq.opcode == WrOpcode::local_inv) {
+    return invalidate_window(*dev_, wq.imm) ? WcStatus::success : WcStatus::loc_qp_op_err;
+  }
+  const BindOperands& b = sq_bind(index);
+  MwCore* mw = live_window(*dev_, b.mw_key);
+  if (mw == nullptr) return WcStatus::mw_bind_err;  // deallocated, or a stale key
+  MrCore* mr = nullptr;
+  if (b.length != 0) {
+    mr = live_mr(*dev_, wq.imm);
+    if (mr == nullptr) return WcStatus::mw_bind_err;
+  }
+  if (mw->type == MwType::type2) {
+    // o10-37.2.30, C10-72, o10-37.2.40: free, bound by a QP of its PD, to a non-empty range.
+    if (mw->bound || mw->pd.get() != pd_.get() || mr == nullptr) return WcStatus::mw_bind_err;
+  }
+  if (any(b.access, ~kWindowAccess)) return WcStatus::mw_bind_err;
+  if (mr != nullptr) {
+    // C10-73, C10-74, C10-75.
+    if (!any(mr->access, Access::mw_bind)) return WcStatus::mw_bind_err;
+    if (any(b.access, Access::remote_write | Access::remote_atomic) &&
+        !any(mr->access, Access::local_write)) {
+      return WcStatus::mw_bind_err;
+    }
+    const auto base = reinterpret_cast<std::uint64_t>(mr->addr);
+    if (wq.remote_addr < base || wq.remote_addr + b.length > base + mr->length ||
+        wq.remote_addr + b.length < wq.remote_addr) {
+      return WcStatus::mw_bind_err;
+    }
+  }
+  unbind(*mw);
+  mw->key = (mw->key & 0xffffff00u) | (wq.rkey & 0xffu);
+  if (mr != nullptr) {
+    mw->mr_key = mr->key;
+    mw->addr = wq.remote_addr;
+    mw->length = b.length;
+    mw->access = b.access;
+    ++mr->windows;
+  }
+  if (mw->type == MwType::type2) {
+    mw->bound = true;
+    mw->qpn = qpn_;
+  }
+  return WcStatus::success;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The responder's check
+
+bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
+                          Access need) const noexcept {
+  const MwCore* mw = live_window(*dev_, key);
+  if (mw == nullptr || mw->length == 0 || mw->pd.get() != pd_.get()) return false;
+  if (mw->type == MwType::type2 && (!mw->bound || mw->qpn != qpn_)) return false;
+  if (!all(mw->access, need)) return false;
+  return addr >= mw->addr && addr + len <= mw->addr + mw->length && addr + len >= addr;
+}
+
+}  // namespace verbsim::sim
