@@ -109,21 +109,11 @@ struct Expect {
   // without one), which completes with REM_ACCESS_ERR (rxe); otherwise the receives are only
   // flushed when the QP goes to ERR.
   bool imm_write_error_takes_recv;
-  // Memory windows (ibv_query_device): max_mw, IBV_DEVICE_MEM_WINDOW (type 1) and
-  // IBV_DEVICE_MEM_WINDOW_TYPE_2B.
+  // max_mw of ibv_query_device (every table has windows of types 1 and 2B).
   int max_mw;
-  bool mw_type1;
-  bool mw_type2;
   // A request through a window's key is checked against the range of the window's MR, not the
   // window's own (rxe: check_rkey() takes the MW's MR and checks the MR's bounds).
   bool mw_range_is_mr;
-  // A SEND_WITH_INV naming a key the responder cannot invalidate (an MR's): the sender's status
-  // (rxe: SUCCESS, it acknowledges the SEND) and the receive's (rxe: REM_INV_REQ_ERR); the
-  // responder goes to ERR, the requester too unless its SEND succeeded.
-  WcStatus send_inv_bad_key_sender;
-  WcStatus send_inv_bad_key_receiver;
-  // errno of deregistering an MR a window is bound to (rxe: EINVAL).
-  int dereg_mr_with_window;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

@@ -90,8 +90,8 @@ class MemoryWindows : public Conformance {
 TEST_P(MemoryWindows, DeviceAttributes) {
   const DeviceAttr a = ctx().query_device();
   CHECK_OBS("max_mw", a.max_mw, expect().max_mw);
-  CHECK_OBS("mw_type1", a.mw_type1, expect().mw_type1);
-  CHECK_OBS("mw_type2", a.mw_type2, expect().mw_type2);
+  CHECK_OBS("mw_type1", a.mw_type1, true);
+  CHECK_OBS("mw_type2", a.mw_type2, true);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,15 +400,11 @@ TEST_P(MemoryWindows, SendWithInvalidateMrKey) {
   ASSERT_FALSE(p.b->post_recv(recv_wr(20, &rs)).error());
   const Sge s = sge(kSrc, 16);
   CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mr().rkey(), &s)).error(), 0);
-  const WcStatus sent = expect().send_inv_bad_key_sender;
-  const auto sender = poll_n(*p.cq_a, 1);
-  CHECK_OBS("sender", describe(sender),
-            sent == WcStatus::success ? "SUCCESS/SEND/16" : err_wc(sent, WcOpcode::send, 16));
-  const auto receiver = poll_n(*p.cq_b, 1);
-  CHECK_OBS("receiver", describe(receiver),
-            err_wc(expect().send_inv_bad_key_receiver, WcOpcode::recv, 16));
-  const QpState requester = sent == WcStatus::success ? QpState::rts : QpState::err;
-  CHECK_OBS("requester", wait_state(*p.a, requester), requester);
+  // The responder fails the receive and goes to ERR, but acknowledges the SEND.
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::rem_inv_req_err, WcOpcode::recv, 16));
+  CHECK_OBS("requester", wait_state(*p.a, QpState::rts), QpState::rts);
   CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
 }
 
@@ -421,7 +417,7 @@ TEST_P(MemoryWindows, DeregisterMrUnderBoundWindow) {
   auto r = region();
   auto mw = pd().alloc_mw(MwType::type1);
   CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
-  CHECK_ERR("dereg_bound", verb_errno([&] { r->destroy(); }), expect().dereg_mr_with_window);
+  CHECK_ERR("dereg_bound", verb_errno([&] { r->destroy(); }), EINVAL);
   CHECK_ERR("dealloc", verb_errno([&] { mw->destroy(); }), 0);
   CHECK_ERR("dereg_after", verb_errno([&] { r->destroy(); }), 0);
 }
