@@ -120,6 +120,7 @@ std::unique_ptr<CompletionChannel> IbvContext::create_comp_channel() {
 
 std::unique_ptr<CompletionQueue> IbvContext::create_cq(int cqe, CompletionChannel* channel,
                                                        int comp_vector) {
+  if (is_rxe(ctx_)) return std::make_unique<IbvRxeCq>(*this, cqe, channel, comp_vector);
   return std::make_unique<IbvCq>(*this, cqe, channel, comp_vector);
 }
 

@@ -47,7 +47,7 @@ int set_nonblocking(int fd) noexcept;
 int wait_readable(int fd) noexcept;
 
 // rxe (rdma-core's rxe provider over the kernel's rdma_rxe), known by its device name. Two of
-// its quirks need working around: see IbvQp::unbind_needs_mr_ and IbvCq::kernel_wc_flags_.
+// its quirks need working around: see IbvQp::unbind_needs_mr_ and IbvRxeCq.
 bool is_rxe(ibv_context* ctx) noexcept;
 
 class IbvChannel;
@@ -183,7 +183,8 @@ class IbvChannel final : public CompletionChannel {
   ibv_comp_channel* channel_ = nullptr;
 };
 
-class IbvCq final : public CompletionQueue {
+// Not final: on rxe the CQ is an IbvRxeCq (below), chosen when it is created.
+class IbvCq : public CompletionQueue {
  public:
   // ibv_create_cq; cq_context points back at this wrapper.
   IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector);
@@ -207,10 +208,15 @@ class IbvCq final : public CompletionQueue {
   CompletionChannel* channel_;
   int cqe_ = 0;
   int requested_cqe_;
-  // The provider copies the kernel's wc_flags unchanged (rxe), where invalidation is bit 2
-  // (IB_WC_WITH_INVALIDATE; libibverbs' IBV_WC_IP_CSUM_OK) and IBV_WC_WITH_INV's bit 3 is
-  // IB_WC_IP_CSUM_OK. See fix_up_from_ibv.
-  bool kernel_wc_flags_ = false;
+};
+
+// A CQ of rxe, whose provider copies the kernel's completions as they are, wc_flags in the
+// kernel's numbering (invalidation in bit 2, libibverbs' IBV_WC_IP_CSUM_OK): its poll renumbers
+// them (fix_up_from_ibv). A class of its own keeps that test off IbvCq::poll.
+class IbvRxeCq final : public IbvCq {
+ public:
+  using IbvCq::IbvCq;
+  PollResult poll(std::span<WorkCompletion> out) noexcept override;
 };
 
 class IbvQp final : public QueuePair {
