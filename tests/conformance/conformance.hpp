@@ -109,6 +109,11 @@ struct Expect {
   // without one), which completes with REM_ACCESS_ERR (rxe); otherwise the receives are only
   // flushed when the QP goes to ERR.
   bool imm_write_error_takes_recv;
+  // max_mw of ibv_query_device (every table has windows of types 1 and 2B).
+  int max_mw;
+  // A request through a window's key is checked against the range of the window's MR, not the
+  // window's own (rxe: check_rkey() takes the MW's MR and checks the MR's bounds).
+  bool mw_range_is_mr;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

@@ -53,6 +53,8 @@ constexpr Expect kRxe{
     .atomic_takes_longer_buffer = true,
     .uc_on_srq = true,
     .imm_write_error_takes_recv = true,
+    .max_mw = 524287,
+    .mw_range_is_mr = true,
 };
 
 constexpr Expect kStrict{
@@ -99,6 +101,8 @@ constexpr Expect kStrict{
     .atomic_takes_longer_buffer = false,
     .uc_on_srq = false,
     .imm_write_error_takes_recv = false,
+    .max_mw = 65536,
+    .mw_range_is_mr = false,
 };
 
 constexpr Expect kMlx5 = [] {

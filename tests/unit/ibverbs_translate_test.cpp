@@ -43,7 +43,7 @@ ibv_wc recv_wc(unsigned flags, std::uint32_t imm_be) {
 
 TEST(IbverbsTranslate, EveryFieldLandsWhereWorkCompletionHasIt) {
   WorkCompletion wc = written_by_provider(recv_wc(IBV_WC_GRH, 0));
-  fix_up_from_ibv(wc);
+  fix_up_from_ibv(wc, false);
   EXPECT_EQ(wc.wr_id, 42u);
   EXPECT_EQ(wc.status, WcStatus::success);
   EXPECT_EQ(wc.opcode, WcOpcode::recv);
@@ -59,7 +59,7 @@ TEST(IbverbsTranslate, EveryFieldLandsWhereWorkCompletionHasIt) {
 
 TEST(IbverbsTranslate, ImmediateDataComesOutInHostOrder) {
   WorkCompletion wc = written_by_provider(recv_wc(IBV_WC_GRH | IBV_WC_WITH_IMM, htonl(0x12345678)));
-  fix_up_from_ibv(wc);
+  fix_up_from_ibv(wc, false);
   EXPECT_EQ(wc.imm_data, 0x12345678u);
   EXPECT_EQ(wc.wc_flags, WcFlags::grh | WcFlags::with_imm);
 }
@@ -68,18 +68,42 @@ TEST(IbverbsTranslate, WithoutImmediateTheFieldIsZero) {
   // mlx5 leaves imm_data as the array held it; verbsim promises 0.
   for (const unsigned flags : {0u, unsigned{IBV_WC_GRH}}) {
     WorkCompletion wc = written_by_provider(recv_wc(flags, 0xdeadbeef));
-    fix_up_from_ibv(wc);
+    fix_up_from_ibv(wc, false);
     EXPECT_EQ(wc.imm_data, 0u) << "wc_flags " << flags;
   }
 }
 
 TEST(IbverbsTranslate, FlagsVerbsimDoesNotNameAreDropped) {
-  // IBV_WC_WITH_INV puts an rkey where imm_data is: not an immediate either.
-  WorkCompletion wc = written_by_provider(
-      recv_wc(IBV_WC_GRH | IBV_WC_IP_CSUM_OK | IBV_WC_WITH_INV, 0x1234));
-  fix_up_from_ibv(wc);
+  WorkCompletion wc = written_by_provider(recv_wc(IBV_WC_GRH | IBV_WC_IP_CSUM_OK, 0x1234));
+  fix_up_from_ibv(wc, false);
   EXPECT_EQ(wc.wc_flags, WcFlags::grh);
   EXPECT_EQ(wc.imm_data, 0u);
+}
+
+TEST(IbverbsTranslate, InvalidatedRkeyIsKeptAsItIs) {
+  // ibv_wc's invalidated_rkey shares imm_data's place and is in host order already.
+  WorkCompletion wc = written_by_provider(
+      recv_wc(IBV_WC_GRH | IBV_WC_IP_CSUM_OK | IBV_WC_WITH_INV, 0x1234));
+  fix_up_from_ibv(wc, false);
+  EXPECT_EQ(wc.wc_flags, WcFlags::grh | WcFlags::with_inv);
+  EXPECT_EQ(wc.invalidated_rkey(), 0x1234u);
+}
+
+TEST(IbverbsTranslate, KernelNumberedFlagsAreRenumbered) {
+  // rxe copies the kernel's flags: IB_WC_WITH_INVALIDATE is bit 2 (IBV_WC_IP_CSUM_OK's).
+  WorkCompletion inv = written_by_provider(recv_wc(IBV_WC_GRH | (1u << 2), 0x1234));
+  fix_up_from_ibv(inv, true);
+  EXPECT_EQ(inv.wc_flags, WcFlags::grh | WcFlags::with_inv);
+  EXPECT_EQ(inv.invalidated_rkey(), 0x1234u);
+  // ... and its bit 3 is IB_WC_IP_CSUM_OK, not an invalidation.
+  WorkCompletion csum = written_by_provider(recv_wc(IBV_WC_GRH | (1u << 3), 0x1234));
+  fix_up_from_ibv(csum, true);
+  EXPECT_EQ(csum.wc_flags, WcFlags::grh);
+  EXPECT_EQ(csum.imm_data, 0u);
+  WorkCompletion imm = written_by_provider(recv_wc(IBV_WC_WITH_IMM, htonl(0x12345678)));
+  fix_up_from_ibv(imm, true);
+  EXPECT_EQ(imm.wc_flags, WcFlags::with_imm);
+  EXPECT_EQ(imm.imm_data, 0x12345678u);
 }
 
 TEST(IbverbsTranslate, SgeArraysAreHandedOverAsTheyAre) {

@@ -72,6 +72,9 @@ DeviceAttr IbvContext::query_device() const {
   out.max_pkeys = a.max_pkeys;
   out.phys_port_cnt = a.phys_port_cnt;
   out.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
+  out.max_mw = a.max_mw;
+  out.mw_type1 = (a.device_cap_flags & IBV_DEVICE_MEM_WINDOW) != 0;
+  out.mw_type2 = (a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
   return out;
 }
 
@@ -117,6 +120,7 @@ std::unique_ptr<CompletionChannel> IbvContext::create_comp_channel() {
 
 std::unique_ptr<CompletionQueue> IbvContext::create_cq(int cqe, CompletionChannel* channel,
                                                        int comp_vector) {
+  if (is_rxe(ctx_)) return std::make_unique<IbvRxeCq>(*this, cqe, channel, comp_vector);
   return std::make_unique<IbvCq>(*this, cqe, channel, comp_vector);
 }
 
@@ -173,6 +177,11 @@ std::error_code IbvContext::get_async_event(AsyncEvent& event, Wait wait) {
     if ((err != EAGAIN && err != EWOULDBLOCK) || wait == Wait::nonblocking) return errno_code(err);
     if (const int werr = wait_readable(ctx_->async_fd); werr != 0) return errno_code(werr);
   }
+}
+
+bool is_rxe(ibv_context* ctx) noexcept {
+  const char* name = ctx != nullptr ? ::ibv_get_device_name(ctx->device) : nullptr;
+  return name != nullptr && std::strncmp(name, "rxe", 3) == 0;
 }
 
 ibv_context* native(verbsim::Context& context) noexcept {

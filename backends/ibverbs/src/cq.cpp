@@ -59,15 +59,30 @@ void IbvCq::destroy() {
   if (err != 0) throw_verb_error("ibv_destroy_cq", err);
 }
 
-PollResult IbvCq::poll(std::span<WorkCompletion> out) noexcept {
+namespace {
+
+// IbvCq::poll and IbvRxeCq::poll: `KernelFlags` says whether wc_flags come in the kernel's
+// numbering (see fix_up_from_ibv).
+template <bool KernelFlags>
+PollResult poll_cq(ibv_cq* cq, std::span<WorkCompletion> out) noexcept {
   // The provider writes straight into `out` (translate.hpp's layout contract); one call, since
   // fewer completions than asked for means the CQ is empty.
   const int want = static_cast<int>(std::min<std::size_t>(out.size(), kMaxPoll));
-  const int got = ::ibv_poll_cq(cq_, want, as_ibv(out.data()));
+  const int got = ::ibv_poll_cq(cq, want, as_ibv(out.data()));
   // A negative count carries no errno (mlx5 returns -2 for a bad CQE): report EIO.
   if (got < 0) [[unlikely]] return {0, EIO};
-  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)], KernelFlags);
   return {static_cast<std::uint32_t>(got), 0};
+}
+
+}  // namespace
+
+PollResult IbvCq::poll(std::span<WorkCompletion> out) noexcept {
+  return poll_cq<false>(cq_, out);
+}
+
+PollResult IbvRxeCq::poll(std::span<WorkCompletion> out) noexcept {
+  return poll_cq<true>(native(), out);
 }
 
 std::error_code IbvCq::req_notify(bool solicited_only) noexcept {

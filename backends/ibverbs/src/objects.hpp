@@ -20,6 +20,7 @@
 #include "verbsim/context.hpp"
 #include "verbsim/error.hpp"
 #include "verbsim/memory_region.hpp"
+#include "verbsim/memory_window.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
@@ -44,6 +45,10 @@ int set_nonblocking(int fd) noexcept;
 
 // Blocks until `fd` is readable. Returns 0 or errno.
 int wait_readable(int fd) noexcept;
+
+// rxe (rdma-core's rxe provider over the kernel's rdma_rxe), known by its device name. Two of
+// its quirks need working around: see IbvQp::unbind_needs_mr_ and IbvRxeCq.
+bool is_rxe(ibv_context* ctx) noexcept;
 
 class IbvChannel;
 
@@ -95,6 +100,7 @@ class IbvPd final : public ProtectionDomain {
   std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
   std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
   std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
+  std::unique_ptr<MemoryWindow> alloc_mw(MwType type) override;
 
   ibv_pd* native() const noexcept { return pd_; }
 
@@ -130,6 +136,35 @@ class IbvMr final : public MemoryRegion {
   Access access_;
 };
 
+class IbvMw final : public MemoryWindow {
+ public:
+  IbvMw(ibv_pd* pd, MwType type);  // ibv_alloc_mw
+  ~IbvMw() override;
+
+  void destroy() override;
+  MwType type() const noexcept override { return type_; }
+  // ibv_mw's rkey: ibv_bind_mw updates it for type 1, posted_bind() for type 2 (the key of
+  // the last BIND_MW that IbvQp::post_send posted). After destroy(), the last key it had.
+  std::uint32_t rkey() const noexcept override { return mw_ != nullptr ? mw_->rkey : rkey_; }
+
+  // A BIND_MW work request giving this window `rkey` was posted. libibverbs leaves ibv_mw's
+  // rkey alone on post_send, but rxe's next BIND_MW of the window passes that field to the
+  // kernel, which refuses a key other than the window's current one (MW_BIND_ERR): so it is
+  // kept current here, as ibv_bind_mw keeps a type 1 window's.
+  void posted_bind(std::uint32_t rkey) noexcept {
+    if (mw_ != nullptr) mw_->rkey = rkey;
+  }
+
+  ibv_mw* native() const noexcept { return mw_; }
+
+ private:
+  int release() noexcept;
+
+  ibv_mw* mw_ = nullptr;
+  MwType type_;
+  std::uint32_t rkey_ = 0;
+};
+
 class IbvChannel final : public CompletionChannel {
  public:
   explicit IbvChannel(IbvContext& context);  // ibv_create_comp_channel
@@ -148,7 +183,8 @@ class IbvChannel final : public CompletionChannel {
   ibv_comp_channel* channel_ = nullptr;
 };
 
-class IbvCq final : public CompletionQueue {
+// Not final: on rxe the CQ is an IbvRxeCq (below), chosen when it is created.
+class IbvCq : public CompletionQueue {
  public:
   // ibv_create_cq; cq_context points back at this wrapper.
   IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector);
@@ -174,6 +210,15 @@ class IbvCq final : public CompletionQueue {
   int requested_cqe_;
 };
 
+// A CQ of rxe, whose provider copies the kernel's completions as they are, wc_flags in the
+// kernel's numbering (invalidation in bit 2, libibverbs' IBV_WC_IP_CSUM_OK): its poll renumbers
+// them (fix_up_from_ibv). A class of its own keeps that test off IbvCq::poll.
+class IbvRxeCq final : public IbvCq {
+ public:
+  using IbvCq::IbvCq;
+  PollResult poll(std::span<WorkCompletion> out) noexcept override;
+};
+
 class IbvQp final : public QueuePair {
  public:
   IbvQp(ibv_pd* pd, const QpInitAttr& attr);  // ibv_create_qp; qp_context points back here
@@ -186,6 +231,7 @@ class IbvQp final : public QueuePair {
   const QpCap& requested_cap() const noexcept override { return requested_cap_; }
   PostResult post_send(std::span<const SendWr> wrs) noexcept override;
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+  PostResult bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept override;  // ibv_bind_mw
   void modify(const QpAttr& attr, QpAttrMask mask) override;
   QpAttr query(QpAttrMask mask) const override;
   // Asks the device (ibv_query_qp), as the QP may have moved to ERR or SQE on its own.
@@ -209,6 +255,9 @@ class IbvQp final : public QueuePair {
   std::uint32_t qp_num_ = 0;
   QpType type_;
   bool has_srq_;
+  // rdma-core's rxe provider (v44, and upstream still) reads bind_info.mr->lkey of every bind,
+  // so an unbind without an MR would crash it: bind_mw() gives it a stand-in MR (see there).
+  bool unbind_needs_mr_ = false;
   QpCap cap_;
   QpCap requested_cap_;
 };

@@ -1,4 +1,4 @@
-// ProtectionDomain over ibv_pd: the creator of MRs, QPs, SRQs and AHs.
+// ProtectionDomain over ibv_pd: the creator of MRs, MWs, QPs, SRQs and AHs.
 #include <infiniband/verbs.h>
 
 #include <cerrno>
@@ -30,7 +30,7 @@ int IbvPd::release() noexcept {
 void IbvPd::destroy() {
   const int err = release();
   if (err == EBUSY)
-    throw_verb_error("ibv_dealloc_pd", err, "MRs, QPs, SRQs or AHs still use the PD");
+    throw_verb_error("ibv_dealloc_pd", err, "MRs, MWs, QPs, SRQs or AHs still use the PD");
   if (err != 0) throw_verb_error("ibv_dealloc_pd", err);
 }
 
@@ -48,6 +48,10 @@ std::unique_ptr<SharedReceiveQueue> IbvPd::create_srq(const SrqInitAttr& attr) {
 
 std::unique_ptr<AddressHandle> IbvPd::create_ah(const AhAttr& attr) {
   return std::make_unique<IbvAh>(pd_, attr);
+}
+
+std::unique_ptr<MemoryWindow> IbvPd::alloc_mw(MwType type) {
+  return std::make_unique<IbvMw>(pd_, type);
 }
 
 ibv_pd* native(verbsim::ProtectionDomain& pd) noexcept {

@@ -105,6 +105,7 @@ IbvQp::IbvQp(ibv_pd* pd, const QpInitAttr& attr)
   }
   qp_num_ = qp_->qp_num;
   cap_ = from_ibv(init.cap);  // ibv_create_qp wrote back what it gave
+  unbind_needs_mr_ = is_rxe(qp_->context);
 }
 
 IbvQp::~IbvQp() {
@@ -124,6 +125,34 @@ void IbvQp::destroy() {
 
 namespace {
 
+// Fills `out.bind_mw` from a BIND_MW work request. Returns nullptr, or why the WR is refused
+// before the provider sees it (providers dereference the window and the MR without looking).
+const char* fill_bind_mw(ibv_send_wr& out, const SendWr& wr) noexcept {
+  if (wr.mw == nullptr || wr.bind_info == nullptr || wr.bind_info->mr == nullptr) {
+    return "BIND_MW without window, bind_info or MR";
+  }
+  const auto* mw = dynamic_cast<const IbvMw*>(wr.mw);
+  if (mw == nullptr) return "memory window from another backend";
+  if (mw->native() == nullptr) return "memory window was deallocated";
+  const auto* mr = dynamic_cast<const IbvMr*>(wr.bind_info->mr);
+  if (mr == nullptr) return "MR from another backend";
+  if (mr->native() == nullptr) return "MR was deregistered";
+  out.bind_mw.mw = mw->native();
+  out.bind_mw.rkey = wr.rkey;
+  out.bind_mw.bind_info.mr = mr->native();
+  out.bind_mw.bind_info.addr = wr.bind_info->addr;
+  out.bind_mw.bind_info.length = wr.bind_info->length;
+  out.bind_mw.bind_info.mw_access_flags = to_ibv(wr.bind_info->access);
+  return nullptr;
+}
+
+// Windows remember the key of each BIND_MW the provider accepted (IbvMw::posted_bind).
+void note_binds(std::span<const SendWr> posted) noexcept {
+  for (const SendWr& wr : posted) {
+    if (wr.opcode == WrOpcode::bind_mw) static_cast<IbvMw*>(wr.mw)->posted_bind(wr.rkey);
+  }
+}
+
 // IbvQp::post_send for any batch, in chunks (see post.hpp). Kept out of line: its array would
 // otherwise be set up on the fast path too.
 [[gnu::noinline]] PostResult post_send_chunks(ibv_qp* qp, bool ud,
@@ -135,6 +164,7 @@ namespace {
     // Set when WR base + n is refused before the provider sees it; the WRs before it go first.
     int refused = 0;
     const char* why = "";
+    bool binds = false;  // the chunk holds a BIND_MW
     for (; base + n < wrs.size() && n < kChunkWrs; ++n) {
       const SendWr& wr = wrs[base + n];
       if (wr.sg_list.size() > kMaxSges) {
@@ -170,21 +200,35 @@ namespace {
         out.wr.rdma.remote_addr = wr.remote_addr;
         out.wr.rdma.rkey = wr.rkey;
       }
+      if (wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::send_with_inv) {
+        out.invalidate_rkey = wr.invalidate_rkey;  // shares imm_data's place, host order
+      } else {
+        out.imm_data = htonl(wr.imm_data);
+      }
+      if (wr.opcode == WrOpcode::bind_mw) {
+        if (const char* bad_bind = fill_bind_mw(out, wr); bad_bind != nullptr) {
+          refused = EINVAL;
+          why = bad_bind;
+          break;
+        }
+        binds = true;
+      }
       out.wr_id = wr.wr_id;
       out.sg_list = as_ibv(wr.sg_list);
       out.num_sge = static_cast<int>(wr.sg_list.size());
       out.opcode = to_ibv(wr.opcode);
       out.send_flags = to_ibv(wr.flags);
-      out.imm_data = htonl(wr.imm_data);
       if (n > 0) chain[n - 1].next = &out;
     }
     if (n > 0) {
       ibv_send_wr* bad = nullptr;
       if (const int ret = ::ibv_post_send(qp, chain.data(), &bad); ret != 0) {
         const int err = returned_errno(ret);
-        return {static_cast<std::uint32_t>(base) + bad_index(chain.data(), n, bad), err,
-                post_reason(err, true)};
+        const std::uint32_t taken = bad_index(chain.data(), n, bad);
+        if (binds) note_binds(wrs.subspan(base, taken));
+        return {static_cast<std::uint32_t>(base) + taken, err, post_reason(err, true)};
       }
+      if (binds) note_binds(wrs.subspan(base, n));
       base += n;
     }
     if (refused != 0) return {static_cast<std::uint32_t>(base), refused, why};
@@ -198,12 +242,15 @@ PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
   // Fast path: one WR without atomics on an RC or UC QP (fast_batch_.send is 0 on UD, whose
   // address handles need translating). It fills the fields providers read for these opcodes and no
   // others (the rest of an ibv_send_wr is for atomics, UD, XRC, memory windows and TSO);
-  // post_send_chunks zeroes whole WRs.
+  // post_send_chunks zeroes whole WRs. The opcode test also sends LOCAL_INV, BIND_MW and
+  // SEND_WITH_INV (all above RDMA_READ) to post_send_chunks.
   if (wrs.size() != fast_batch_.send) [[unlikely]] {
     return post_send_chunks(qp_, type_ == QpType::ud, wrs);
   }
   const SendWr& wr = wrs.front();
   const auto opcode = static_cast<unsigned>(wr.opcode);
+  static_assert(IBV_WR_LOCAL_INV > IBV_WR_RDMA_READ && IBV_WR_BIND_MW > IBV_WR_RDMA_READ &&
+                IBV_WR_SEND_WITH_INV > IBV_WR_RDMA_READ);
   if (opcode > IBV_WR_RDMA_READ || wr.sg_list.size() > kMaxSges) [[unlikely]] {
     return post_send_chunks(qp_, false, wrs);
   }
@@ -236,6 +283,42 @@ PostResult IbvQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     return post_recv_chunks(wrs, post);
   }
   return post_one_recv(wrs.front(), post);
+}
+
+PostResult IbvQp::bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept {
+  auto* w = dynamic_cast<IbvMw*>(&mw);
+  if (w == nullptr) return {0, EINVAL, "memory window from another backend"};
+  if (w->native() == nullptr) return {0, EINVAL, "memory window was deallocated"};
+  ibv_mw_bind b{};
+  b.wr_id = bind.wr_id;
+  b.send_flags = to_ibv(bind.flags);
+  if (bind.info.mr != nullptr) {
+    const auto* mr = dynamic_cast<const IbvMr*>(bind.info.mr);
+    if (mr == nullptr) return {0, EINVAL, "MR from another backend"};
+    if (mr->native() == nullptr) return {0, EINVAL, "MR was deregistered"};
+    b.bind_info.mr = mr->native();
+  }
+  // An unbind (length 0) names no MR. The rxe kernel looks no MR up for it, but the rxe provider
+  // dereferences bind_info.mr regardless: hand it an MR of the window's PD with lkey 0.
+  ibv_mr stand_in{};
+  if (b.bind_info.mr == nullptr && bind.info.addr == 0 && bind.info.length == 0 &&
+      unbind_needs_mr_) {
+    stand_in.context = qp_->context;
+    stand_in.pd = w->native()->pd;
+    b.bind_info.mr = &stand_in;
+  }
+  b.bind_info.addr = bind.info.addr;
+  b.bind_info.length = bind.info.length;
+  b.bind_info.mw_access_flags = to_ibv(bind.info.access);
+  if (const int ret = ::ibv_bind_mw(qp_, w->native(), &b); ret != 0) {
+    const int err = returned_errno(ret);
+    switch (err) {
+      case EINVAL: return {0, err, "not a type 1 window, or a bind the QP or MR cannot take"};
+      case EPERM: return {0, err, "MR of another protection domain"};
+      default: return {0, err, post_reason(err, true)};
+    }
+  }
+  return {1, 0, ""};
 }
 
 void IbvQp::modify(const QpAttr& attr, QpAttrMask mask) {

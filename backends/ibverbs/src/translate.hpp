@@ -51,6 +51,9 @@ static_assert(num(WrOpcode::send_with_imm) == IBV_WR_SEND_WITH_IMM);
 static_assert(num(WrOpcode::rdma_read) == IBV_WR_RDMA_READ);
 static_assert(num(WrOpcode::atomic_cmp_and_swp) == IBV_WR_ATOMIC_CMP_AND_SWP);
 static_assert(num(WrOpcode::atomic_fetch_and_add) == IBV_WR_ATOMIC_FETCH_AND_ADD);
+static_assert(num(WrOpcode::local_inv) == IBV_WR_LOCAL_INV);
+static_assert(num(WrOpcode::bind_mw) == IBV_WR_BIND_MW);
+static_assert(num(WrOpcode::send_with_inv) == IBV_WR_SEND_WITH_INV);
 
 static_assert(num(WcOpcode::send) == IBV_WC_SEND);
 static_assert(num(WcOpcode::rdma_write) == IBV_WC_RDMA_WRITE);
@@ -94,9 +97,14 @@ static_assert(num(Access::local_write) == IBV_ACCESS_LOCAL_WRITE);
 static_assert(num(Access::remote_write) == IBV_ACCESS_REMOTE_WRITE);
 static_assert(num(Access::remote_read) == IBV_ACCESS_REMOTE_READ);
 static_assert(num(Access::remote_atomic) == IBV_ACCESS_REMOTE_ATOMIC);
+static_assert(num(Access::mw_bind) == IBV_ACCESS_MW_BIND);
+
+static_assert(num(MwType::type1) == IBV_MW_TYPE_1);
+static_assert(num(MwType::type2) == IBV_MW_TYPE_2);
 
 static_assert(num(WcFlags::grh) == IBV_WC_GRH);
 static_assert(num(WcFlags::with_imm) == IBV_WC_WITH_IMM);
+static_assert(num(WcFlags::with_inv) == IBV_WC_WITH_INV);
 
 static_assert(num(QpAttrMask::state) == IBV_QP_STATE);
 static_assert(num(QpAttrMask::cur_state) == IBV_QP_CUR_STATE);
@@ -164,6 +172,7 @@ inline ibv_qp_type to_ibv(QpType t) noexcept { return static_cast<ibv_qp_type>(t
 inline ibv_qp_state to_ibv(QpState s) noexcept { return static_cast<ibv_qp_state>(s); }
 inline ibv_mtu to_ibv(Mtu m) noexcept { return static_cast<ibv_mtu>(m); }
 inline ibv_wr_opcode to_ibv(WrOpcode o) noexcept { return static_cast<ibv_wr_opcode>(o); }
+inline ibv_mw_type to_ibv(MwType t) noexcept { return static_cast<ibv_mw_type>(t); }
 inline unsigned to_ibv(SendFlags f) noexcept { return to_underlying(f); }
 inline unsigned to_ibv(Access a) noexcept { return to_underlying(a); }
 inline int to_ibv(QpAttrMask m) noexcept { return static_cast<int>(to_underlying(m)); }
@@ -176,10 +185,11 @@ inline Mtu from_ibv(ibv_mtu m) noexcept { return static_cast<Mtu>(m); }
 inline PortState from_ibv(ibv_port_state s) noexcept { return static_cast<PortState>(s); }
 inline AsyncEventType from_ibv(ibv_event_type t) noexcept { return static_cast<AsyncEventType>(t); }
 
-// Only the access bits verbsim names (MW_BIND, ZERO_BASED, ... are dropped).
+// Only the access bits verbsim names (ZERO_BASED, ON_DEMAND, ... are dropped).
 inline Access access_from_ibv(unsigned flags) noexcept {
   return static_cast<Access>(flags & to_underlying(Access::local_write | Access::remote_write |
-                                                   Access::remote_read | Access::remote_atomic));
+                                                   Access::remote_read | Access::remote_atomic |
+                                                   Access::mw_bind));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -327,18 +337,33 @@ inline ibv_sge* as_ibv(std::span<const Sge> sges) noexcept {
 
 inline ibv_wc* as_ibv(WorkCompletion* wcs) noexcept { return reinterpret_cast<ibv_wc*>(wcs); }
 
-// Turns a completion the provider wrote (in ibv_wc's terms) into verbsim's: imm_data in host
-// order and 0 without WITH_IMM, wc_flags without the bits verbsim does not name. Fields past
-// wr_id/status/qp_num/vendor_err are undefined for an error completion (see ibv_poll_cq(3));
-// they stay as the provider left them.
-inline void fix_up_from_ibv(WorkCompletion& wc) noexcept {
-  constexpr unsigned kNamed = to_underlying(WcFlags::grh | WcFlags::with_imm);
-  const unsigned flags = to_underlying(wc.wc_flags);
+// The kernel's ib_wc_flags differ from libibverbs' past bit 1: IB_WC_WITH_INVALIDATE is bit 2
+// (IBV_WC_IP_CSUM_OK's), IB_WC_IP_CSUM_OK bit 3 (IBV_WC_WITH_INV's). A provider that copies
+// the kernel's completions as they are (rxe) reports them in the kernel's numbering.
+inline constexpr unsigned kKernelWcWithInv = 1u << 2;
+inline constexpr unsigned kKernelWcIpCsumOk = 1u << 3;
+
+// Turns a completion the provider wrote (in ibv_wc's terms, or with `kernel_flags` the kernel's
+// wc_flags) into verbsim's: imm_data in host order with WITH_IMM, the invalidated rkey (ibv_wc's
+// invalidated_rkey, already host order) with WITH_INV, 0 otherwise; wc_flags without the bits
+// verbsim does not name. Fields past wr_id/status/qp_num/vendor_err are undefined for an error
+// completion (see ibv_poll_cq(3)); they stay as the provider left them.
+inline void fix_up_from_ibv(WorkCompletion& wc, bool kernel_flags) noexcept {
+  constexpr unsigned kNamed = to_underlying(WcFlags::grh | WcFlags::with_imm | WcFlags::with_inv);
+  unsigned flags = to_underlying(wc.wc_flags);
   if ((flags & ~to_underlying(WcFlags::grh)) == 0) [[likely]] {
     wc.imm_data = 0;
     return;
   }
-  wc.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc.imm_data) : 0;
+  if (kernel_flags) {
+    flags = (flags & ~(kKernelWcWithInv | kKernelWcIpCsumOk)) |
+            ((flags & kKernelWcWithInv) != 0 ? unsigned{IBV_WC_WITH_INV} : 0u);
+  }
+  if ((flags & IBV_WC_WITH_IMM) != 0) {
+    wc.imm_data = ntohl(wc.imm_data);
+  } else if ((flags & IBV_WC_WITH_INV) == 0) {
+    wc.imm_data = 0;
+  }
   wc.wc_flags = static_cast<WcFlags>(flags & kNamed);
 }
 

@@ -1,0 +1,439 @@
+// Memory windows: type 1 (QueuePair::bind_mw) and type 2 (BIND_MW work requests), remote
+// access through a window's key, invalidation (unbind, LOCAL_INV, SEND_WITH_INV, dealloc), and
+// the errors of binding and invalidating.
+#include <cerrno>
+#include <cstring>
+
+#include "conformance.hpp"
+
+namespace verbsim::conformance {
+namespace {
+
+constexpr std::size_t kSrc = 0;          // the requester's data
+constexpr std::size_t kRegion = 32768;   // the MR windows bind to: [kRegion, kRegion + kRegionLen)
+constexpr std::size_t kRegionLen = 16384;
+constexpr std::size_t kWinOff = 4096;    // the window: kWinLen bytes at kWinOff into the region
+constexpr std::size_t kWinLen = 4096;
+constexpr Access kRemote = Access::remote_write | Access::remote_read;
+
+class MemoryWindows : public Conformance {
+ protected:
+  bool supports(MwType t) {
+    const DeviceAttr a = ctx().query_device();
+    return t == MwType::type1 ? a.mw_type1 : a.mw_type2;
+  }
+  // The region windows bind to (the fixture's buffer registered a second time).
+  std::unique_ptr<MemoryRegion> region(Access access = Access::local_write | kRemote |
+                                                       Access::mw_bind) {
+    return pd().reg_mr(mem(kRegion), kRegionLen, access);
+  }
+  static MwBindInfo window(const MemoryRegion& r, Access access = kRemote) {
+    return {&r, r.address(kWinOff), kWinLen, access};
+  }
+  static SendWr bind_wr(std::uint64_t id, MemoryWindow& mw, const MwBindInfo& info,
+                        std::uint32_t rkey) {
+    SendWr wr = send_wr(id, nullptr, WrOpcode::bind_mw);
+    wr.mw = &mw;
+    wr.bind_info = &info;
+    wr.rkey = rkey;
+    return wr;
+  }
+  static SendWr inv_wr(std::uint64_t id, WrOpcode op, std::uint32_t key, const Sge* s = nullptr) {
+    SendWr wr = send_wr(id, s, op);
+    wr.invalidate_rkey = key;
+    return wr;
+  }
+  // Binds the type 1 window on `qp`, expecting success; returns the bind's completion.
+  std::string bind1(QueuePair& qp, CompletionQueue& cq, MemoryWindow& mw, const MwBindInfo& info) {
+    const PostResult r = qp.bind_mw(mw, MwBind{7, SendFlags::signaled, info});
+    CHECK_ERR("bind_post", r.error(), 0);
+    return describe(poll_n(cq, 1));
+  }
+  // Binds the type 2 window on `qp` with the next key, expecting success; returns the bind's
+  // completion.
+  std::string bind2(QueuePair& qp, CompletionQueue& cq, MemoryWindow& mw, const MwBindInfo& info) {
+    const PostResult r = qp.post_send(bind_wr(7, mw, info, inc_rkey(mw.rkey())));
+    CHECK_ERR("bind_post", r.error(), 0);
+    return describe(poll_n(cq, 1));
+  }
+  // One signaled RDMA operation of `len` bytes from kSrc; returns its completion.
+  std::string rdma(QueuePair& from, CompletionQueue& cq, WrOpcode op, std::uint64_t addr,
+                   std::uint32_t rkey, std::uint32_t len = 64) {
+    const Sge s = sge(kSrc, len);
+    const PostResult r = from.post_send(rdma_wr(1, op, &s, addr, rkey));
+    if (r.error()) return "post:" + errno_name(r.error());
+    return describe(poll_n(cq, 1));
+  }
+  std::string write_fails() const {
+    return err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64);
+  }
+  void fill_source() {
+    for (std::size_t i = 0; i < 64; ++i) mem(kSrc)[i] = static_cast<char>(0xa0 + i);
+  }
+  bool landed(std::size_t region_offset) {
+    return std::memcmp(mem(kRegion + region_offset), mem(kSrc), 64) == 0;
+  }
+};
+
+// Skips the test when the device has no windows of type `t`.
+#define REQUIRE_MW(t)                                                                 \
+  do {                                                                                \
+    if (!supports(t)) {                                                               \
+      GTEST_SKIP() << "the device has no type " << (t == MwType::type1 ? 1 : 2)       \
+                   << " memory windows";                                              \
+    }                                                                                 \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------
+// Device attributes
+
+TEST_P(MemoryWindows, DeviceAttributes) {
+  const DeviceAttr a = ctx().query_device();
+  CHECK_OBS("max_mw", a.max_mw, expect().max_mw);
+  CHECK_OBS("mw_type1", a.mw_type1, true);
+  CHECK_OBS("mw_type2", a.mw_type2, true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Type 1
+
+TEST_P(MemoryWindows, Type1BindWriteThrough) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("type", to_string(mw->type()), "TYPE_1");
+  CHECK_OBS("rkey_nonzero", mw->rkey() != 0, true);
+  const std::uint32_t old = mw->rkey();
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
+  fill_source();
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + 128), mw->rkey()),
+            "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("landed", landed(kWinOff + 128), true);
+}
+
+// 64 bytes from 32 before the window's end: inside the MR, past the window.
+TEST_P(MemoryWindows, Type1WritePastWindowEnd) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  const bool mr_range = expect().mw_range_is_mr;
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
+            mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
+  CHECK_OBS("requester", wait_state(*p.a, mr_range ? QpState::rts : QpState::err),
+            mr_range ? QpState::rts : QpState::err);
+}
+
+// A window that ends where its MR ends: 64 bytes from 32 before the end.
+TEST_P(MemoryWindows, Type1WritePastRegionEnd) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  const MwBindInfo info{r.get(), r->address(kRegionLen - kWinLen), kWinLen, kRemote};
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, info), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kRegionLen - 32), mw->rkey()),
+            write_fails());
+  CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
+  CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type1UnbindInvalidatesKey) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  const std::uint32_t bound = mw->rkey();
+  CHECK_OBS("unbind", bind1(*p.b, *p.cq_b, *mw, MwBindInfo{}), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(bound), true);
+  CHECK_OBS("write_old_key", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), bound),
+            write_fails());
+}
+
+TEST_P(MemoryWindows, Type1ReadOnlyWindow) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r, Access::remote_read)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("read", rdma(*p.a, *p.cq_a, WrOpcode::rdma_read, r->address(kWinOff), mw->rkey()),
+            "SUCCESS/RDMA_READ/64");
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Type 2
+
+TEST_P(MemoryWindows, Type2BindServesOnlyItsQp) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("type", to_string(mw->type()), "TYPE_2");
+  const std::uint32_t old = mw->rkey();
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
+  fill_source();
+  CHECK_OBS("write_to_binder", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("landed", landed(kWinOff), true);
+  // The same PD, the other QP: b writes to a through the window b bound.
+  CHECK_OBS("write_to_other_qp",
+            rdma(*p.b, *p.cq_b, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()), write_fails());
+}
+
+TEST_P(MemoryWindows, Type2WritePastWindowEnd) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  const bool mr_range = expect().mw_range_is_mr;
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
+            mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
+}
+
+TEST_P(MemoryWindows, Type2LocalInvalidate) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mw->rkey())).error(), 0);
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), "SUCCESS/LOCAL_INV/0");
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
+}
+
+TEST_P(MemoryWindows, Type2RebindAfterInvalidate) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mw->rkey())).error(), 0);
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), "SUCCESS/LOCAL_INV/0");
+  CHECK_OBS("rebind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("binder", p.b->state(), QpState::rts);
+}
+
+TEST_P(MemoryWindows, Type2SendWithInvalidate) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  const Sge rs = sge(kSrc + 1024, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(20, &rs)).error());
+  const Sge s = sge(kSrc, 16);
+  CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mw->rkey(), &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
+  const auto got = poll_n(*p.cq_b, 1);
+  CHECK_OBS("receiver", describe(got), "SUCCESS/RECV/16");
+  ASSERT_EQ(got.size(), 1u);
+  obs("wc_flags", to_underlying(got[0].wc_flags));
+  CHECK_OBS("with_inv", any(got[0].wc_flags, WcFlags::with_inv), true);
+  CHECK_OBS("with_imm", any(got[0].wc_flags, WcFlags::with_imm), false);
+  CHECK_OBS("invalidated_rkey_ok", got[0].invalidated_rkey() == mw->rkey(), true);
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
+}
+
+TEST_P(MemoryWindows, Type2DeallocWhileBound) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  const std::uint32_t key = mw->rkey();
+  CHECK_ERR("dealloc", verb_errno([&] { mw->destroy(); }), 0);
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), key),
+            write_fails());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bind errors
+
+// A bind that must fail: its post's errno, its completion, and the binder's state after.
+
+TEST_P(MemoryWindows, Type1BindToMrWithoutMwBind) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region(Access::local_write | kRemote);
+  auto mw = pd().alloc_mw(MwType::type1);
+  const std::uint32_t old = mw->rkey();
+  const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r)});
+  CHECK_ERR("bind_post", res.error(), 0);
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type2BindToMrWithoutMwBind) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region(Access::local_write | kRemote);
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type2BindTwice) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("bind_again", bind2(*p.b, *p.cq_b, *mw, window(*r)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type1BindPastMrEnd) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  const MwBindInfo info{r.get(), r->address(kRegionLen - 1024), 2048, kRemote};
+  const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, info});
+  CHECK_ERR("bind_post", res.error(), 0);
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type2BindPastMrEnd) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  const MwBindInfo info{r.get(), r->address(kRegionLen - 1024), 2048, kRemote};
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, info),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type1RemoteWriteOnMrWithoutLocalWrite) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region(Access::remote_read | Access::mw_bind);
+  auto mw = pd().alloc_mw(MwType::type1);
+  const PostResult res =
+      p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r, Access::remote_write)});
+  CHECK_ERR("bind_post", res.error(), 0);
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, Type1VerbOnType2Window) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r)});
+  CHECK_ERR("bind_post", res.error(), EINVAL);
+  CHECK_OBS("completions", poll_quiet(*p.cq_b).size(), 0);
+  CHECK_OBS("binder", p.b->state(), QpState::rts);
+}
+
+TEST_P(MemoryWindows, BindOnUdQp) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair(PairOptions::with(QpCap{16, 16, 2, 2, 0}, QpType::ud));
+  auto ah = pd().create_ah(ah_attr());
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type2);
+  const MwBindInfo info = window(*r);
+  SendWr wr = bind_wr(7, *mw, info, inc_rkey(mw->rkey()));
+  wr.ah = ah.get();
+  wr.remote_qpn = p.b->qp_num();
+  wr.remote_qkey = 0x11111111;
+  const PostResult res = p.a->post_send(wr);
+  CHECK_ERR("bind_post", res.error(), EINVAL);
+  CHECK_OBS("completions", describe(poll_quiet(*p.cq_a)), "none");
+  CHECK_OBS("state", p.a->state(), QpState::rts);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invalidation errors
+
+TEST_P(MemoryWindows, LocalInvalidateUnknownKey) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  std::uint32_t gone = 0;
+  {
+    auto mw = pd().alloc_mw(MwType::type2);
+    gone = mw->rkey();
+  }
+  CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, gone)).error(), 0);
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, LocalInvalidateType1Window) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mw->rkey())).error(), 0);
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, LocalInvalidateMrKey) {
+  Pair p = make_pair();
+  CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mr().rkey())).error(), 0);
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+TEST_P(MemoryWindows, SendWithInvalidateMrKey) {
+  Pair p = make_pair();
+  const Sge rs = sge(kSrc + 1024, 64);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(20, &rs)).error());
+  const Sge s = sge(kSrc, 16);
+  CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mr().rkey(), &s)).error(), 0);
+  // The responder fails the receive and goes to ERR, but acknowledges the SEND.
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
+  CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::rem_inv_req_err, WcOpcode::recv, 16));
+  CHECK_OBS("requester", wait_state(*p.a, QpState::rts), QpState::rts);
+  CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teardown with windows
+
+TEST_P(MemoryWindows, DeregisterMrUnderBoundWindow) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_ERR("dereg_bound", verb_errno([&] { r->destroy(); }), EINVAL);
+  CHECK_ERR("dealloc", verb_errno([&] { mw->destroy(); }), 0);
+  CHECK_ERR("dereg_after", verb_errno([&] { r->destroy(); }), 0);
+}
+
+TEST_P(MemoryWindows, DeallocPdWithWindow) {
+  const bool t1 = supports(MwType::type1);
+  if (!t1 && !supports(MwType::type2)) GTEST_SKIP() << "the device has no memory windows";
+  auto pd2 = ctx().alloc_pd();
+  auto mw = pd2->alloc_mw(t1 ? MwType::type1 : MwType::type2);
+  CHECK_ERR("dealloc_pd", verb_errno([&] { pd2->destroy(); }), EBUSY);
+  CHECK_ERR("dealloc_mw", verb_errno([&] { mw->destroy(); }), 0);
+  CHECK_ERR("dealloc_pd_after", verb_errno([&] { pd2->destroy(); }), 0);
+}
+
+}  // namespace
+
+VERBSIM_CONFORMANCE_SUITE(MemoryWindows);
+
+}  // namespace verbsim::conformance
