@@ -131,7 +131,7 @@ DeviceAttr SimContext::query_device() const {
   a.max_pkeys = 1;
   a.phys_port_cnt = static_cast<std::uint8_t>(core_->dev->ports.size());
   a.atomics = true;
-  a.max_mw = static_cast<int>(kMaxMw);
+  a.max_mw = static_cast<int>(t.max_mw);
   a.mw_type1 = true;
   a.mw_type2 = true;
   return a;

@@ -74,6 +74,8 @@ struct ProfileTraits {
   bool uc_on_srq;                 // rxe: a UC QP may receive from an SRQ
   bool imm_write_takes_recv_first;  // rxe: a WRITE with immediate whose rkey or range fails has
                                     // taken a receive, which completes with REM_ACCESS_ERR
+  bool window_range_is_mr;  // rxe: an access through a window is checked against its MR's
+                            // range, not the window's (rxe_resp's check_rkey)
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;
@@ -84,6 +86,7 @@ struct ProfileTraits {
   int gid_tbl_len;          // port's GID table size; entries past the two in use are empty
   std::uint32_t max_msg_sz;  // port's max_msg_sz
   int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
+  std::uint32_t max_mw;  // memory windows per device
 
   static const ProfileTraits& of(Profile p) noexcept;
   std::uint32_t round_wq(std::uint32_t n) const noexcept;  // SQ/RQ depth given for `n`
@@ -104,7 +107,7 @@ struct SrqCore;
 // kFirstMwIndex - 1 (the device's max_mr), memory windows those from kFirstMwIndex on, so a key
 // names one table only (as rxe splits its MR and MW indices).
 inline constexpr std::uint32_t kFirstMwIndex = (1u << 20) + 1;
-inline constexpr std::uint32_t kMaxMw = 1u << 16;
+inline constexpr std::uint32_t kMaxMwIndex = 0xffffff;
 
 // Objects of a device by number (QPN, MR index): a vector indexed by `id - base`, since the
 // simulator hands out numbers in sequence. O(1) on the data path, no hashing.

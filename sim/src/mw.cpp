@@ -56,7 +56,8 @@ std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
     fail("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
   }
   DevCore& dev = *core_->ctx->dev;
-  if (dev.live_mws >= static_cast<int>(kMaxMw) || dev.next_mw_index > 0xffffff) {
+  const std::uint32_t max_mw = core_->ctx->world->traits->max_mw;
+  if (dev.live_mws >= static_cast<int>(max_mw) || dev.next_mw_index > kMaxMwIndex) {
     fail("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
   }
   MwCore mw;
@@ -217,7 +218,16 @@ bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t l
   if (mw == nullptr || mw->length == 0 || mw->pd.get() != pd_.get()) return false;
   if (mw->type == MwType::type2 && (!mw->bound || mw->qpn != qpn_)) return false;
   if (!all(mw->access, need)) return false;
-  return addr >= mw->addr && addr + len <= mw->addr + mw->length && addr + len >= addr;
+  // Its MR is gone only if the program dropped the MR's handle with the window bound.
+  const MrCore* mr = live_mr(*dev_, mw->mr_key);
+  if (mr == nullptr) return false;
+  std::uint64_t base = mw->addr;
+  std::uint64_t length = mw->length;
+  if (world().traits->window_range_is_mr) {
+    base = reinterpret_cast<std::uint64_t>(mr->addr);
+    length = mr->length;
+  }
+  return addr >= base && addr + len <= base + length && addr + len >= addr;
 }
 
 }  // namespace verbsim::sim

@@ -49,6 +49,7 @@ constexpr ProfileTraits kStrict{
     .atomic_takes_longer_buffer = false,
     .uc_on_srq = false,
     .imm_write_takes_recv_first = false,
+    .window_range_is_mr = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -58,6 +59,7 @@ constexpr ProfileTraits kStrict{
     .gid_tbl_len = 2,
     .max_msg_sz = 0x80000000u,
     .send_limit_errno = ENOMEM,
+    .max_mw = 1u << 16,
 };
 
 constexpr ProfileTraits kRxe{
@@ -89,6 +91,7 @@ constexpr ProfileTraits kRxe{
     .atomic_takes_longer_buffer = true,  // librxe validate_send_wr: only length < 8 is EINVAL
     .uc_on_srq = true,                   // measured: conformance Async.UcOnSrq*
     .imm_write_takes_recv_first = true,  // rxe_resp: RESPST_CHK_RESOURCE before RESPST_CHK_RKEY
+    .window_range_is_mr = true,          // measured: conformance MemoryWindows.*PastWindowEnd
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,
@@ -98,6 +101,7 @@ constexpr ProfileTraits kRxe{
     .gid_tbl_len = 1024,     // RXE_PORT_GID_TBL_LEN
     .max_msg_sz = 0x800000,  // RXE_PORT_MAX_MSG_SZ: 8 MiB
     .send_limit_errno = EINVAL,  // librxe validate_send_wr
+    .max_mw = 524287,            // measured: ibv_query_device on rxe
 };
 
 constexpr ProfileTraits kMlx5 = [] {

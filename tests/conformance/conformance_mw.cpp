@@ -30,17 +30,16 @@ class MemoryWindows : public Conformance {
   static MwBindInfo window(const MemoryRegion& r, Access access = kRemote) {
     return {&r, r.address(kWinOff), kWinLen, access};
   }
-  static SendWr bind_wr(std::uint64_t id, MemoryWindow& mw, const MwBindInfo& info,
-                        std::uint32_t rkey) {
+  // A BIND_MW of `bind` (which must outlive the post) giving the window `rkey`.
+  static SendWr bind_wr(std::uint64_t id, const BindMwWr& bind, std::uint32_t rkey) {
     SendWr wr = send_wr(id, nullptr, WrOpcode::bind_mw);
-    wr.mw = &mw;
-    wr.bind_info = &info;
+    wr.bind_mw = &bind;
     wr.rkey = rkey;
     return wr;
   }
   static SendWr inv_wr(std::uint64_t id, WrOpcode op, std::uint32_t key, const Sge* s = nullptr) {
     SendWr wr = send_wr(id, s, op);
-    wr.invalidate_rkey = key;
+    wr.imm_data = key;  // LOCAL_INV and SEND_WITH_INV name the key here
     return wr;
   }
   // Binds the type 1 window on `qp`, expecting success; returns the bind's completion.
@@ -52,7 +51,8 @@ class MemoryWindows : public Conformance {
   // Binds the type 2 window on `qp` with the next key, expecting success; returns the bind's
   // completion.
   std::string bind2(QueuePair& qp, CompletionQueue& cq, MemoryWindow& mw, const MwBindInfo& info) {
-    const PostResult r = qp.post_send(bind_wr(7, mw, info, inc_rkey(mw.rkey())));
+    const BindMwWr bind{&mw, info};
+    const PostResult r = qp.post_send(bind_wr(7, bind, inc_rkey(mw.rkey())));
     CHECK_ERR("bind_post", r.error(), 0);
     return describe(poll_n(cq, 1));
   }
@@ -350,7 +350,8 @@ TEST_P(MemoryWindows, BindOnUdQp) {
   auto r = region();
   auto mw = pd().alloc_mw(MwType::type2);
   const MwBindInfo info = window(*r);
-  SendWr wr = bind_wr(7, *mw, info, inc_rkey(mw->rkey()));
+  const BindMwWr bind{mw.get(), info};
+  SendWr wr = bind_wr(7, bind, inc_rkey(mw->rkey()));
   wr.ah = ah.get();
   wr.remote_qpn = p.b->qp_num();
   wr.remote_qkey = 0x11111111;

@@ -128,28 +128,29 @@ namespace {
 // Fills `out.bind_mw` from a BIND_MW work request. Returns nullptr, or why the WR is refused
 // before the provider sees it (providers dereference the window and the MR without looking).
 const char* fill_bind_mw(ibv_send_wr& out, const SendWr& wr) noexcept {
-  if (wr.mw == nullptr || wr.bind_info == nullptr || wr.bind_info->mr == nullptr) {
-    return "BIND_MW without window, bind_info or MR";
+  if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr || wr.bind_mw->info.mr == nullptr) {
+    return "BIND_MW without window or MR";
   }
-  const auto* mw = dynamic_cast<const IbvMw*>(wr.mw);
+  const MwBindInfo& info = wr.bind_mw->info;
+  const auto* mw = dynamic_cast<const IbvMw*>(wr.bind_mw->mw);
   if (mw == nullptr) return "memory window from another backend";
   if (mw->native() == nullptr) return "memory window was deallocated";
-  const auto* mr = dynamic_cast<const IbvMr*>(wr.bind_info->mr);
+  const auto* mr = dynamic_cast<const IbvMr*>(info.mr);
   if (mr == nullptr) return "MR from another backend";
   if (mr->native() == nullptr) return "MR was deregistered";
   out.bind_mw.mw = mw->native();
   out.bind_mw.rkey = wr.rkey;
   out.bind_mw.bind_info.mr = mr->native();
-  out.bind_mw.bind_info.addr = wr.bind_info->addr;
-  out.bind_mw.bind_info.length = wr.bind_info->length;
-  out.bind_mw.bind_info.mw_access_flags = to_ibv(wr.bind_info->access);
+  out.bind_mw.bind_info.addr = info.addr;
+  out.bind_mw.bind_info.length = info.length;
+  out.bind_mw.bind_info.mw_access_flags = to_ibv(info.access);
   return nullptr;
 }
 
 // Windows remember the key of each BIND_MW the provider accepted (IbvMw::posted_bind).
 void note_binds(std::span<const SendWr> posted) noexcept {
   for (const SendWr& wr : posted) {
-    if (wr.opcode == WrOpcode::bind_mw) static_cast<IbvMw*>(wr.mw)->posted_bind(wr.rkey);
+    if (wr.opcode == WrOpcode::bind_mw) static_cast<IbvMw*>(wr.bind_mw->mw)->posted_bind(wr.rkey);
   }
 }
 
@@ -201,7 +202,7 @@ void note_binds(std::span<const SendWr> posted) noexcept {
         out.wr.rdma.rkey = wr.rkey;
       }
       if (wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::send_with_inv) {
-        out.invalidate_rkey = wr.invalidate_rkey;  // shares imm_data's place, host order
+        out.invalidate_rkey = wr.imm_data;  // the key, host order (imm_data's place)
       } else {
         out.imm_data = htonl(wr.imm_data);
       }
