@@ -74,6 +74,7 @@ static int wait_one(struct ibv_cq *cq, struct ibv_wc *wc) {
     if (n == 1) return 0;
   }
   CHECK(0, "no completion");
+  return 1;
 }
 
 /* One completion on `cq` with this wr_id, status and opcode. */
@@ -327,6 +328,7 @@ static int start_poll_one(struct ibv_cq_ex *cq) {
     CHECK(err == ENOENT, "ibv_start_poll: %s", strerror(err));
   }
   CHECK(0, "no completion");
+  return 1;
 }
 
 static int type2(void) {
