@@ -249,8 +249,9 @@ class alignas(64) SimQp : public QueuePair {
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
   template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
-  // check_send for BIND_MW, LOCAL_INV and SEND_WITH_INV: 0 or an errno.
-  int check_window_op(const SendWr& wr, const char*& reason) const noexcept;
+  // check_send for BIND_MW, LOCAL_INV and SEND_WITH_INV: why it is refused (EINVAL), or
+  // nullptr.
+  const char* window_op_refusal(const SendWr& wr) const noexcept;
   // The part of enqueue_send that a BIND_MW adds, for slot `i`.
   void enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept;
   // Runs the BIND_MW or LOCAL_INV of send WQE `index` (memory windows: mw.cpp).

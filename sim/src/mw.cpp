@@ -121,28 +121,20 @@ PostResult SimQp::bind_mw(MemoryWindow& window, const MwBind& bind) noexcept {
   return r;
 }
 
-int SimQp::check_window_op(const SendWr& wr, const char*& reason) const noexcept {
-  auto refuse = [&reason](int err, const char* why) {
-    reason = why;
-    return err;
-  };
-  if (wr.opcode != WrOpcode::bind_mw) return 0;  // LOCAL_INV, SEND_WITH_INV: any key
+const char* SimQp::window_op_refusal(const SendWr& wr) const noexcept {
+  if (wr.opcode != WrOpcode::bind_mw) return nullptr;  // LOCAL_INV, SEND_WITH_INV: any key
   // rxe's provider refuses it on other QPs (its requester would find no operation for it).
-  if (type_ != QpType::rc && type_ != QpType::uc) return refuse(EINVAL, "BIND_MW on a UD QP");
-  if (!wr.sg_list.empty()) return refuse(EINVAL, "BIND_MW takes no SGEs");
-  if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr) {
-    return refuse(EINVAL, "BIND_MW without a window");
-  }
+  if (type_ != QpType::rc && type_ != QpType::uc) return "BIND_MW on a UD QP";
+  if (!wr.sg_list.empty()) return "BIND_MW takes no SGEs";
+  if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr) return "BIND_MW without a window";
   auto* mw = dynamic_cast<SimMw*>(wr.bind_mw->mw);
-  if (mw == nullptr || mw->core().dev != dev_) {
-    return refuse(EINVAL, "memory window of another device");
-  }
+  if (mw == nullptr || mw->core().dev != dev_) return "memory window of another device";
   const MwBindInfo& info = wr.bind_mw->info;
   if (info.mr != nullptr && dynamic_cast<const SimMr*>(info.mr) == nullptr) {
-    return refuse(EINVAL, "MR of another backend");
+    return "MR of another backend";
   }
-  if (info.length != 0 && info.mr == nullptr) return refuse(EINVAL, "BIND_MW without an MR");
-  return 0;
+  if (info.length != 0 && info.mr == nullptr) return "BIND_MW without an MR";
+  return nullptr;
 }
 
 // BIND_MW (RC and UC QPs only: check_window_op): the window's range and key in the WQE's RDMA

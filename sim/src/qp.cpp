@@ -234,7 +234,7 @@ template <QpType Type>
                         ? "atomics need 8 bytes of local buffer and an 8-byte aligned operand"
                         : "atomics need one 8-byte, 8-byte aligned operand");
     }
-    if (const int err = check_window_op(wr, reason)) return err;
+    if (const char* why = window_op_refusal(wr)) return refuse(EINVAL, why);
   }
   if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
   if (Type == QpType::ud) {

@@ -37,6 +37,12 @@ bool opcode_supported(QpType type, WrOpcode op) noexcept {
   return type == QpType::rc || !is_read_or_atomic(op);
 }
 
+// What a SEND-family message's receive completion says of `imm`: with_imm, with_inv or none.
+WcFlags recv_flag_of(WrOpcode op) noexcept {
+  if (op == WrOpcode::send_with_imm) return WcFlags::with_imm;
+  return op == WrOpcode::send_with_inv ? WcFlags::with_inv : WcFlags::none;
+}
+
 // BIND_MW and LOCAL_INV run in the requester and put nothing on the wire.
 bool is_local_op(WrOpcode op) noexcept {
   static_assert(static_cast<int>(WrOpcode::bind_mw) == static_cast<int>(WrOpcode::local_inv) + 1);
@@ -568,8 +574,6 @@ void SimQp::on_deliver(const Event& e) {
     if (mr != nullptr) [[likely]] return covers(*mr, wq.remote_addr, len, mr_need);
     return window_covers(wq.rkey, wq.remote_addr, len, mr_need);
   };
-  const bool with_imm =
-      wq.opcode == WrOpcode::send_with_imm || wq.opcode == WrOpcode::rdma_write_with_imm;
   const bool solicited = any(wq.flags, SendFlags::solicited);
   std::uint64_t response_bytes = 0;
 
@@ -605,10 +609,9 @@ void SimQp::on_deliver(const Event& e) {
       } else {
         sg_copy(rs, rw.num_sge, src_sges, wq.num_sge);
       }
-      WcFlags imm_flag = with_imm ? WcFlags::with_imm : WcFlags::none;
-      if (wq.opcode == WrOpcode::send_with_inv) [[unlikely]] {
+      const WcFlags imm_flag = recv_flag_of(wq.opcode);
+      if (imm_flag == WcFlags::with_inv) [[unlikely]] {
         if (!invalidate_window(*dev_, wq.imm)) return fail_invalidation(e, wq, rw.wr_id);
-        imm_flag = WcFlags::with_inv;
       }
       if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, imm_flag, 0, solicited) &&
           traits().recv_cq_overrun_errors_qp) {
@@ -619,6 +622,7 @@ void SimQp::on_deliver(const Event& e) {
     }
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm: {
+      const bool with_imm = wq.opcode == WrOpcode::rdma_write_with_imm;
       if (!remote_ok(Access::remote_write, Access::remote_write, wq.length)) {
         if (!rc) {
           // UC has no NAK to send: the message is dropped and the QP carries on (rxe's
