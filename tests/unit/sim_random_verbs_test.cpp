@@ -4,7 +4,9 @@
 // Each run drives five connected QP pairs (RC, RC on each side's SRQ, RC, UC, UD) with a few
 // hundred random steps: batches of sends of every opcode and receives, with bad lkeys, rkeys,
 // lengths, SGE counts and inline sizes among them; polls; bare state changes, valid or not;
-// resets and reconnections; QPs destroyed and created again; the MR registered anew.
+// resets and reconnections; QPs destroyed and created again; the MR registered anew; memory
+// windows bound, unbound and invalidated (type 1 binds, BIND_MW, LOCAL_INV, SEND_WITH_INV) while
+// the peer's READs, WRITEs and atomics sometimes go through them.
 // Checked along the way and at the end:
 // - a post that fails returns ENOMEM or EINVAL with a reason, and the `posted` WRs before the
 //   failing one were taken;
@@ -87,8 +89,11 @@ constexpr QpCap kCap{8, 8, 2, 2, 64};
 // at most kSteps * 4 WRs.
 constexpr int kCqe = 2048;
 constexpr std::uint32_t kQkey = 0x11111111;
-constexpr Access kAllAccess =
-    Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic;
+constexpr Access kAllAccess = Access::local_write | Access::remote_write | Access::remote_read |
+                              Access::remote_atomic | Access::mw_bind;
+constexpr Access kWindowAccess[3] = {Access::remote_write | Access::remote_read, Access::remote_read,
+                                     Access::remote_write | Access::remote_read |
+                                         Access::remote_atomic};
 
 // How fast the simulated network is next to the program. On a device the NIC moves on between
 // the program's steps; in a simulated world nothing moves until the program polls or waits.
@@ -136,6 +141,7 @@ struct Host {
         buf(kBufBytes) {
     for (std::size_t i = 0; i < kSrcBytes; ++i) buf[i] = source_byte(i);
     mr = pd->reg_mr(buf.data(), buf.size(), kAllAccess);
+    alloc_windows();
     SrqInitAttr attr;
     attr.max_wr = 16;
     attr.max_sge = 2;
@@ -155,8 +161,19 @@ struct Host {
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
+  std::unique_ptr<MemoryWindow> mw1;  // bound by a QP's bind_mw step
+  std::unique_ptr<MemoryWindow> mw2;  // bound by BIND_MW work requests, closed by LOCAL_INV and
+                                      // the peer's SEND_WITH_INV
   std::vector<bool> slot_busy = std::vector<bool>(kSlots, false);
   std::size_t atomic_words_taken = 0;
+
+  // A window of each type over the buffer, where the device has them: the peer's READs, WRITEs
+  // and atomics sometimes go through them, bound or not.
+  void alloc_windows() {
+    const DeviceAttr a = ctx->query_device();
+    if (a.mw_type1) mw1 = pd->alloc_mw(MwType::type1);
+    if (a.mw_type2) mw2 = pd->alloc_mw(MwType::type2);
+  }
 
   std::uint64_t base() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
   std::size_t atomic_word_at(std::size_t word) const { return kAtomicsAt + 8 * word; }
@@ -464,8 +481,10 @@ class Scenario {
         events(*q.host);
       } else if (roll < 85) {
         async_events(*q.host);
-      } else if (roll < 90) {
+      } else if (roll < 89) {
         for (std::uint32_t i = dice_.below(8); i > 0; --i) fabric_.advance();
+      } else if (roll < 90) {
+        bind_type1(q);
       } else if (roll < 94) {
         modify_bare(q);
       } else if (roll < 98) {
@@ -566,9 +585,11 @@ class Scenario {
     const std::uint32_t n = 1 + dice_.below(4);
     std::vector<std::vector<Sge>> sges(n);
     std::vector<SendWr> wrs(n);
+    std::vector<BindMwWr> binds(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       SendWr& wr = wrs[i];
       wr.wr_id = ++next_wr_id_;
+      if (type == QpType::rc && dice_.percent(2) && window_op(q, wr, binds[i])) continue;
       // Mostly an opcode the QP type has (UD: sends; UC: sends and writes), sometimes any.
       const std::uint32_t valid = type == QpType::ud ? 2 : type == QpType::uc ? 4 : 7;
       constexpr WrOpcode kByType[7] = {WrOpcode::send,         WrOpcode::send_with_imm,
@@ -645,6 +666,11 @@ class Scenario {
       if (dice_.percent(1)) wr.remote_addr += kBufBytes;
       if (atomic && dice_.percent(2)) wr.remote_addr += 4;  // misaligned
       wr.rkey = dice_.percent(2) ? remote.mr->rkey() ^ 0x100 : remote.mr->rkey();
+      // Sometimes through one of the peer's windows, open or not (any of these WRs may fail).
+      if (dice_.percent(5)) {
+        const auto& mw = dice_.percent(50) ? remote.mw1 : remote.mw2;
+        if (mw) wr.rkey = mw->rkey();
+      }
       wr.compare_add = dice_.next();
       wr.swap = dice_.next();
       if (slot != kSlots && atomic) chain_atomic(q, wr, {q.host->index, slot});
@@ -689,6 +715,56 @@ class Scenario {
       tracker_.took(wrs[i].wr_id, q.key(), true, signaled && !maybe, signaled,
                     wc_opcode_for(wrs[i].opcode), 0, named ? sges[i] : std::vector<Sge>{}, named);
     }
+  }
+
+  // Makes `wr` a memory window operation of RC QP `q`, if its host has windows: a BIND_MW of
+  // the host's type 2 window over the whole buffer (often while it is bound already: the bind
+  // fails), a LOCAL_INV of it, or a SEND_WITH_INV of the peer's. False: none.
+  // Not the invalidations on a device: real rxe (kernel 6.1) oopses on one that names a type 2
+  // window not bound (rxe_do_invalidate_mw puts the window's NULL QP), and the test cannot know
+  // whether a bind has run yet.
+  bool window_op(Qp& q, SendWr& wr, BindMwWr& bind) {
+    Host& h = *q.host;
+    const std::uint32_t kind = dice_.below(3);
+    if (!h.mw2 || !q.peer->host->mw2 || (kind != 0 && !fabric_.simulated())) return false;
+    if (dice_.percent(60)) wr.flags |= SendFlags::signaled;
+    switch (kind) {
+      case 0:
+        bind = {h.mw2.get(), {h.mr.get(), h.base(), h.buf.size(), kWindowAccess[dice_.below(3)]}};
+        wr.opcode = WrOpcode::bind_mw;
+        wr.rkey = inc_rkey(h.mw2->rkey());
+        wr.bind_mw = &bind;
+        return true;
+      case 1:
+        wr.opcode = WrOpcode::local_inv;
+        wr.imm_data = h.mw2->rkey();
+        return true;
+      default:
+        wr.opcode = WrOpcode::send_with_inv;
+        wr.imm_data = q.peer->host->mw2->rkey();
+        return true;
+    }
+  }
+
+  // A type 1 bind (or, one time in four, an unbind) of the host's window over its buffer.
+  void bind_type1(Qp& q) {
+    Host& h = *q.host;
+    if (!h.mw1 || q.type == QpType::ud) return;
+    MwBind bind;
+    bind.wr_id = ++next_wr_id_;
+    if (dice_.percent(60)) bind.flags = SendFlags::signaled;
+    bind.info = {h.mr.get(), h.base(), dice_.percent(25) ? 0 : h.buf.size(),
+                 kWindowAccess[dice_.below(3)]};
+    const QpState before = q.qp->state();
+    // Not before RTS: rxe queues what a refused post carried (post_sends' note on it).
+    if (before == QpState::reset || before == QpState::init || before == QpState::rtr) return;
+    const PostResult r = q.qp->bind_mw(*h.mw1, bind);
+    note("bind_mw sim", h.index, " qp ", q.qp->qp_num(), " ", to_string(before), " wr_id ",
+         bind.wr_id, ": err ", r.err, " ", r.reason, " rkey ", h.mw1->rkey());
+    check_post("bind_mw", r, 1);
+    if (r.posted == 0) return;
+    const bool signaled = any(bind.flags, SendFlags::signaled);
+    tracker_.took(bind.wr_id, q.key(), true, signaled, signaled, WcOpcode::bind_mw, 0);
   }
 
   void post_recvs(Qp& q) {
@@ -1066,8 +1142,12 @@ class Scenario {
   // or access errors, the ones posted from now on use the new keys.
   void reregister(Host& h) {
     note("register the buffer of sim", h.index, " again");
+    // Windows go first: an MR with a window bound cannot be deregistered.
+    h.mw1.reset();
+    h.mw2.reset();
     h.mr.reset();
     h.mr = h.pd->reg_mr(h.buf.data(), h.buf.size(), kAllAccess);
+    h.alloc_windows();
   }
 
   void finish() {
@@ -1190,12 +1270,13 @@ TEST_P(RandomVerbs, NothingCrashesAndEveryWrEndsOnce) {
   }
   // The runs must move data, not only refuse and flush: 15 to 25 successful completions a run
   // on average (one run alone may have far fewer), some of them transfers checked byte by byte,
-  // and an atomic's returned value checked every other run or so (most atomics are flushed:
-  // their QP failed for a WR before them).
+  // and an atomic's returned value checked every third run or so (most atomics are flushed:
+  // their QP failed for a WR before them; memory window operations that fail, a bind of a
+  // window bound already or an invalidation of one that is not, add such failures).
   if (runs > 1) {
     EXPECT_GE(successes, 10u * static_cast<std::size_t>(runs));
     EXPECT_GE(payloads_checked, static_cast<std::size_t>(runs));
-    EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 2));
+    EXPECT_GE(atomics_checked, static_cast<std::size_t>(runs / 3));
     EXPECT_GT(async_events, 0u);
   }
 }
