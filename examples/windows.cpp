@@ -88,7 +88,8 @@ int run(int argc, char** argv) {
     } else if (flag == "--requests") {
       requests = std::max<std::uint64_t>(1, cli::parse_number(flag, value, 1u << 20));
     } else if (flag == "--size") {
-      size = static_cast<std::uint32_t>(std::max<std::uint64_t>(8, cli::parse_number(flag, value, 1u << 24)));
+      size = static_cast<std::uint32_t>(
+          std::max<std::uint64_t>(8, cli::parse_number(flag, value, 1u << 24)));
     } else {
       return false;
     }

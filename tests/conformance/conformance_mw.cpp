@@ -108,7 +108,8 @@ TEST_P(MemoryWindows, Type1BindWriteThrough) {
   CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
   fill_source();
-  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + 128), mw->rkey()),
+  CHECK_OBS("write",
+            rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + 128), mw->rkey()),
             "SUCCESS/RDMA_WRITE/64");
   CHECK_OBS("landed", landed(kWinOff + 128), true);
 }
@@ -121,8 +122,10 @@ TEST_P(MemoryWindows, Type1WritePastWindowEnd) {
   auto mw = pd().alloc_mw(MwType::type1);
   CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   const bool mr_range = expect().mw_range_is_mr;
-  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
-            mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
+  CHECK_OBS(
+      "write",
+      rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
+      mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
   CHECK_OBS("requester", wait_state(*p.a, mr_range ? QpState::rts : QpState::err),
             mr_range ? QpState::rts : QpState::err);
 }
@@ -135,7 +138,8 @@ TEST_P(MemoryWindows, Type1WritePastRegionEnd) {
   auto mw = pd().alloc_mw(MwType::type1);
   const MwBindInfo info{r.get(), r->address(kRegionLen - kWinLen), kWinLen, kRemote};
   CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, info), "SUCCESS/BIND_MW/0");
-  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kRegionLen - 32), mw->rkey()),
+  CHECK_OBS("write",
+            rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kRegionLen - 32), mw->rkey()),
             write_fails());
   CHECK_OBS("requester", wait_state(*p.a, QpState::err), QpState::err);
   CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
@@ -159,7 +163,8 @@ TEST_P(MemoryWindows, Type1ReadOnlyWindow) {
   Pair p = make_pair();
   auto r = region();
   auto mw = pd().alloc_mw(MwType::type1);
-  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r, Access::remote_read)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r, Access::remote_read)),
+            "SUCCESS/BIND_MW/0");
   CHECK_OBS("read", rdma(*p.a, *p.cq_a, WrOpcode::rdma_read, r->address(kWinOff), mw->rkey()),
             "SUCCESS/RDMA_READ/64");
   CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
@@ -179,12 +184,14 @@ TEST_P(MemoryWindows, Type2BindServesOnlyItsQp) {
   CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
   fill_source();
-  CHECK_OBS("write_to_binder", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+  CHECK_OBS("write_to_binder",
+            rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
             "SUCCESS/RDMA_WRITE/64");
   CHECK_OBS("landed", landed(kWinOff), true);
   // The same PD, the other QP: b writes to a through the window b bound.
   CHECK_OBS("write_to_other_qp",
-            rdma(*p.b, *p.cq_b, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()), write_fails());
+            rdma(*p.b, *p.cq_b, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
 }
 
 TEST_P(MemoryWindows, Type2WritePastWindowEnd) {
@@ -194,8 +201,10 @@ TEST_P(MemoryWindows, Type2WritePastWindowEnd) {
   auto mw = pd().alloc_mw(MwType::type2);
   CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   const bool mr_range = expect().mw_range_is_mr;
-  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
-            mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
+  CHECK_OBS(
+      "write",
+      rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff + kWinLen - 32), mw->rkey()),
+      mr_range ? "SUCCESS/RDMA_WRITE/64" : write_fails());
 }
 
 TEST_P(MemoryWindows, Type2LocalInvalidate) {
@@ -233,7 +242,8 @@ TEST_P(MemoryWindows, Type2SendWithInvalidate) {
   const Sge rs = sge(kSrc + 1024, 64);
   ASSERT_FALSE(p.b->post_recv(recv_wr(20, &rs)).error());
   const Sge s = sge(kSrc, 16);
-  CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mw->rkey(), &s)).error(), 0);
+  CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mw->rkey(), &s)).error(),
+            0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
   const auto got = poll_n(*p.cq_b, 1);
   CHECK_OBS("receiver", describe(got), "SUCCESS/RECV/16");
@@ -271,7 +281,8 @@ TEST_P(MemoryWindows, Type1BindToMrWithoutMwBind) {
   const std::uint32_t old = mw->rkey();
   const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r)});
   CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
 }
@@ -305,7 +316,8 @@ TEST_P(MemoryWindows, Type1BindPastMrEnd) {
   const MwBindInfo info{r.get(), r->address(kRegionLen - 1024), 2048, kRemote};
   const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, info});
   CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
 }
 
@@ -328,7 +340,8 @@ TEST_P(MemoryWindows, Type1RemoteWriteOnMrWithoutLocalWrite) {
   const PostResult res =
       p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r, Access::remote_write)});
   CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
 }
 
@@ -373,7 +386,8 @@ TEST_P(MemoryWindows, LocalInvalidateUnknownKey) {
     gone = mw->rkey();
   }
   CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, gone)).error(), 0);
-  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
   CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
 }
 
@@ -384,14 +398,16 @@ TEST_P(MemoryWindows, LocalInvalidateType1Window) {
   auto mw = pd().alloc_mw(MwType::type1);
   CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mw->rkey())).error(), 0);
-  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
   CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
 }
 
 TEST_P(MemoryWindows, LocalInvalidateMrKey) {
   Pair p = make_pair();
   CHECK_ERR("inv_post", p.b->post_send(inv_wr(8, WrOpcode::local_inv, mr().rkey())).error(), 0);
-  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)), err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
+  CHECK_OBS("inv", describe(poll_n(*p.cq_b, 1)),
+            err_wc(WcStatus::loc_qp_op_err, WcOpcode::local_inv, 0));
   CHECK_OBS("state", wait_state(*p.b, QpState::err), QpState::err);
 }
 
@@ -400,7 +416,8 @@ TEST_P(MemoryWindows, SendWithInvalidateMrKey) {
   const Sge rs = sge(kSrc + 1024, 64);
   ASSERT_FALSE(p.b->post_recv(recv_wr(20, &rs)).error());
   const Sge s = sge(kSrc, 16);
-  CHECK_ERR("send_post", p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mr().rkey(), &s)).error(), 0);
+  CHECK_ERR("send_post",
+            p.a->post_send(inv_wr(9, WrOpcode::send_with_inv, mr().rkey(), &s)).error(), 0);
   // The responder fails the receive and goes to ERR, but acknowledges the SEND.
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
   CHECK_OBS("receiver", describe(poll_n(*p.cq_b, 1)),

@@ -91,9 +91,9 @@ constexpr int kCqe = 2048;
 constexpr std::uint32_t kQkey = 0x11111111;
 constexpr Access kAllAccess = Access::local_write | Access::remote_write | Access::remote_read |
                               Access::remote_atomic | Access::mw_bind;
-constexpr Access kWindowAccess[3] = {Access::remote_write | Access::remote_read, Access::remote_read,
-                                     Access::remote_write | Access::remote_read |
-                                         Access::remote_atomic};
+constexpr Access kWindowAccess[3] = {
+    Access::remote_write | Access::remote_read, Access::remote_read,
+    Access::remote_write | Access::remote_read | Access::remote_atomic};
 
 // How fast the simulated network is next to the program. On a device the NIC moves on between
 // the program's steps; in a simulated world nothing moves until the program polls or waits.
