@@ -13,6 +13,11 @@ void rereg_mr(MemoryRegion& mr, const MrChange& change) {
   auto* m = dynamic_cast<SimMr*>(&mr);
   if (m == nullptr) fail("ibv_rereg_mr", EINVAL, "not a memory region of the simulator");
   MrCore& core = m->core();
+  // A window bound to it would keep the range it was bound to, which the MR may no longer
+  // cover: refused as deregistration is.
+  if (core.windows > 0) {
+    fail("ibv_rereg_mr", EINVAL, std::to_string(core.windows) + " memory windows are bound to the MR");
+  }
   std::shared_ptr<PdCore> pd = core.pd;
   if (change.pd != nullptr) {
     auto* p = dynamic_cast<SimPd*>(change.pd);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../support/sim_checks.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 namespace verbsim {
 namespace {
@@ -287,10 +288,14 @@ TEST_P(Windows, DeallocatingAWindowClosesIt) {
   EXPECT_EQ(access_through(key, 0), WcStatus::rem_access_err);
 }
 
-TEST_P(Windows, AnMrWithABoundWindowCannotBeDeregistered) {
+TEST_P(Windows, AnMrWithABoundWindowCannotBeDeregisteredOrReregistered) {
   auto mw = p->b.pd->alloc_mw(MwType::type1);
   ASSERT_EQ(bind_type1(*mw, 0, 64, Access::remote_read).status, WcStatus::success);
   EXPECT_TRUE(throws_verb_error([&] { window_mr->destroy(); }, "ibv_dereg_mr", EINVAL));
+  sim::MrChange change;
+  change.access = Access::local_write | Access::mw_bind;
+  EXPECT_TRUE(throws_verb_error([&] { sim::rereg_mr(*window_mr, change); }, "ibv_rereg_mr",
+                                EINVAL));
   ASSERT_EQ(bind_type1(*mw, 0, 0, Access::none).status, WcStatus::success);  // unbound
   EXPECT_NO_THROW(window_mr->destroy());
 }
