@@ -174,7 +174,7 @@ AhAttr Conformance::ah_attr() const {
 }
 
 std::string Conformance::err_wc(WcStatus status, WcOpcode opcode, std::uint32_t len) const {
-  WorkCompletion wc;
+  WorkCompletion wc{};
   wc.status = status;
   wc.opcode = expect_->error_wc_zeroed ? WcOpcode::send : opcode;
   wc.byte_len = expect_->error_wc_zeroed ? 0 : len;
