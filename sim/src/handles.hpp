@@ -334,7 +334,9 @@ class alignas(64) SimQp : public QueuePair {
   // object must stay within 384 bytes (6 lines; docs/PERFORMANCE.md, "Memory and scaling").
 
   // The fields of QpAttr that a SEND's requester and responder read. attr_ holds every other
-  // field; its copies of these are not used (query() fills them in from here). RDMA and atomic
+  // field; its copies of these are not used (query() fills them in from here), except
+  // attr_.sq_psn, the PSN modify() set (hot_.sq_psn is the PSN of the WQE at
+  // sq_psn_base_index_, which a bind or local invalidate moves on). RDMA and atomic
   // requests also read attr_.qp_access_flags (and more on their error paths), UD receives
   // attr_.qkey: one more line for those.
   struct HotAttr {

@@ -584,7 +584,10 @@ void SimQp::apply(const QpAttr& a, QpAttrMask m) {
   if (any(m, QpAttrMask::rq_psn)) attr_.rq_psn = a.rq_psn & 0xffffff;
   if (any(m, QpAttrMask::max_qp_rd_atomic)) hot_.max_rd_atomic = a.max_rd_atomic;
   if (any(m, QpAttrMask::min_rnr_timer)) attr_.min_rnr_timer = a.min_rnr_timer;
-  if (any(m, QpAttrMask::sq_psn)) hot_.sq_psn = a.sq_psn & 0xffffff;
+  if (any(m, QpAttrMask::sq_psn)) {
+    hot_.sq_psn = a.sq_psn & 0xffffff;
+    attr_.sq_psn = hot_.sq_psn;  // what query() reports: hot_.sq_psn moves past local ops
+  }
   if (any(m, QpAttrMask::max_dest_rd_atomic)) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (any(m, QpAttrMask::dest_qpn)) hot_.dest_qp_num = a.dest_qp_num & 0xffffff;
 }
@@ -597,7 +600,6 @@ QpAttr SimQp::query(QpAttrMask) const {
   a.retry_cnt = hot_.retry_cnt;
   a.rnr_retry = hot_.rnr_retry;
   a.max_rd_atomic = hot_.max_rd_atomic;
-  a.sq_psn = hot_.sq_psn;
   a.dest_qp_num = hot_.dest_qp_num;
   a.cur_qp_state = a.qp_state;
   a.cap = reported_cap_;
