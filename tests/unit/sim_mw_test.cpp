@@ -179,6 +179,7 @@ TEST_P(Windows, ABindRunsInSendQueueOrderWithoutTakingAPsn) {
   for (const auto& wc : wcs) EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
   EXPECT_EQ(led.poll_n(p->world, *p->a.cq, 2).size(), 2u);
   EXPECT_EQ(access_through(mw->rkey(), 0), WcStatus::success);
+  EXPECT_EQ(p->b.qp->query(QpAttrMask::sq_psn).sq_psn, 200u);  // as connect() set it
   EXPECT_TRUE(led.balanced());
 }
 
