@@ -171,6 +171,21 @@ TEST_P(MemoryWindows, Type1ReadOnlyWindow) {
             write_fails());
 }
 
+// A window's access may carry MW_BIND and LOCAL_WRITE besides the remote rights (rxe accepts
+// every flag an MR may have); only the remote rights matter to a request through it.
+TEST_P(MemoryWindows, Type1WindowAccessWithLocalFlags) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto r = region();
+  auto mw = pd().alloc_mw(MwType::type1);
+  CHECK_OBS("bind",
+            bind1(*p.b, *p.cq_b, *mw,
+                  window(*r, Access::remote_read | Access::local_write | Access::mw_bind)),
+            "SUCCESS/BIND_MW/0");
+  CHECK_OBS("read", rdma(*p.a, *p.cq_a, WrOpcode::rdma_read, r->address(kWinOff), mw->rkey()),
+            "SUCCESS/RDMA_READ/64");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Type 2
 

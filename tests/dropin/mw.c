@@ -249,13 +249,17 @@ static int type1(void) {
                                            .addr = (uintptr_t)at,
                                            .length = 512,
                                            .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}};
-  /* Bad binds are refused at post, and leave the key alone. */
+  /* A bad bind is refused at post and leaves the key alone: a range without an MR. */
   uint32_t old = mw->rkey;
-  bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND;
+  bind.bind_info.mr = NULL;
   int err = ibv_bind_mw(b.qp, mw, &bind);
-  CHECK(err == EINVAL && mw->rkey == old, "bind with IBV_ACCESS_MW_BIND: want EINVAL, got %d",
+  CHECK(err == EINVAL && mw->rkey == old, "bind of a range without an MR: want EINVAL, got %d",
         err);
-  bind.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  bind.bind_info.mr = b.mr;
+  /* Local flags in a window's access are taken and mean nothing (rxe accepts them: conformance
+   * MemoryWindows.Type1WindowAccessWithLocalFlags). */
+  bind.bind_info.mw_access_flags =
+      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
 
   err = ibv_bind_mw(b.qp, mw, &bind);
   CHECK(err == 0, "ibv_bind_mw: %s", strerror(err));

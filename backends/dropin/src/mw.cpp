@@ -16,9 +16,10 @@ int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
   const unsigned access = in.mw_access_flags;
   // Zero-based windows (remote addresses as offsets into the window) are not modelled.
   if ((access & IBV_ACCESS_ZERO_BASED) != 0) return EOPNOTSUPP;
-  // A window grants remote access only; IBV_ACCESS_LOCAL_WRITE, which programs often pass
-  // along (pyverbs does), has no meaning for it and is ignored, as providers do.
-  if ((access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE)) != 0) return EINVAL;
+  // A window grants remote access only; IBV_ACCESS_LOCAL_WRITE and IBV_ACCESS_MW_BIND, which
+  // programs pass along (pyverbs does), mean nothing for it and are ignored, as rxe does
+  // (conformance MemoryWindows.Type1WindowAccessWithLocalFlags).
+  if ((access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)) != 0) return EINVAL;
   if (in.mr == nullptr && (in.addr != 0 || in.length != 0)) return EINVAL;
   out = MwBindInfo{};
   out.mr = in.mr != nullptr ? DMr::from(in.mr)->impl.get() : nullptr;
