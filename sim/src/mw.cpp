@@ -14,20 +14,10 @@ namespace {
 constexpr Access kWindowAccess = Access::local_write | Access::remote_read |
                                  Access::remote_write | Access::remote_atomic | Access::mw_bind;
 
-MwCore* live_window(DevCore& dev, std::uint32_t key) noexcept {
-  MwCore* mw = dev.mws.find(key >> 8);
-  return mw != nullptr && mw->key == key ? mw : nullptr;
-}
-
-MrCore* live_mr(DevCore& dev, std::uint32_t key) noexcept {
-  MrCore* mr = dev.mrs.find(key >> 8);
-  return mr != nullptr && mr->key == key ? mr : nullptr;
-}
-
 // Forgets what `mw` is bound to.
 void unbind(MwCore& mw) noexcept {
   if (mw.mr_key != 0) {
-    if (MrCore* mr = live_mr(*mw.dev, mw.mr_key)) --mr->windows;
+    if (MrCore* mr = mw.dev->mr_of(mw.mr_key)) --mr->windows;
   }
   mw.mr_key = 0;
   mw.addr = 0;
@@ -40,7 +30,7 @@ void unbind(MwCore& mw) noexcept {
 }  // namespace
 
 bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept {
-  MwCore* mw = live_window(dev, key);
+  MwCore* mw = dev.window_of(key);
   // A type 1 window is invalidated by binding it with length 0, never by a key (o10-37.2.26);
   // an MR's key cannot be invalidated either (rxe invalidates only fast-registration MRs).
   if (mw == nullptr || mw->type != MwType::type2 || !mw->bound) return false;
@@ -137,7 +127,7 @@ const char* SimQp::window_op_refusal(const SendWr& wr) const noexcept {
   return nullptr;
 }
 
-// BIND_MW (RC and UC QPs only: check_window_op): the window's range and key in the WQE's RDMA
+// BIND_MW (RC and UC QPs only: window_op_refusal): the window's range and key in the WQE's RDMA
 // fields, the rest in the place of an atomic's operands.
 void SimQp::enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept {
   SendWqe& w = sq_at(i);
@@ -160,11 +150,11 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
     return invalidate_window(*dev_, wq.imm) ? WcStatus::success : WcStatus::loc_qp_op_err;
   }
   const BindOperands& b = sq_bind(index);
-  MwCore* mw = live_window(*dev_, b.mw_key);
+  MwCore* mw = dev_->window_of(b.mw_key);
   if (mw == nullptr) return WcStatus::mw_bind_err;  // deallocated, or a stale key
   MrCore* mr = nullptr;
   if (b.length != 0) {
-    mr = live_mr(*dev_, wq.imm);
+    mr = dev_->mr_of(wq.imm);
     if (mr == nullptr) return WcStatus::mw_bind_err;
   }
   if (mw->type == MwType::type2) {
@@ -173,15 +163,10 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
   }
   if (any(b.access, ~kWindowAccess)) return WcStatus::mw_bind_err;
   if (mr != nullptr) {
-    // C10-73, C10-74, C10-75.
-    if (!any(mr->access, Access::mw_bind)) return WcStatus::mw_bind_err;
+    // C10-73 (the MR allows binds) and C10-75 (the range lies in it), then C10-74.
+    if (!covers(*mr, wq.remote_addr, b.length, Access::mw_bind)) return WcStatus::mw_bind_err;
     if (any(b.access, Access::remote_write | Access::remote_atomic) &&
         !any(mr->access, Access::local_write)) {
-      return WcStatus::mw_bind_err;
-    }
-    const auto base = reinterpret_cast<std::uint64_t>(mr->addr);
-    if (wq.remote_addr < base || wq.remote_addr + b.length > base + mr->length ||
-        wq.remote_addr + b.length < wq.remote_addr) {
       return WcStatus::mw_bind_err;
     }
   }
@@ -206,20 +191,15 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
 
 bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
                           Access need) const noexcept {
-  const MwCore* mw = live_window(*dev_, key);
+  const MwCore* mw = dev_->window_of(key);
   if (mw == nullptr || mw->length == 0 || mw->pd.get() != pd_.get()) return false;
   if (mw->type == MwType::type2 && (!mw->bound || mw->qpn != qpn_)) return false;
   if (!all(mw->access, need)) return false;
   // Its MR is gone only if the program dropped the MR's handle with the window bound.
-  const MrCore* mr = live_mr(*dev_, mw->mr_key);
+  const MrCore* mr = dev_->mr_of(mw->mr_key);
   if (mr == nullptr) return false;
-  std::uint64_t base = mw->addr;
-  std::uint64_t length = mw->length;
-  if (world().traits->window_range_is_mr) {
-    base = reinterpret_cast<std::uint64_t>(mr->addr);
-    length = mr->length;
-  }
-  return addr >= base && addr + len <= base + length && addr + len >= addr;
+  if (world().traits->window_range_is_mr) return covers(*mr, addr, len, Access::none);
+  return spans(mw->addr, mw->length, addr, len);
 }
 
 }  // namespace verbsim::sim

@@ -49,13 +49,6 @@ bool is_local_op(WrOpcode op) noexcept {
   return static_cast<unsigned>(op) - static_cast<unsigned>(WrOpcode::local_inv) < 2;
 }
 
-// Does `mr` cover [addr, addr+len) with every access bit of `need`?
-[[gnu::always_inline]] inline bool covers(const MrCore& mr, std::uint64_t addr, std::uint64_t len,
-                                          Access need) noexcept {
-  if (need != Access::none && !all(mr.access, need)) return false;
-  const auto base = reinterpret_cast<std::uint64_t>(mr.addr);
-  return addr >= base && addr + len <= base + mr.length && addr + len >= addr;
-}
 
 // Scatters `len` bytes from `src` into the SGE list.
 void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint64_t len) noexcept {
@@ -148,8 +141,8 @@ void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
   if (mr_cache_.generation == dev_->mr_generation && mr_cache_.mr->key == key) [[likely]] {
     return mr_cache_.mr;
   }
-  const MrCore* mr = dev_->mrs.find(key >> 8);
-  if (mr == nullptr || mr->key != key || mr->pd.get() != pd_.get()) return nullptr;
+  const MrCore* mr = dev_->mr_of(key);
+  if (mr == nullptr || mr->pd.get() != pd_.get()) return nullptr;
   mr_cache_ = {dev_->mr_generation, mr};
   return mr;
 }
