@@ -294,9 +294,7 @@ TEST_P(MemoryWindows, Type1BindToMrWithoutMwBind) {
   auto r = region(Access::local_write | kRemote);
   auto mw = pd().alloc_mw(MwType::type1);
   const std::uint32_t old = mw->rkey();
-  const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r)});
-  CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)),
             err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("rkey_incremented", mw->rkey() == inc_rkey(old), true);
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
@@ -329,9 +327,7 @@ TEST_P(MemoryWindows, Type1BindPastMrEnd) {
   auto r = region();
   auto mw = pd().alloc_mw(MwType::type1);
   const MwBindInfo info{r.get(), r->address(kRegionLen - 1024), 2048, kRemote};
-  const PostResult res = p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, info});
-  CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, info),
             err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
 }
@@ -352,10 +348,7 @@ TEST_P(MemoryWindows, Type1RemoteWriteOnMrWithoutLocalWrite) {
   Pair p = make_pair();
   auto r = region(Access::remote_read | Access::mw_bind);
   auto mw = pd().alloc_mw(MwType::type1);
-  const PostResult res =
-      p.b->bind_mw(*mw, MwBind{7, SendFlags::signaled, window(*r, Access::remote_write)});
-  CHECK_ERR("bind_post", res.error(), 0);
-  CHECK_OBS("bind", describe(poll_n(*p.cq_b, 1)),
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r, Access::remote_write)),
             err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
   CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
 }
