@@ -125,25 +125,40 @@ void IbvQp::destroy() {
 
 namespace {
 
+// Why `mw` cannot be handed to the provider, or nullptr.
+const char* unusable(const IbvMw* mw) noexcept {
+  if (mw == nullptr) return "memory window from another backend";
+  if (mw->native() == nullptr) return "memory window was deallocated";
+  return nullptr;
+}
+
+// Fills `out` from `in` (an MR is optional: a type 1 unbind names none). Returns nullptr, or
+// why it cannot be handed to the provider.
+const char* fill_bind_info(ibv_mw_bind_info& out, const MwBindInfo& in) noexcept {
+  out.mr = nullptr;
+  if (in.mr != nullptr) {
+    const auto* mr = dynamic_cast<const IbvMr*>(in.mr);
+    if (mr == nullptr) return "MR from another backend";
+    if (mr->native() == nullptr) return "MR was deregistered";
+    out.mr = mr->native();
+  }
+  out.addr = in.addr;
+  out.length = in.length;
+  out.mw_access_flags = to_ibv(in.access);
+  return nullptr;
+}
+
 // Fills `out.bind_mw` from a BIND_MW work request. Returns nullptr, or why the WR is refused
 // before the provider sees it (providers dereference the window and the MR without looking).
 const char* fill_bind_mw(ibv_send_wr& out, const SendWr& wr) noexcept {
   if (wr.bind_mw == nullptr || wr.bind_mw->mw == nullptr || wr.bind_mw->info.mr == nullptr) {
     return "BIND_MW without window or MR";
   }
-  const MwBindInfo& info = wr.bind_mw->info;
   const auto* mw = dynamic_cast<const IbvMw*>(wr.bind_mw->mw);
-  if (mw == nullptr) return "memory window from another backend";
-  if (mw->native() == nullptr) return "memory window was deallocated";
-  const auto* mr = dynamic_cast<const IbvMr*>(info.mr);
-  if (mr == nullptr) return "MR from another backend";
-  if (mr->native() == nullptr) return "MR was deregistered";
+  if (const char* why = unusable(mw)) return why;
+  if (const char* why = fill_bind_info(out.bind_mw.bind_info, wr.bind_mw->info)) return why;
   out.bind_mw.mw = mw->native();
   out.bind_mw.rkey = wr.rkey;
-  out.bind_mw.bind_info.mr = mr->native();
-  out.bind_mw.bind_info.addr = info.addr;
-  out.bind_mw.bind_info.length = info.length;
-  out.bind_mw.bind_info.mw_access_flags = to_ibv(info.access);
   return nullptr;
 }
 
@@ -288,17 +303,11 @@ PostResult IbvQp::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 PostResult IbvQp::bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept {
   auto* w = dynamic_cast<IbvMw*>(&mw);
-  if (w == nullptr) return {0, EINVAL, "memory window from another backend"};
-  if (w->native() == nullptr) return {0, EINVAL, "memory window was deallocated"};
+  if (const char* why = unusable(w)) return {0, EINVAL, why};
   ibv_mw_bind b{};
   b.wr_id = bind.wr_id;
   b.send_flags = to_ibv(bind.flags);
-  if (bind.info.mr != nullptr) {
-    const auto* mr = dynamic_cast<const IbvMr*>(bind.info.mr);
-    if (mr == nullptr) return {0, EINVAL, "MR from another backend"};
-    if (mr->native() == nullptr) return {0, EINVAL, "MR was deregistered"};
-    b.bind_info.mr = mr->native();
-  }
+  if (const char* why = fill_bind_info(b.bind_info, bind.info)) return {0, EINVAL, why};
   // An unbind (length 0) names no MR. The rxe kernel looks no MR up for it, but the rxe provider
   // dereferences bind_info.mr regardless: hand it an MR of the window's PD with lkey 0.
   ibv_mr stand_in{};
@@ -308,9 +317,6 @@ PostResult IbvQp::bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept {
     stand_in.pd = w->native()->pd;
     b.bind_info.mr = &stand_in;
   }
-  b.bind_info.addr = bind.info.addr;
-  b.bind_info.length = bind.info.length;
-  b.bind_info.mw_access_flags = to_ibv(bind.info.access);
   if (const int ret = ::ibv_bind_mw(qp_, w->native(), &b); ret != 0) {
     const int err = returned_errno(ret);
     switch (err) {
