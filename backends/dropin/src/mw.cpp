@@ -29,6 +29,13 @@ int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
   return 0;
 }
 
+int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept {
+  if (mw == nullptr) return EINVAL;
+  if (const int err = to_bind_info(info, out.info)) return err;
+  out.mw = DMw::from(mw)->impl.get();
+  return 0;
+}
+
 // ibv_alloc_mw: NULL with errno EINVAL for a type other than 1 and 2, EOPNOTSUPP when the device
 // has no windows of that type, ENOMEM past max_mw.
 ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept {

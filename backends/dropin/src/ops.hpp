@@ -31,6 +31,8 @@ int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
 // 0, EINVAL for access flags a window cannot have or an address range without an MR,
 // EOPNOTSUPP for a zero-based window. mw.cpp.
 int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept;
+// A BIND_MW's window and range (IBV_WR_BIND_MW, ibv_wr_bind_mw): 0 or EINVAL / EOPNOTSUPP.
+int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept;
 
 // The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
 void fill_extended_ops(DContext& c) noexcept;

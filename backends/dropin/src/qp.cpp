@@ -57,9 +57,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
     return 0;
   }
   if (in.opcode == IBV_WR_BIND_MW) {
-    if (in.bind_mw.mw == nullptr) return EINVAL;
-    if (const int err = to_bind_info(in.bind_mw.bind_info, bind.info)) return err;
-    bind.mw = DMw::from(in.bind_mw.mw)->impl.get();
+    if (const int err = to_bind_mw(in.bind_mw.mw, in.bind_mw.bind_info, bind)) return err;
     out.rkey = in.bind_mw.rkey;
     out.bind_mw = &bind;
     return 0;
@@ -298,16 +296,14 @@ void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, std::uint32_t rkey,
   add_wr(qp, WrOpcode::bind_mw, IBV_QP_EX_WITH_BIND_MW);
   DQp& q = bq(qp);
   if (SendWr* w = last(qp)) {
-    if (mw == nullptr || info == nullptr) {
+    if (info == nullptr) {
       q.batch_error = EINVAL;
       return;
     }
-    BindMwWr& bind = q.batch.back().bind;
-    if (const int err = to_bind_info(*info, bind.info)) {
+    if (const int err = to_bind_mw(mw, *info, q.batch.back().bind)) {
       q.batch_error = err;
       return;
     }
-    bind.mw = DMw::from(mw)->impl.get();
     w->rkey = rkey;
   }
 }
