@@ -11,6 +11,8 @@
 
 namespace verbsim {
 
+class CmEventChannel;
+
 // Where devices come from: the host's RDMA devices (ibverbs) or a simulated fabric (sim).
 // Contexts opened from a backend must be destroyed before it.
 class Backend {
@@ -26,6 +28,9 @@ class Backend {
   // ibv_open_device. An empty name opens the first device. Throws VerbError: ENODEV when no
   // such device exists (the message lists the devices there are, or says how to get one).
   virtual std::unique_ptr<Context> open(std::string_view device = {}) = 0;
+  // rdma_create_event_channel: the connection manager of verbsim/cm.hpp. Throws VerbError
+  // EOPNOTSUPP from a backend without one. Its ids must be destroyed before the backend.
+  virtual std::unique_ptr<CmEventChannel> create_cm_channel();
 };
 
 // A device spec: "sim", "sim:sim1", "ibverbs", "ibverbs:rxe0".

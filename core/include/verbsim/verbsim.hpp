@@ -6,6 +6,7 @@
 
 #include "verbsim/address_handle.hpp"
 #include "verbsim/backend.hpp"
+#include "verbsim/cm.hpp"
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/completion_queue.hpp"
 #include "verbsim/connect.hpp"

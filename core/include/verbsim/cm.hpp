@@ -1,0 +1,186 @@
+// The RDMA connection manager (librdmacm's rdma_cm): RC connections set up by IP address and
+// port instead of an out-of-band exchange of GIDs, QP numbers and PSNs.
+//
+//   active side                              passive side
+//   id = ch->create_id()                     id = ch->create_id()
+//   id->resolve_addr(server)  ADDR_RESOLVED  id->bind_addr(SockAddr::parse("0.0.0.0:7471"))
+//   id->resolve_route()      ROUTE_RESOLVED  id->listen()
+//   open id->device_name(), make a QP        CONNECT_REQUEST: event.new_id is the connection
+//   id->connect(*qp, param)                  open event.new_id->device_name(), make a QP
+//                                            new_id->accept(*qp, param)   (or reject())
+//   ESTABLISHED (the server's private data)  ESTABLISHED
+//   id->disconnect()                         DISCONNECTED; then disconnect() answers it
+//   DISCONNECTED
+//
+// The QP is the program's own (created from a Context on the id's device, in RESET): connect
+// and accept take it through INIT, RTR and RTS with what the two sides negotiated, as
+// rdma_create_qp's QPs are. The id must be destroyed before that QP.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "verbsim/completion_channel.hpp"
+#include "verbsim/types.hpp"
+
+namespace verbsim {
+
+class QueuePair;
+
+// An IPv4 or IPv6 address and a port: what rdma_cm takes as a sockaddr_in or sockaddr_in6.
+// IPv4 addresses are held IPv4-mapped (::ffff:a.b.c.d), which is also their RoCE v2 GID.
+struct SockAddr {
+  std::array<std::uint8_t, 16> ip{};
+  std::uint16_t port = 0;  // host byte order
+
+  // "10.0.0.1:7471", "10.0.0.1" (port 0), "0.0.0.0:7471" (any), "[fe80::1]:7471", "::1".
+  // Throws std::invalid_argument naming the text.
+  static SockAddr parse(std::string_view text);
+  static SockAddr ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d,
+                       std::uint16_t port = 0) noexcept;
+  bool is_ipv4() const noexcept;
+  bool is_any() const noexcept;  // 0.0.0.0 or ::
+  // The RoCE v2 GID of the address.
+  Gid gid() const noexcept;
+  std::string to_string() const;  // as parse() takes it
+  friend bool operator==(const SockAddr&, const SockAddr&) = default;
+};
+
+// Values equal librdmacm's enum rdma_cm_event_type. The simulator and the ibverbs backend
+// report the ones marked *; a CONNECT_RESPONSE is answered inside get_event (the QP goes to
+// RTS and the connection is established) and reported as ESTABLISHED.
+enum class CmEventType : int {
+  addr_resolved = 0,    // *
+  addr_error = 1,       // * status: -ETIMEDOUT, -EHOSTUNREACH, ...
+  route_resolved = 2,   // *
+  route_error = 3,      // *
+  connect_request = 4,  // * event.new_id is the connection's id
+  connect_response = 5,
+  connect_error = 6,    // *
+  unreachable = 7,      // * status: -ETIMEDOUT (the peer never answered)
+  rejected = 8,         // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
+  established = 9,      // *
+  disconnected = 10,    // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
+  device_removal = 11,
+  multicast_join = 12,
+  multicast_error = 13,
+  addr_change = 14,
+  timewait_exit = 15,
+};
+
+std::string_view to_string(CmEventType type) noexcept;  // "RDMA_CM_EVENT_ESTABLISHED"
+
+// CM rejection reasons seen in CmEventType::rejected's status (IB CM REJ reasons).
+inline constexpr int kCmRejectNoListener = 8;   // IB_CM_REJ_INVALID_SERVICE_ID
+inline constexpr int kCmRejectByConsumer = 28;  // IB_CM_REJ_CONSUMER_DEFINED
+
+// Private data sizes of the IB CM messages a RoCE connection carries, as rdma_cm gives them to
+// the program (the REQ's 92 bytes less rdma_cm's own 36-byte header). What a program sends is
+// padded with zeros to these sizes; longer is EINVAL.
+inline constexpr std::size_t kCmConnectDataMax = 56;  // connect(): the REQ
+inline constexpr std::size_t kCmAcceptDataMax = 196;  // accept(): the REP
+inline constexpr std::size_t kCmRejectDataMax = 148;  // reject(): the REJ
+
+// rdma_conn_param without the QP fields (they come from the QP given to connect / accept).
+struct ConnParam {
+  std::vector<std::uint8_t> private_data;
+  std::uint8_t responder_resources = 1;  // RDMA READs / atomics this side serves at once
+  std::uint8_t initiator_depth = 1;      // RDMA READs / atomics this side has in flight
+  std::uint8_t retry_count = 7;          // the peer's transport retries (connect only)
+  std::uint8_t rnr_retry_count = 7;      // the peer's RNR retries, 7 = forever
+};
+
+class CmId;
+
+// One event, owned by the program once get_event returned it (no rdma_ack_cm_event to call).
+struct CmEvent {
+  CmEventType type = CmEventType::addr_resolved;
+  int status = 0;
+  CmId* id = nullptr;         // the id the event is about; connect_request: new_id.get()
+  CmId* listen_id = nullptr;  // connect_request: the listening id
+  // connect_request only: the new connection's id, now the program's (accept or reject it;
+  // destroying it without either rejects the connection).
+  std::unique_ptr<CmId> new_id;
+  // connect_request (56 bytes), established on the active side (196), rejected (148): the
+  // peer's private data, zero-padded to the message's size.
+  std::vector<std::uint8_t> private_data;
+  // connect_request: what the peer asked for (its responder resources, initiator depth,
+  // retry counts).
+  ConnParam param;
+  std::uint32_t peer_qp_num = 0;  // connect_request, established: the peer's QP
+};
+
+// An rdma_cm_id. Control-path calls throw VerbError naming the rdma_* verb: EINVAL for a call
+// the id's state does not allow or private data too long, EADDRINUSE for a port already
+// bound, EADDRNOTAVAIL for a local address no device has, ENETUNREACH for an address no route
+// leads to. Every id belongs to the CmEventChannel it was created on (or its listener's).
+class CmId {
+ public:
+  CmId() = default;
+  CmId(const CmId&) = delete;
+  CmId& operator=(const CmId&) = delete;
+  // rdma_destroy_id. Destroying a connection's id disconnects it (or rejects a request not
+  // yet accepted); its queued events are dropped.
+  virtual ~CmId() = default;
+
+  // rdma_bind_addr: a local address (or any address) and port; port 0 picks a free one.
+  virtual void bind_addr(const SockAddr& addr) = 0;
+  // rdma_listen: connection requests to the bound address come as CONNECT_REQUEST events.
+  virtual void listen(int backlog = 16) = 0;
+  // rdma_resolve_addr: finds the local device and port that reach `dst`: ADDR_RESOLVED or
+  // ADDR_ERROR after at most `timeout_ms`.
+  virtual void resolve_addr(const SockAddr& dst, int timeout_ms = 2000) = 0;
+  // rdma_resolve_route: ROUTE_RESOLVED or ROUTE_ERROR.
+  virtual void resolve_route(int timeout_ms = 2000) = 0;
+  // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET, on device_name()) goes to INIT and
+  // the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
+  // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead).
+  virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
+  // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET) goes to RTS and the reply
+  // is sent; ESTABLISHED follows when the client confirms.
+  virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
+  // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28.
+  virtual void reject(std::span<const std::uint8_t> private_data = {}) = 0;
+  // rdma_disconnect: this side's QP goes to ERR (its outstanding WRs flush) and the peer gets
+  // DISCONNECTED; when the peer disconnects in turn this side gets DISCONNECTED.
+  virtual void disconnect() = 0;
+
+  // The device and port the id is bound to (after bind_addr to a local address, resolve_addr
+  // or a connection request); empty and 0 before.
+  virtual std::string device_name() const = 0;
+  virtual std::uint8_t port_num() const noexcept = 0;
+  virtual SockAddr local_addr() const = 0;
+  virtual SockAddr peer_addr() const = 0;
+  // The QP given to connect or accept, or nullptr.
+  virtual QueuePair* qp() const noexcept = 0;
+
+  // The program's own pointer (rdma_cm_id's context).
+  void* user_data = nullptr;
+};
+
+// rdma_event_channel: where the events of its ids arrive.
+class CmEventChannel {
+ public:
+  CmEventChannel() = default;
+  CmEventChannel(const CmEventChannel&) = delete;
+  CmEventChannel& operator=(const CmEventChannel&) = delete;
+  // rdma_destroy_event_channel. Its ids must be destroyed first.
+  virtual ~CmEventChannel() = default;
+
+  // rdma_create_id (RDMA_PS_TCP: reliable connections).
+  virtual std::unique_ptr<CmId> create_id() = 0;
+  // rdma_get_cm_event (and rdma_ack_cm_event once copied). Errors: EAGAIN with
+  // Wait::nonblocking and nothing pending; on the simulator, EDEADLK when blocking could never
+  // end.
+  [[nodiscard]] virtual std::error_code get_event(CmEvent& event, Wait wait = Wait::blocking) = 0;
+  // Polls readable while an event is pending.
+  virtual int fd() const noexcept = 0;
+};
+
+}  // namespace verbsim

@@ -1,0 +1,120 @@
+#include "verbsim/cm.hpp"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <optional>
+#include <stdexcept>
+
+#include "verbsim/backend.hpp"
+#include "verbsim/error.hpp"
+
+namespace verbsim {
+
+namespace {
+
+[[noreturn]] void bad_address(std::string_view text, std::string_view why) {
+  throw std::invalid_argument("SockAddr::parse: '" + std::string(text) + "': " + std::string(why));
+}
+
+}  // namespace
+
+SockAddr SockAddr::parse(std::string_view text) {
+  SockAddr out;
+  std::string_view host = text;
+  std::optional<std::string_view> port;
+  if (!host.empty() && host.front() == '[') {  // [v6] or [v6]:port
+    const auto close = host.find(']');
+    if (close == std::string_view::npos) bad_address(text, "no closing ']'");
+    if (close + 1 < host.size()) {
+      if (host[close + 1] != ':') bad_address(text, "expected ':' after ']'");
+      port = host.substr(close + 2);
+    }
+    host = host.substr(1, close - 1);
+  } else if (const auto colon = host.find(':');
+             colon != std::string_view::npos && host.find(':', colon + 1) == std::string_view::npos) {
+    port = host.substr(colon + 1);  // a single colon: IPv4 and a port
+    host = host.substr(0, colon);
+  }
+  if (port) {
+    unsigned value = 0;
+    const char* end = port->data() + port->size();
+    const auto [stop, ec] = std::from_chars(port->data(), end, value);
+    if (port->empty() || ec != std::errc{} || stop != end || value > 65535) {
+      bad_address(text, "the port is not a number from 0 to 65535");
+    }
+    out.port = static_cast<std::uint16_t>(value);
+  }
+  const std::string h(host);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, h.c_str(), &v4) == 1) {
+    out.ip[10] = 0xff;
+    out.ip[11] = 0xff;
+    const auto* b = reinterpret_cast<const std::uint8_t*>(&v4.s_addr);
+    for (int i = 0; i < 4; ++i) out.ip[static_cast<std::size_t>(12 + i)] = b[i];
+    return out;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, h.c_str(), &v6) == 1) {
+    for (std::size_t i = 0; i < 16; ++i) out.ip[i] = v6.s6_addr[i];
+    return out;
+  }
+  bad_address(text, "not an IPv4 or IPv6 address");
+}
+
+SockAddr SockAddr::ipv4(std::uint8_t a, std::uint8_t b, std::uint8_t c, std::uint8_t d,
+                        std::uint16_t port) noexcept {
+  SockAddr out;
+  out.ip = Gid::from_ipv4(a, b, c, d).raw;
+  out.port = port;
+  return out;
+}
+
+bool SockAddr::is_ipv4() const noexcept { return gid().is_ipv4_mapped(); }
+
+bool SockAddr::is_any() const noexcept {
+  for (std::size_t i = 0; i < 16; ++i) {
+    if (ip[i] != 0 && !(is_ipv4() && (i == 10 || i == 11))) return false;
+  }
+  return true;
+}
+
+Gid SockAddr::gid() const noexcept {
+  Gid g;
+  g.raw = ip;
+  return g;
+}
+
+std::string SockAddr::to_string() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  std::string out;
+  if (is_ipv4()) {
+    ::inet_ntop(AF_INET, ip.data() + 12, buf, sizeof buf);
+    out = buf;
+  } else {
+    ::inet_ntop(AF_INET6, ip.data(), buf, sizeof buf);
+    out = std::string("[") + buf + "]";
+  }
+  return out + ":" + std::to_string(port);
+}
+
+std::string_view to_string(CmEventType type) noexcept {
+  static constexpr std::string_view names[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",    "RDMA_CM_EVENT_ADDR_ERROR",
+      "RDMA_CM_EVENT_ROUTE_RESOLVED",   "RDMA_CM_EVENT_ROUTE_ERROR",
+      "RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",    "RDMA_CM_EVENT_UNREACHABLE",
+      "RDMA_CM_EVENT_REJECTED",         "RDMA_CM_EVENT_ESTABLISHED",
+      "RDMA_CM_EVENT_DISCONNECTED",     "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",   "RDMA_CM_EVENT_MULTICAST_ERROR",
+      "RDMA_CM_EVENT_ADDR_CHANGE",      "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  const auto i = static_cast<std::size_t>(type);
+  return i < std::size(names) ? names[i] : "RDMA_CM_EVENT_UNKNOWN";
+}
+
+std::unique_ptr<CmEventChannel> Backend::create_cm_channel() {
+  throw_verb_error("rdma_create_event_channel", EOPNOTSUPP,
+                   "the " + std::string(name()) + " backend has no connection manager");
+}
+
+}  // namespace verbsim
