@@ -9,9 +9,10 @@
 // reporting UNREACHABLE (a REQ), CONNECT_ERROR (a REP) or DISCONNECTED -ETIMEDOUT (a DREQ).
 //
 // The QP steps follow librdmacm with a QP of its own: connect() takes the QP to INIT; the
-// client's RTR and RTS happen when get_event takes the server's REP (then the RTU goes out and
-// ESTABLISHED is reported); accept() takes the server's QP to RTS. REJECTED, UNREACHABLE and
-// CONNECT_ERROR take the id's QP to ERR when taken, and disconnect() does before its DREQ.
+// client's RTR and RTS happen when the server's REP arrives (then the RTU goes out and
+// ESTABLISHED is reported; librdmacm does it when get_event takes the REP); accept() takes the
+// server's QP to RTS. REJECTED, UNREACHABLE and CONNECT_ERROR take the id's QP to ERR when
+// get_event takes them, and disconnect() does before its DREQ.
 #include <algorithm>
 #include <cerrno>
 #include <deque>
@@ -46,7 +47,6 @@ enum class St : std::uint8_t {
   route_resolved,
   listening,
   connecting,      // REQ sent
-  responded,       // client: REP arrived, RTR/RTS pending in get_event
   req_rcvd,        // server: CONNECT_REQUEST reported, not answered yet
   rep_sent,        // server: accepted, waiting for the RTU
   established,
@@ -121,7 +121,6 @@ struct CmNode {
   std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
   ConnParam mine;                            // private data not kept
   ConnParam theirs;
-  std::vector<std::uint8_t> rep_data;        // client: the REP's, for ESTABLISHED
   // The message waiting for an answer, sent again at each timeout.
   Wire unanswered;
   int retries_left = 0;
@@ -247,6 +246,49 @@ struct CmFabric {
   }
   void answered(std::uint32_t n) { ++node(n).timer_gen; }
 
+  // The client's side of the server's REP: RTR, RTS and the RTU, then ESTABLISHED (or, if the
+  // QP refuses, a REJ and CONNECT_ERROR). librdmacm does this when get_event takes the REP;
+  // the simulator does it when the REP arrives, microseconds earlier, so that virtual time
+  // moved on by a program polling other things first cannot time the server out.
+  void establish(std::uint32_t n, std::vector<std::uint8_t> rep_data) {
+    CmNode& nd = node(n);
+    ConnectOptions o = options(nd);
+    o.max_dest_rd_atomic = nd.theirs.initiator_depth;
+    o.max_rd_atomic = nd.theirs.responder_resources;
+    o.retry_cnt = nd.mine.retry_count;
+    o.rnr_retry = nd.theirs.rnr_retry_count;
+    try {
+      if (nd.qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "no QP");
+      modify_to_rtr(*nd.qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+      modify_to_rts(*nd.qp, nd.psn, o);
+    } catch (const VerbError& e) {
+      nd.st = St::closed;
+      send_rej(n, kCmRejectByConsumer);
+      report(n, CmEventType::connect_error, -e.code().value());
+      return;
+    }
+    nd.st = St::established;
+    send_to_node(reply(n, Msg::rtu));
+    CmChannelCore::Pending ev;
+    ev.type = CmEventType::established;
+    ev.data = std::move(rep_data);
+    ev.peer_qpn = nd.peer_qpn;
+    report(n, std::move(ev));
+  }
+
+  // The id's QP to ERR, as librdmacm does on a failed connection and before a DREQ.
+  void to_error(std::uint32_t n) {
+    if (QueuePair* qp = node(n).qp) {
+      QpAttr a;
+      a.qp_state = QpState::err;
+      try {
+        qp->modify(a, QpAttrMask::state);
+      } catch (const VerbError&) {
+        // A QP that cannot go to ERR is already there or gone.
+      }
+    }
+  }
+
   Wire reply(std::uint32_t n, Msg kind) {
     Wire m;
     m.kind = kind;
@@ -316,13 +358,11 @@ struct CmFabric {
           send_rej(n, kCmRejectByConsumer);
         } else if (nd.st == St::connecting) {
           answered(n);
-          nd.st = St::responded;
           nd.peer_node = m.from;
           nd.peer_qpn = m.qpn;
           nd.peer_psn = m.psn;
           nd.theirs = m.param;
-          nd.rep_data = std::move(m.data);
-          report(n, CmEventType::connect_response);
+          establish(n, std::move(m.data));
         } else if (nd.st == St::established) {
           send_to_node(reply(n, Msg::rtu));  // our RTU was lost
         }
@@ -338,7 +378,7 @@ struct CmFabric {
         }
         break;
       case Msg::rej:
-        if (nd.st == St::connecting || nd.st == St::rep_sent || nd.st == St::responded) {
+        if (nd.st == St::connecting || nd.st == St::rep_sent) {
           answered(n);
           nd.st = St::closed;
           CmChannelCore::Pending ev;
@@ -421,8 +461,7 @@ struct CmFabric {
     nd.qp = nullptr;
     switch (nd.st) {
       case St::req_rcvd:
-      case St::rep_sent:
-      case St::responded: send_rej(n, kCmRejectByConsumer); break;
+      case St::rep_sent: send_rej(n, kCmRejectByConsumer); break;
       case St::established: send_to_node(reply(n, Msg::dreq)); break;
       case St::dreq_rcvd: send_to_node(reply(n, Msg::drep)); break;
       default: break;
@@ -479,7 +518,7 @@ namespace {
 const char* state_name(St s) {
   static constexpr const char* names[] = {
       "idle",    "bound",      "resolving address", "address resolved", "route resolved",
-      "listening", "connecting", "connecting",      "connection request", "accepted",
+      "listening", "connecting", "connection request", "accepted",
       "connected", "disconnecting", "disconnecting", "closed"};
   return names[static_cast<int>(s)];
 }
@@ -629,20 +668,20 @@ class SimCmId final : public CmId {
     CmNode& nd = node();
     switch (nd.st) {
       case St::established:
-        to_error();
+        f_->to_error(n_);
         nd.st = St::dreq_sent;
         f_->send_expecting_answer(n_, f_->reply(n_, Msg::dreq), f_->node(nd.peer_node).dev,
                                   f_->node(nd.peer_node).port);
         return;
       case St::dreq_rcvd:
-        to_error();
+        f_->to_error(n_);
         nd.st = St::closed;
         f_->send_to_node(f_->reply(n_, Msg::drep));
         return;
       case St::dreq_sent:
       case St::closed:
         if (nd.peer_node == kNone) bad_state("rdma_disconnect", nd.st);
-        to_error();  // already disconnected: nothing more to send
+        f_->to_error(n_);  // already disconnected: nothing more to send
         return;
       default: bad_state("rdma_disconnect", nd.st);
     }
@@ -656,47 +695,6 @@ class SimCmId final : public CmId {
   SockAddr local_addr() const override { return f_->node(n_).local; }
   SockAddr peer_addr() const override { return f_->node(n_).peer; }
   QueuePair* qp() const noexcept override { return f_->node(n_).qp; }
-
-  // get_event's side of the client's REP (librdmacm's CONNECT_RESPONSE with a QP): RTR, RTS,
-  // the RTU; ESTABLISHED, or CONNECT_ERROR if the QP refused.
-  void establish(CmEvent& out) {
-    CmNode& nd = node();
-    ConnectOptions o = f_->options(nd);
-    o.max_dest_rd_atomic = nd.theirs.initiator_depth;
-    o.max_rd_atomic = nd.theirs.responder_resources;
-    o.retry_cnt = nd.mine.retry_count;
-    o.rnr_retry = nd.theirs.rnr_retry_count;
-    try {
-      if (nd.qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "no QP");
-      modify_to_rtr(*nd.qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
-      modify_to_rts(*nd.qp, nd.psn, o);
-    } catch (const VerbError& e) {
-      nd.st = St::closed;
-      f_->send_rej(n_, kCmRejectByConsumer);
-      to_error();
-      out.type = CmEventType::connect_error;
-      out.status = -e.code().value();
-      return;
-    }
-    nd.st = St::established;
-    f_->send_to_node(f_->reply(n_, Msg::rtu));
-    out.type = CmEventType::established;
-    out.private_data = std::move(nd.rep_data);
-    out.peer_qp_num = nd.peer_qpn;
-  }
-
-  // The id's QP to ERR, as librdmacm does on a failed connection and before a DREQ.
-  void to_error() {
-    if (QueuePair* qp = node().qp) {
-      QpAttr a;
-      a.qp_state = QpState::err;
-      try {
-        qp->modify(a, QpAttrMask::state);
-      } catch (const VerbError&) {
-        // A QP that cannot go to ERR is already there or gone.
-      }
-    }
-  }
 
  private:
   CmNode& node() { return f_->node(n_); }
@@ -758,12 +756,10 @@ class SimCmChannel final : public CmEventChannel {
       return;
     }
     out.id = handle_of(ev.node);
-    auto* id = static_cast<SimCmId*>(out.id);
     switch (ev.type) {
-      case CmEventType::connect_response: id->establish(out); break;
       case CmEventType::rejected:
       case CmEventType::unreachable:
-      case CmEventType::connect_error: id->to_error(); break;
+      case CmEventType::connect_error: f_->to_error(ev.node); break;
       default: break;
     }
   }

@@ -12,9 +12,10 @@
 //   id->disconnect()                         DISCONNECTED; then disconnect() answers it
 //   DISCONNECTED
 //
-// The QP is the program's own (created from a Context on the id's device, in RESET): connect
-// and accept take it through INIT, RTR and RTS with what the two sides negotiated, as
-// rdma_create_qp's QPs are. The id must be destroyed before that QP.
+// The QP is the program's own, created from a Context on the id's device, in RESET or INIT (to
+// post receives before the connection exists): connect and accept take it through INIT (again),
+// RTR and RTS with what the two sides negotiated, as librdmacm does with rdma_create_qp's QPs.
+// The id must be destroyed before that QP.
 #pragma once
 
 #include <array>
@@ -138,11 +139,11 @@ class CmId {
   virtual void resolve_addr(const SockAddr& dst, int timeout_ms = 2000) = 0;
   // rdma_resolve_route: ROUTE_RESOLVED or ROUTE_ERROR.
   virtual void resolve_route(int timeout_ms = 2000) = 0;
-  // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET, on device_name()) goes to INIT and
+  // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET or INIT, on device_name()) goes to INIT and
   // the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
   // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead).
   virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
-  // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET) goes to RTS and the reply
+  // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the reply
   // is sent; ESTABLISHED follows when the client confirms.
   virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28.

@@ -1,0 +1,266 @@
+// The simulator's connection manager beyond what the conformance suite checks against rxe:
+// two devices, lost messages and their retransmission, timeouts, determinism, fibers, and the
+// channel's fd. Virtual time makes the CM's timeouts (seconds) free to wait for.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "verbsim/sim/simulation.hpp"
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
+
+namespace verbsim {
+namespace {
+
+constexpr std::uint64_t kResponseTimeoutNs = 4'294'967'296;  // rdma_cm's CM response timeout
+
+std::string kind(const CmEvent& ev) {
+  std::string s(to_string(ev.type));
+  return s.substr(std::strlen("RDMA_CM_EVENT_")) + "/" + std::to_string(ev.status);
+}
+
+// One side of a connection: its device's resources and a QP in RESET.
+struct Side {
+  std::unique_ptr<Context> ctx;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> cq;
+  std::unique_ptr<QueuePair> qp;
+  std::vector<char> buf = std::vector<char>(4096);
+  std::unique_ptr<MemoryRegion> mr;
+
+  Side(Backend& b, std::string_view device) : ctx(b.open(device)) {
+    pd = ctx->alloc_pd();
+    cq = ctx->create_cq(16);
+    mr = pd->reg_mr(buf.data(), buf.size(), Access::local_write | Access::remote_read);
+    QpInitAttr init;
+    init.type = QpType::rc;
+    init.send_cq = cq.get();
+    init.recv_cq = cq.get();
+    init.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1};
+    qp = pd->create_qp(init);
+  }
+};
+
+// A world of two devices: a server listening on sim0's address, port 7471, and a client on
+// sim1. Members are destroyed in reverse order: ids, then channels, then the sides' QPs, then
+// the world.
+class CmSim : public ::testing::Test {
+ protected:
+  void make(std::string_view faults = {}, std::uint64_t seed = 1) {
+    sim::Config config;
+    config.devices = 2;
+    config.seed = seed;
+    if (!faults.empty()) config.faults = sim::FaultPlan::parse(faults);
+    world = std::make_unique<sim::World>(config);
+    server = std::make_unique<Side>(*world, "sim0");
+    client = std::make_unique<Side>(*world, "sim1");
+    server_ch = world->create_cm_channel();
+    client_ch = world->create_cm_channel();
+    listener = server_ch->create_id();
+    listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));
+    listener->listen();
+  }
+  CmEvent next(CmEventChannel& ch) {
+    CmEvent ev;
+    const std::error_code err = ch.get_event(ev, Wait::blocking);
+    EXPECT_FALSE(err) << err.message();
+    return ev;
+  }
+  // The client bound to sim1's address, resolved towards the server and connected.
+  void connect(const char* to = "10.0.0.1:7471") {
+    client_id = client_ch->create_id();
+    client_id->bind_addr(SockAddr::parse("10.0.1.1:0"));
+    client_id->resolve_addr(SockAddr::parse(to));
+    EXPECT_EQ(kind(next(*client_ch)), "ADDR_RESOLVED/0");
+    client_id->resolve_route();
+    EXPECT_EQ(kind(next(*client_ch)), "ROUTE_RESOLVED/0");
+    client_id->connect(*client->qp);
+  }
+  void accept() {
+    CmEvent req = next(*server_ch);
+    ASSERT_EQ(kind(req), "CONNECT_REQUEST/0");
+    server_id = std::move(req.new_id);
+    server_id->accept(*server->qp);
+  }
+
+  std::unique_ptr<sim::World> world;
+  std::unique_ptr<Side> server;
+  std::unique_ptr<Side> client;
+  std::unique_ptr<CmEventChannel> server_ch;
+  std::unique_ptr<CmEventChannel> client_ch;
+  std::unique_ptr<CmId> listener;
+  std::unique_ptr<CmId> server_id;
+  std::unique_ptr<CmId> client_id;
+};
+
+TEST_F(CmSim, TwoDevicesConnectThroughTheBoundAddress) {
+  make();
+  connect();
+  EXPECT_EQ(client_id->device_name(), "sim1");
+  EXPECT_EQ(client_id->local_addr().to_string().rfind("10.0.1.1:", 0), 0u);
+  accept();
+  EXPECT_EQ(server_id->device_name(), "sim0");
+  EXPECT_EQ(server_id->peer_addr(), client_id->local_addr());
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  // The server reads the client's buffer.
+  std::memset(client->buf.data(), 0x42, 64);
+  const Sge local = server->mr->sge(0, 64);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::rdma_read;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&local, 1};
+  wr.remote_addr = client->mr->address(0);
+  wr.rkey = client->mr->rkey();
+  ASSERT_TRUE(server->qp->post_send({&wr, 1}));
+  WorkCompletion wc[1];
+  while (server->cq->poll(wc).count == 0) ASSERT_TRUE(world->step());
+  EXPECT_EQ(wc[0].status, WcStatus::success);
+  EXPECT_EQ(std::memcmp(server->buf.data(), client->buf.data(), 64), 0);
+}
+
+TEST_F(CmSim, ALostRequestIsSentAgainAfterTheResponseTimeout) {
+  // sim0's port is down when the REQ arrives and back up before the client's timeout.
+  make("link_down dev=sim0 port=1 at=0us for=1s");
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_GE(world->now(), kResponseTimeoutNs);
+  EXPECT_LT(world->now(), 2 * kResponseTimeoutNs);
+}
+
+TEST_F(CmSim, ARequestNeverAnsweredIsUnreachableAfterFifteenRetries) {
+  make("link_down dev=sim0 port=1 at=0us");
+  connect();
+  const CmEvent ev = next(*client_ch);
+  EXPECT_EQ(kind(ev), "UNREACHABLE/" + std::to_string(-ETIMEDOUT));
+  EXPECT_EQ(ev.id, client_id.get());
+  EXPECT_EQ(world->now(), 16 * kResponseTimeoutNs);
+  EXPECT_EQ(client->qp->state(), QpState::err);
+}
+
+TEST_F(CmSim, AnUnansweredDisconnectTimesOut) {
+  make();
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  client_id->disconnect();
+  EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
+  // The server never disconnects in turn.
+  EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/" + std::to_string(-ETIMEDOUT));
+  EXPECT_EQ(server->qp->state(), QpState::rts);
+}
+
+TEST_F(CmSim, DestroyingAConnectedIdDisconnectsThePeer) {
+  make();
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  server_id.reset();
+  EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/0");
+  client_id->disconnect();
+  EXPECT_EQ(client->qp->state(), QpState::err);
+}
+
+TEST_F(CmSim, AnAddressNobodyHasFailsAtTheResolveTimeout) {
+  make();
+  auto id = client_ch->create_id();
+  id->resolve_addr(SockAddr::parse("10.0.7.7:7471"), 500);
+  const std::uint64_t start = world->now();
+  EXPECT_EQ(kind(next(*client_ch)), "ADDR_ERROR/" + std::to_string(-ETIMEDOUT));
+  EXPECT_EQ(world->now() - start, 500'000'000u);
+  EXPECT_EQ(id->device_name(), "");
+}
+
+TEST_F(CmSim, BindingAnAddressNoPortHasIsEaddrnotavail) {
+  make();
+  auto id = client_ch->create_id();
+  try {
+    id->bind_addr(SockAddr::parse("10.0.9.1:1"));
+    FAIL() << "bind_addr succeeded";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EADDRNOTAVAIL);
+    EXPECT_NE(std::string(e.what()).find("rdma_bind_addr"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CmSim, BlockingWithNothingToComeIsEdeadlk) {
+  make();
+  CmEvent ev;
+  EXPECT_EQ(client_ch->get_event(ev, Wait::blocking).value(), EDEADLK);
+  EXPECT_EQ(client_ch->get_event(ev, Wait::nonblocking).value(), EAGAIN);
+}
+
+TEST_F(CmSim, TheFdPollsReadableWhileAnEventIsPending) {
+  make();
+  auto id = client_ch->create_id();
+  pollfd p{client_ch->fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  id->resolve_addr(SockAddr::parse("10.0.0.1:7471"));
+  EXPECT_EQ(::poll(&p, 1, 0), 1);
+  CmEvent ev;
+  EXPECT_FALSE(client_ch->get_event(ev, Wait::nonblocking));
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+}
+
+TEST_F(CmSim, ARequestLeftInAClosedChannelIsRejected) {
+  make();
+  connect();
+  world->run_until(world->now() + 10'000);  // the REQ arrives
+  listener.reset();
+  server_ch.reset();
+  EXPECT_EQ(kind(next(*client_ch)), "REJECTED/28");
+}
+
+TEST_F(CmSim, TheSameSeedGivesTheSameConnection) {
+  auto run = [&](std::uint64_t seed) {
+    make({}, seed);
+    connect();
+    accept();
+    EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+    const std::string out = std::to_string(client->qp->query().sq_psn) + "/" +
+                            std::to_string(server->qp->query().sq_psn) + "/" + world->digest_hex();
+    client_id.reset();
+    server_id.reset();
+    listener.reset();
+    client_ch.reset();
+    server_ch.reset();
+    client.reset();
+    server.reset();
+    world.reset();
+    return out;
+  };
+  const std::string a = run(5);
+  EXPECT_EQ(a, run(5));
+  EXPECT_NE(a, run(6));
+}
+
+TEST_F(CmSim, FibersWaitForTheirEvents) {
+  make();
+  sim::Simulation s(*world);
+  bool served = false;
+  s.spawn("server", [&] {
+    accept();
+    EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+    EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
+    server_id->disconnect();
+    served = true;
+  });
+  s.spawn("client", [&] {
+    connect();
+    EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+    client_id->disconnect();
+    EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/0");
+  });
+  s.run();
+  EXPECT_TRUE(served);
+}
+
+}  // namespace
+}  // namespace verbsim
