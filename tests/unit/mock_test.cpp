@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <string_view>
 
 namespace verbsim {
 namespace {
@@ -61,6 +63,54 @@ TEST(Mock, PollCanScriptErrorCompletions) {
   ASSERT_EQ(r.count, 1u);
   EXPECT_EQ(wc[0].status, WcStatus::rnr_retry_exc_err);
   EXPECT_EQ(to_string(wc[0].status), "RNR_RETRY_EXC_ERR");
+}
+
+// User code under test: takes one connection request and rejects it unless its private data
+// starts with `hello`. Returns whether it accepted.
+bool serve_request(CmEventChannel& ch, QueuePair& qp, std::string_view hello) {
+  CmEvent ev;
+  if (ch.get_event(ev, Wait::blocking) || ev.type != CmEventType::connect_request) return false;
+  if (ev.private_data.size() < hello.size() ||
+      !std::equal(hello.begin(), hello.end(), ev.private_data.begin())) {
+    ev.new_id->reject();
+    return false;
+  }
+  ev.new_id->accept(qp);
+  return true;
+}
+
+TEST(Mock, ACmRequestWithTheWrongGreetingIsRejected) {
+  testing::MockCmEventChannel ch;
+  testing::MockQueuePair qp;
+  auto id = std::make_unique<testing::MockCmId>();
+  EXPECT_CALL(*id, reject(_));
+  EXPECT_CALL(*id, accept(_, _)).Times(0);
+  EXPECT_CALL(ch, get_event(_, Wait::blocking)).WillOnce(Invoke([&](CmEvent& ev, Wait) {
+    ev.type = CmEventType::connect_request;
+    ev.private_data = {'n', 'o', 'p', 'e'};
+    ev.new_id = std::move(id);
+    return std::error_code{};
+  }));
+  EXPECT_FALSE(serve_request(ch, qp, "hello"));
+}
+
+TEST(SockAddr, ParsesAndPrintsIpv4AndIpv6) {
+  const SockAddr a = SockAddr::parse("10.0.1.2:7471");
+  EXPECT_TRUE(a.is_ipv4());
+  EXPECT_EQ(a.port, 7471);
+  EXPECT_EQ(a.gid(), Gid::from_ipv4(10, 0, 1, 2));
+  EXPECT_EQ(a.to_string(), "10.0.1.2:7471");
+  EXPECT_EQ(SockAddr::parse("10.0.1.2").port, 0);
+  EXPECT_TRUE(SockAddr::parse("0.0.0.0:1").is_any());
+  EXPECT_TRUE(SockAddr::parse("::").is_any());
+  const SockAddr v6 = SockAddr::parse("[fe80::1]:9");
+  EXPECT_FALSE(v6.is_ipv4());
+  EXPECT_EQ(v6.port, 9);
+  EXPECT_EQ(v6.to_string(), "[fe80::1]:9");
+  EXPECT_EQ(SockAddr::parse("fe80::1"), SockAddr::parse("[fe80::1]"));
+  for (const char* bad : {"10.0.0.1:", "10.0.0.1:65536", "10.0.0.256", "[fe80::1", "host:1"}) {
+    EXPECT_THROW((void)SockAddr::parse(bad), std::invalid_argument) << bad;
+  }
 }
 
 TEST(Conditions, QueueFullMatchesTheErrnosProvidersUse) {

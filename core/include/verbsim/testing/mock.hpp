@@ -101,4 +101,28 @@ class MockContext : public Context {
   MOCK_METHOD(const Clock&, clock, (), (const, noexcept, override));
 };
 
+class MockCmId : public CmId {
+ public:
+  MOCK_METHOD(void, bind_addr, (const SockAddr& addr), (override));
+  MOCK_METHOD(void, listen, (int backlog), (override));
+  MOCK_METHOD(void, resolve_addr, (const SockAddr& dst, int timeout_ms), (override));
+  MOCK_METHOD(void, resolve_route, (int timeout_ms), (override));
+  MOCK_METHOD(void, connect, (QueuePair & qp, const ConnParam& param), (override));
+  MOCK_METHOD(void, accept, (QueuePair & qp, const ConnParam& param), (override));
+  MOCK_METHOD(void, reject, (std::span<const std::uint8_t> private_data), (override));
+  MOCK_METHOD(void, disconnect, (), (override));
+  MOCK_METHOD(std::string, device_name, (), (const, override));
+  MOCK_METHOD(std::uint8_t, port_num, (), (const, noexcept, override));
+  MOCK_METHOD(SockAddr, local_addr, (), (const, override));
+  MOCK_METHOD(SockAddr, peer_addr, (), (const, override));
+  MOCK_METHOD(QueuePair*, qp, (), (const, noexcept, override));
+};
+
+class MockCmEventChannel : public CmEventChannel {
+ public:
+  MOCK_METHOD(std::unique_ptr<CmId>, create_id, (), (override));
+  MOCK_METHOD(std::error_code, get_event, (CmEvent & event, Wait wait), (override));
+  MOCK_METHOD(int, fd, (), (const, noexcept, override));
+};
+
 }  // namespace verbsim::testing
