@@ -52,13 +52,14 @@ struct End {
   void create(Backend& backend, std::uint32_t size) {
     ctx = backend.open(id->device_name());
     pd = ctx->alloc_pd();
-    cq = ctx->create_cq(8);
+    cq = ctx->create_cq(16);
     buf.assign(2 * std::size_t{size}, 0);
     mr = pd->reg_mr(buf.data(), buf.size(), Access::local_write);
     QpInitAttr init;
     init.send_cq = cq.get();
     init.recv_cq = cq.get();
-    init.cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1};
+    // Room for sends whose ACK was lost (a later one completes them) under a fault plan.
+    init.cap = {.max_send_wr = 8, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1};
     qp = pd->create_qp(init);
     // INIT now, so that a receive can be posted before the connection exists; connect() and
     // accept() take a QP in RESET or INIT.

@@ -4,9 +4,10 @@
 // Addresses are the ports' RoCE v2 GIDs: port p of device d is 10.0.d.(p+1), and the fabric is
 // one network, 10.0.0.0/16. An id not bound to a local address reaches a destination through
 // the destination's own device, as a host reaches its own addresses. A message takes the link
-// latency; one sent or arriving while either port is down is lost, and the side waiting for
-// the answer sends it again after rdma_cm's response timeout, at most kRetries times, before
-// reporting UNREACHABLE (a REQ), CONNECT_ERROR (a REP) or DISCONNECTED -ETIMEDOUT (a DREQ).
+// latency; one sent or arriving while either port is down, or lost to a cm_drop rule of the
+// fault plan, is gone, and the side waiting for the answer sends it again after rdma_cm's
+// response timeout, at most kRetries times, before reporting UNREACHABLE (a REQ),
+// CONNECT_ERROR (a REP) or DISCONNECTED -ETIMEDOUT (a DREQ).
 //
 // The QP steps follow librdmacm with a QP of its own: connect() takes the QP to INIT; the
 // client's RTR and RTS happen when the server's REP arrives (then the RTU goes out and
@@ -36,7 +37,9 @@ constexpr std::uint16_t kFirstEphemeralPort = 32768;
 constexpr std::uint8_t kLocalAckTimeout = 19;  // the QPs rdma_cm connects over rxe (measured)
 constexpr std::uint8_t kMinRnrTimer = 0;       // ditto (655 ms)
 
+// In the order of sim::CmMessage (the fault plan's names), which starts with `any`.
 enum class Msg : std::uint8_t { req, rep, rtu, rej, dreq, drep };
+static_assert(static_cast<int>(CmMessage::drep) == static_cast<int>(Msg::drep) + 1);
 enum class Code : std::uint8_t { message, timer, addr_timeout };
 
 enum class St : std::uint8_t {
@@ -134,7 +137,31 @@ struct CmFabric {
   std::vector<std::uint32_t> free_wires;
   std::uint16_t next_port = kFirstEphemeralPort;
 
-  explicit CmFabric(World::Impl& world) : w(world) {}
+  std::vector<RuleCheck> drops;  // the fault plan's cm_drop rules
+
+  explicit CmFabric(World::Impl& world) : w(world) {
+    const auto& rules = w.config.faults.cm;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      drops.emplace_back(rules[i].when, rules[i].where, static_cast<std::uint32_t>(i), w.devs);
+    }
+  }
+
+  // Does a cm_drop rule lose `m`, sent from device `dev`?
+  bool dropped(const Wire& m, int dev) {
+    const auto& rules = w.config.faults.cm;
+    const std::uint32_t from_qpn = m.from != kNone ? node(m.from).qpn : 0;
+    const std::uint32_t to_qpn = m.to != kNone ? node(m.to).qpn : 0;
+    const auto kind = static_cast<CmMessage>(static_cast<int>(m.kind) + 1);
+    for (RuleCheck& r : drops) {
+      const CmMessage want = rules[r.index].msg;
+      if ((want == CmMessage::any || want == kind) && r.matches_where(from_qpn, to_qpn, dev) &&
+          r.fires(w.rng)) {
+        w.digest.add(0xcd000000ull | r.index);
+        return true;
+      }
+    }
+    return false;
+  }
 
   CmNode& node(std::uint32_t n) { return nodes[n]; }
 
@@ -198,10 +225,13 @@ struct CmFabric {
   // Sends `m` from node m.from (kNone: from the device, which refuses a REQ) to port `to_port`
   // of device `to_dev`.
   void send(Wire m, int to_dev, std::uint8_t to_port) {
+    int from_dev = to_dev;  // a REJ from the device itself
     if (m.from != kNone) {
       const CmNode& from = node(m.from);
+      from_dev = from.dev;
       if (!w.port_up(static_cast<std::uint32_t>(from.dev), from.port)) return;  // lost
     }
+    if (!drops.empty() && dropped(m, from_dev)) return;
     std::uint32_t slot;
     if (free_wires.empty()) {
       slot = static_cast<std::uint32_t>(wires.size());
@@ -389,7 +419,10 @@ struct CmFabric {
         }
         break;
       case Msg::dreq:
-        if (nd.alive && nd.st == St::established) {
+        // Also while the server still waits for an RTU that was lost: the client's messages
+        // may have used the connection meanwhile, and its DREQ ends it (as the IB CM does).
+        if (nd.alive && (nd.st == St::established || nd.st == St::rep_sent)) {
+          answered(n);
           nd.st = St::dreq_rcvd;
           report(n, CmEventType::disconnected, 0);
         } else if (nd.st != St::dreq_rcvd) {

@@ -1,5 +1,6 @@
 #include "verbsim/sim/faults.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +27,8 @@ constexpr std::array<std::pair<std::string_view, int>, 19> kErrnos{{
 }};
 
 constexpr std::array<std::string_view, 4> kPacketNames{"drop", "delay", "duplicate", "reorder"};
+constexpr std::array<std::string_view, 7> kCmMessageNames{"any", "req", "rep", "rtu",
+                                                          "rej", "dreq", "drep"};
 constexpr std::array<std::string_view, 5> kTimedNames{"link_down", "link_up", "qp_fatal",
                                                        "device_fatal", "srq_limit"};
 
@@ -264,6 +267,25 @@ FaultPlan FaultPlan::parse(std::string_view text) {
       plan.timed.push_back(f);
       done = true;
     }
+    if (!done && kind == "cm_drop") {
+      CmFault f;
+      for (const auto& [key, value] : args) {
+        if (key == "msg") {
+          const auto* it = std::find(kCmMessageNames.begin(), kCmMessageNames.end(), value);
+          if (it == kCmMessageNames.end()) {
+            p.error("msg=" + std::string(value) + " is not req, rep, rtu, rej, dreq, drep or any");
+          }
+          f.msg = static_cast<CmMessage>(it - kCmMessageNames.begin());
+        } else if (!common(key, value)) {
+          p.error("unknown key '" + std::string(key) + "'");
+        }
+      }
+      need_one_trigger();
+      f.when = when;
+      f.where = where;
+      plan.cm.push_back(f);
+      done = true;
+    }
     if (!done && kind == "cq_overrun") {
       for (const auto& [key, value] : args) {
         if (key != "depth") p.error("unknown key '" + std::string(key) + "'");
@@ -315,6 +337,12 @@ std::string FaultPlan::to_string() const {
       out += " port=" + std::to_string(f.port);
     }
     if (f.qpn != 0) out += " qp=" + std::to_string(f.qpn);
+  }
+  for (const auto& f : cm) {
+    if (!out.empty()) out += "; ";
+    out += "cm_drop msg=" + std::string(kCmMessageNames[static_cast<std::size_t>(f.msg)]);
+    add_trigger(f.when);
+    add_filter(f.where);
   }
   if (cq_depth != 0) {
     if (!out.empty()) out += "; ";

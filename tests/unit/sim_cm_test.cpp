@@ -143,6 +143,45 @@ TEST_F(CmSim, ARequestNeverAnsweredIsUnreachableAfterFifteenRetries) {
   EXPECT_EQ(client->qp->state(), QpState::err);
 }
 
+TEST_F(CmSim, ALostReplyIsSentAgainWhenTheRequestIs) {
+  make("cm_drop msg=rep nth=1");
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  // The client's REQ timer ran out first; the server answered the repeated REQ with its REP.
+  EXPECT_GE(world->now(), kResponseTimeoutNs);
+  EXPECT_LT(world->now(), 2 * kResponseTimeoutNs);
+}
+
+TEST_F(CmSim, ALostRtuLeavesTheServerWaitingUntilTheClientAnswersTheRepeatedReply) {
+  make("cm_drop msg=rtu nth=1");
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  EXPECT_GE(world->now(), kResponseTimeoutNs);
+}
+
+TEST_F(CmSim, ADisconnectEndsAServerStillWaitingForItsRtu) {
+  make("cm_drop msg=rtu p=1");
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  client_id->disconnect();
+  // The server never saw an RTU; the DREQ ends its wait without ESTABLISHED.
+  EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
+  server_id->disconnect();
+  EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/0");
+}
+
+TEST_F(CmSim, EveryRequestLostIsUnreachable) {
+  make("cm_drop msg=req p=1");
+  connect();
+  EXPECT_EQ(kind(next(*client_ch)), "UNREACHABLE/" + std::to_string(-ETIMEDOUT));
+  EXPECT_EQ(client->qp->state(), QpState::err);
+}
+
 TEST_F(CmSim, AnUnansweredDisconnectTimesOut) {
   make();
   connect();

@@ -56,7 +56,8 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
       "ibv_get_cq_event p=0.25 errno=11 dev=sim1  # comment\n"
       "drop p=0.01; drop psn=5 qp=17; delay p=0.5 by=20us; duplicate every=7; reorder p=0.1 by=5us\n"
       "link_down dev=sim1 port=1 at=2ms for=5ms; qp_fatal qp=18 at=1ms; device_fatal dev=sim0 at=3s\n"
-      "srq_limit dev=sim1 at=10us; cq_overrun depth=4";
+      "srq_limit dev=sim1 at=10us; cq_overrun depth=4\n"
+      "cm_drop msg=rep nth=1; cm_drop p=0.5 dev=sim0";
   const FaultPlan plan = FaultPlan::parse(text);
   ASSERT_EQ(plan.verbs.size(), 3u);
   EXPECT_EQ(plan.verbs[0].verb, sim::Verb::post_send);
@@ -75,6 +76,10 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
   EXPECT_EQ(plan.timed[0].for_ns, 5000000u);
   EXPECT_EQ(plan.timed[2].at_ns, 3000000000u);
   EXPECT_EQ(plan.cq_depth, 4u);
+  ASSERT_EQ(plan.cm.size(), 2u);
+  EXPECT_EQ(plan.cm[0].msg, sim::CmMessage::rep);
+  EXPECT_EQ(plan.cm[1].msg, sim::CmMessage::any);
+  EXPECT_EQ(plan.cm[1].where.device, "sim0");
   const FaultPlan again = FaultPlan::parse(plan.to_string());
   EXPECT_EQ(again.to_string(), plan.to_string());
 }
@@ -83,7 +88,8 @@ TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
   for (const char* bad : {"post_send errno=ENOMEM", "post_send nth=1", "post_send nth=0 errno=EIO",
                           "frobnicate p=1", "drop p=2", "delay p=0.1 by=3parsecs",
                           "post_send nth=1 errno=ENOMEM colour=red", "link_down at=1ms",
-                          "qp_fatal at=1ms", "cq_overrun", "post_send nth=1 every=2 errno=EIO"}) {
+                          "qp_fatal at=1ms", "cq_overrun", "post_send nth=1 every=2 errno=EIO",
+                          "cm_drop msg=mad nth=1", "cm_drop msg=req"}) {
     try {
       (void)FaultPlan::parse(bad);
       ADD_FAILURE() << "accepted: " << bad;

@@ -12,6 +12,9 @@
 //   link_down dev=sim1 port=1 at=2ms for=5ms   # PORT_ERR, packets lost, then PORT_ACTIVE
 //   qp_fatal qp=18 at=1ms | device_fatal dev=sim0 at=3ms | srq_limit dev=sim1 at=1ms
 //   cq_overrun depth=4                    # every CQ holds at most 4 completions
+//   cm_drop msg=rep nth=1                 # lose the first REP of the connection manager
+//                                         # (msg=req|rep|rtu|rej|dreq|drep, or any; dev= the
+//                                         # sender's device, qp= either side's QP)
 //
 // Verbs: post_send post_recv post_srq_recv poll_cq req_notify_cq get_cq_event get_async_event
 // alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah (an ibv_ prefix is
@@ -75,6 +78,17 @@ struct PacketFault {
   Filter where;
 };
 
+// Messages of the connection manager (verbsim/cm.hpp).
+enum class CmMessage : std::uint8_t { any, req, rep, rtu, rej, dreq, drep };
+
+// cm_drop: a connection manager message lost on the way (its sender sends it again after the
+// CM's response timeout).
+struct CmFault {
+  CmMessage msg = CmMessage::any;
+  Trigger when;
+  Filter where;
+};
+
 enum class TimedAction : std::uint8_t { link_down, link_up, qp_fatal, device_fatal, srq_limit };
 
 struct TimedFault {
@@ -90,10 +104,11 @@ struct FaultPlan {
   std::vector<VerbFault> verbs;
   std::vector<PacketFault> packets;
   std::vector<TimedFault> timed;
+  std::vector<CmFault> cm;
   std::uint32_t cq_depth = 0;  // non-zero: every CQ overruns past this many entries
 
   bool empty() const noexcept {
-    return verbs.empty() && packets.empty() && timed.empty() && cq_depth == 0;
+    return verbs.empty() && packets.empty() && timed.empty() && cm.empty() && cq_depth == 0;
   }
   bool has_verb(Verb v) const noexcept;
 
