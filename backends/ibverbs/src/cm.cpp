@@ -1,13 +1,11 @@
-// The connection manager over librdmacm: CmEventChannel over
-// rdma_event_channel, CmId over an rdma_cm_id of RDMA_PS_TCP.
+// The connection manager over librdmacm: CmEventChannel over rdma_event_channel, CmId over an
+// rdma_cm_id of RDMA_PS_TCP.
 //
-// The ids are created without rdma_create_qp (id->qp stays NULL): the QP is the
-// program's own verbsim QueuePair, and this file does what librdmacm does for
-// an id's QP: INIT before the request is sent, RTR and RTS from
-// rdma_init_qp_attr when the reply comes (librdmacm reports a CONNECT_RESPONSE
-// for an id without a QP: it is answered here with rdma_establish and reported
-// as ESTABLISHED), ERR on REJECTED, UNREACHABLE, CONNECT_ERROR and before
-// rdma_disconnect.
+// The ids are created without rdma_create_qp (id->qp stays NULL): the QP is the program's own
+// verbsim QueuePair, and this file does what librdmacm does for an id's QP: INIT before the request
+// is sent, RTR and RTS from rdma_init_qp_attr when the reply comes (librdmacm reports a
+// CONNECT_RESPONSE for an id without a QP: it is answered here with rdma_establish and reported as
+// ESTABLISHED), ERR on REJECTED, UNREACHABLE, CONNECT_ERROR and before rdma_disconnect.
 #include "verbsim/cm.hpp"
 
 #include <infiniband/verbs.h>
@@ -29,17 +27,15 @@ namespace verbsim::ibverbs {
 
 namespace {
 
-// errno after a librdmacm call returned -1 (or NULL); EIO if it left errno at
-// 0.
+// errno after a librdmacm call returned -1 (or NULL); EIO if it left errno at 0.
 int cm_errno() noexcept { return errno != 0 ? errno : EIO; }
 
-// The ibv_qp_attr_mask bits a modify may carry. rdma_init_qp_attr can hand back
-// bits 21 to 24, which the kernel uses internally for RoCE and ibv_modify_qp
-// refuses on IB (librdmacm masks them off there); on RoCE the kernel resolves
-// the address itself, so they are dropped always.
+// The ibv_qp_attr_mask bits a modify may carry. rdma_init_qp_attr can hand back bits 21 to 24,
+// which the kernel uses internally for RoCE and ibv_modify_qp refuses on IB (librdmacm masks them
+// off there); on RoCE the kernel resolves the address itself, so they are dropped always.
 constexpr int kModifyMask = (IBV_QP_DEST_QPN << 1) - 1;
 
-sockaddr_storage to_sockaddr(const SockAddr &a) noexcept {
+sockaddr_storage to_sockaddr(const SockAddr& a) noexcept {
   sockaddr_storage out{};
   if (a.is_ipv4()) {
     sockaddr_in in{};
@@ -57,9 +53,8 @@ sockaddr_storage to_sockaddr(const SockAddr &a) noexcept {
   return out;
 }
 
-// An all-zero SockAddr for a family other than AF_INET and AF_INET6 (none is
-// set yet).
-SockAddr from_sockaddr(const sockaddr *sa) noexcept {
+// An all-zero SockAddr for a family other than AF_INET and AF_INET6 (none is set yet).
+SockAddr from_sockaddr(const sockaddr* sa) noexcept {
   SockAddr out;
   if (sa == nullptr) return out;
   if (sa->sa_family == AF_INET) {
@@ -78,7 +73,7 @@ SockAddr from_sockaddr(const sockaddr *sa) noexcept {
   return out;
 }
 
-const char *state_name(ibv_qp_state s) noexcept {
+const char* state_name(ibv_qp_state s) noexcept {
   switch (s) {
     case IBV_QPS_RESET: return "RESET";
     case IBV_QPS_INIT: return "INIT";
@@ -89,17 +84,16 @@ const char *state_name(ibv_qp_state s) noexcept {
   }
 }
 
-// A failed step of a QP transition: 0, or the errno and a description of what
-// failed.
+// A failed step of a QP transition: 0, or the errno and a description of what failed.
 struct StepError {
   int err = 0;
   std::string what;
 };
 
-// Moves `qp` to `state` with the attributes rdma_cm has for `id`
-// (rdma_init_qp_attr). `rd_atomic` >= 0 overrides max_dest_rd_atomic (RTR) or
-// max_rd_atomic (RTS), as rdma_accept does with its conn_param.
-StepError modify_by_cm(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state, int rd_atomic = -1) {
+// Moves `qp` to `state` with the attributes rdma_cm has for `id` (rdma_init_qp_attr). `rd_atomic`
+// >= 0 overrides max_dest_rd_atomic (RTR) or max_rd_atomic (RTS), as rdma_accept does with its
+// conn_param.
+StepError modify_by_cm(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, int rd_atomic = -1) {
   ibv_qp_attr attr{};
   int mask = 0;
   attr.qp_state = state;
@@ -120,21 +114,22 @@ StepError modify_by_cm(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state, int rd_at
   return {};
 }
 
-// INIT again (the access flags rdma_cm grants once the connection exists:
-// librdmacm's ucma_modify_qp_rtr does the same), RTR, RTS.
-StepError to_rts(rdma_cm_id *id, ibv_qp *qp, int responder_resources, int initiator_depth) {
+// INIT, RTR, RTS. On the active side the QP is in INIT already, from before the request was
+// sent, when rdma_cm gave it no remote access; INIT again gives it what the connection grants
+// (librdmacm's ucma_modify_qp_rtr does the same).
+StepError to_rts(rdma_cm_id* id, ibv_qp* qp, int responder_resources, int initiator_depth) {
   if (auto r = modify_by_cm(id, qp, IBV_QPS_INIT); r.err != 0) return r;
   if (auto r = modify_by_cm(id, qp, IBV_QPS_RTR, responder_resources); r.err != 0) return r;
   return modify_by_cm(id, qp, IBV_QPS_RTS, initiator_depth);
 }
 
-int set_state(ibv_qp *qp, ibv_qp_state state) noexcept {
+int set_state(ibv_qp* qp, ibv_qp_state state) noexcept {
   ibv_qp_attr attr{};
   attr.qp_state = state;
   return returned_errno(::ibv_modify_qp(qp, &attr, IBV_QP_STATE));
 }
 
-rdma_conn_param to_rdma(const ConnParam &p, const ibv_qp *qp) noexcept {
+rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
   rdma_conn_param out{};
   out.private_data = p.private_data.empty() ? nullptr : p.private_data.data();
   out.private_data_len = static_cast<uint8_t>(p.private_data.size());
@@ -156,15 +151,15 @@ std::string too_long(std::size_t size, std::size_t max) {
 class IbvCmId final : public CmId {
  public:
   // Adopts `id` (destroyed with this wrapper) and points its context here.
-  explicit IbvCmId(rdma_cm_id *id) noexcept : id_(id) { id_->context = this; }
+  explicit IbvCmId(rdma_cm_id* id) noexcept : id_(id) { id_->context = this; }
   ~IbvCmId() override {
     if (::rdma_destroy_id(id_) != 0) warn_leak("rdma_destroy_id", cm_errno(), "rdma_cm id");
   }
 
-  void bind_addr(const SockAddr &addr) override {
+  void bind_addr(const SockAddr& addr) override {
     sockaddr_storage sa = to_sockaddr(addr);
     errno = 0;
-    if (::rdma_bind_addr(id_, reinterpret_cast<sockaddr *>(&sa)) != 0) {
+    if (::rdma_bind_addr(id_, reinterpret_cast<sockaddr*>(&sa)) != 0) {
       throw_verb_error("rdma_bind_addr", cm_errno(), addr.to_string());
     }
   }
@@ -174,10 +169,10 @@ class IbvCmId final : public CmId {
     if (::rdma_listen(id_, backlog) != 0) throw_verb_error("rdma_listen", cm_errno());
   }
 
-  void resolve_addr(const SockAddr &dst, int timeout_ms) override {
+  void resolve_addr(const SockAddr& dst, int timeout_ms) override {
     sockaddr_storage sa = to_sockaddr(dst);
     errno = 0;
-    if (::rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr *>(&sa), timeout_ms) != 0) {
+    if (::rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&sa), timeout_ms) != 0) {
       throw_verb_error("rdma_resolve_addr", cm_errno(), dst.to_string());
     }
   }
@@ -188,12 +183,12 @@ class IbvCmId final : public CmId {
       throw_verb_error("rdma_resolve_route", cm_errno());
   }
 
-  void connect(QueuePair &qp, const ConnParam &param) override {
-    static constexpr const char *verb = "rdma_connect";
+  void connect(QueuePair& qp, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_connect";
     if (param.private_data.size() > kCmConnectDataMax) {
       throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmConnectDataMax));
     }
-    ibv_qp *q = usable_qp(verb, qp, "the address is not resolved");
+    ibv_qp* q = usable_qp(verb, qp, "the address is not resolved");
     if (auto r = modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
       throw_verb_error(verb, r.err, r.what);
     }
@@ -211,15 +206,12 @@ class IbvCmId final : public CmId {
     native_qp_ = q;
   }
 
-  void accept(QueuePair &qp, const ConnParam &param) override {
-    static constexpr const char *verb = "rdma_accept";
+  void accept(QueuePair& qp, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_accept";
     if (param.private_data.size() > kCmAcceptDataMax) {
       throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmAcceptDataMax));
     }
-    ibv_qp *q = usable_qp(verb, qp, "not the id of a connection request");
-    if (auto r = modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
-      throw_verb_error(verb, r.err, r.what);
-    }
+    ibv_qp* q = usable_qp(verb, qp, "not the id of a connection request");
     if (auto r = to_rts(id_, q, param.responder_resources, param.initiator_depth); r.err != 0) {
       set_state(q, IBV_QPS_RESET);
       throw_verb_error(verb, r.err, r.what);
@@ -258,33 +250,31 @@ class IbvCmId final : public CmId {
 
   std::string device_name() const override {
     if (id_->verbs == nullptr) return {};
-    const char *name = ::ibv_get_device_name(id_->verbs->device);
+    const char* name = ::ibv_get_device_name(id_->verbs->device);
     return name != nullptr ? name : "";
   }
   std::uint8_t port_num() const noexcept override { return id_->port_num; }
   SockAddr local_addr() const override { return from_sockaddr(::rdma_get_local_addr(id_)); }
   SockAddr peer_addr() const override { return from_sockaddr(::rdma_get_peer_addr(id_)); }
-  QueuePair *qp() const noexcept override { return qp_; }
+  QueuePair* qp() const noexcept override { return qp_; }
 
-  rdma_cm_id *native() const noexcept { return id_; }
+  rdma_cm_id* native() const noexcept { return id_; }
 
-  // Turns one librdmacm event about this id into `out`, answering what
-  // librdmacm leaves to the owner of a QP. Returns false for an event the
-  // program does not see (TIMEWAIT_EXIT).
-  bool translate(const rdma_cm_event &ev, CmEvent &out);
+  // Turns one librdmacm event about this id into `out`, answering what librdmacm leaves to the
+  // owner of a QP. Returns false for an event the program does not see (TIMEWAIT_EXIT).
+  bool translate(const rdma_cm_event& ev, CmEvent& out);
 
  private:
-  // The native QP of `qp` if this id can take it: EINVAL for a QP of another
-  // backend, not RC, on another device than the id's, or when the id already
-  // has one.
-  ibv_qp *usable_qp(const char *verb, QueuePair &qp, const char *no_device) const {
-    ibv_qp *q = ibverbs::native(qp);
+  // The native QP of `qp` if this id can take it: EINVAL for a QP of another backend, not RC, on
+  // another device than the id's, or when the id already has one.
+  ibv_qp* usable_qp(const char* verb, QueuePair& qp, const char* no_device) const {
+    ibv_qp* q = ibverbs::native(qp);
     if (q == nullptr) throw_verb_error(verb, EINVAL, "the QP is not an ibverbs backend QP");
     if (q->qp_type != IBV_QPT_RC) throw_verb_error(verb, EINVAL, "the QP is not RC");
     if (qp_ != nullptr) throw_verb_error(verb, EINVAL, "the id already has a QP");
     const std::string id_dev = device_name();
     if (id_dev.empty()) throw_verb_error(verb, EINVAL, no_device);
-    const char *qp_dev = ::ibv_get_device_name(q->context->device);
+    const char* qp_dev = ::ibv_get_device_name(q->context->device);
     if (qp_dev == nullptr || id_dev != qp_dev) {
       throw_verb_error(verb, EINVAL,
                        "the QP is on " + std::string(qp_dev != nullptr ? qp_dev : "?") +
@@ -293,9 +283,8 @@ class IbvCmId final : public CmId {
     return q;
   }
 
-  // The reply to our request came: RTR, RTS, then the RTU (rdma_establish). On
-  // failure the QP goes to ERR and the connection is rejected. Returns 0 or
-  // errno.
+  // The reply to our request came: RTR, RTS, then the RTU (rdma_establish). On failure the QP goes
+  // to ERR and the connection is rejected. Returns 0 or errno.
   int establish() noexcept {
     if (native_qp_ == nullptr) return EINVAL;
     if (auto r = to_rts(id_, native_qp_, -1, -1); r.err != 0) {
@@ -312,20 +301,20 @@ class IbvCmId final : public CmId {
     return 0;
   }
 
-  rdma_cm_id *id_;
-  QueuePair *qp_ = nullptr;
-  ibv_qp *native_qp_ = nullptr;
+  rdma_cm_id* id_;
+  QueuePair* qp_ = nullptr;
+  ibv_qp* native_qp_ = nullptr;
   std::uint32_t peer_qp_num_ = 0;  // from the CONNECT_REQUEST or the reply
 };
 
-bool IbvCmId::translate(const rdma_cm_event &ev, CmEvent &out) {
-  const rdma_conn_param &conn = ev.param.conn;
+bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
+  const rdma_conn_param& conn = ev.param.conn;
   CmEvent e;
   e.type = static_cast<CmEventType>(ev.event);
   e.status = ev.status;
   e.id = this;
   if (conn.private_data != nullptr && conn.private_data_len > 0) {
-    const auto *data = static_cast<const std::uint8_t *>(conn.private_data);
+    const auto* data = static_cast<const std::uint8_t*>(conn.private_data);
     e.private_data.assign(data, data + conn.private_data_len);
   }
   switch (ev.event) {
@@ -382,7 +371,7 @@ class IbvCmChannel final : public CmEventChannel {
   ~IbvCmChannel() override { ::rdma_destroy_event_channel(channel_); }
 
   std::unique_ptr<CmId> create_id() override {
-    rdma_cm_id *id = nullptr;
+    rdma_cm_id* id = nullptr;
     errno = 0;
     if (::rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
       throw_verb_error("rdma_create_id", cm_errno());
@@ -390,9 +379,9 @@ class IbvCmChannel final : public CmEventChannel {
     return std::make_unique<IbvCmId>(id);
   }
 
-  std::error_code get_event(CmEvent &event, Wait wait) override {
+  std::error_code get_event(CmEvent& event, Wait wait) override {
     for (;;) {
-      rdma_cm_event *ev = nullptr;
+      rdma_cm_event* ev = nullptr;
       errno = 0;
       // The fd is non-blocking: -1 with EAGAIN when no event is pending.
       if (::rdma_get_cm_event(channel_, &ev) != 0) {
@@ -410,27 +399,25 @@ class IbvCmChannel final : public CmEventChannel {
 
   int fd() const noexcept override { return channel_->fd; }
 
-  rdma_event_channel *native() const noexcept { return channel_; }
+  rdma_event_channel* native() const noexcept { return channel_; }
 
  private:
-  // Copies `ev` into `out` and acks it. Returns false for an event not
-  // reported.
-  static bool take(rdma_cm_event &ev, CmEvent &out) {
-    // Declared before the ack so that it is destroyed after it: rdma_destroy_id
-    // waits for the acks of the id's events.
+  // Copies `ev` into `out` and acks it. Returns false for an event not reported.
+  static bool take(rdma_cm_event& ev, CmEvent& out) {
+    // Declared before the ack so that it is destroyed after it: rdma_destroy_id waits for the acks
+    // of the id's events.
     std::unique_ptr<IbvCmId> fresh;
     struct Ack {
-      rdma_cm_event *ev;
+      rdma_cm_event* ev;
       ~Ack() {
         if (ev != nullptr) ::rdma_ack_cm_event(ev);
       }
     } ack{&ev};
     if (ev.event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-      return static_cast<IbvCmId *>(ev.id->context)->translate(ev, out);
+      return static_cast<IbvCmId*>(ev.id->context)->translate(ev, out);
     }
-    // A new id, created by librdmacm with the listener's context: it becomes
-    // the program's (destroying it without accept or reject rejects the
-    // connection).
+    // A new id, created by librdmacm with the listener's context: it becomes the program's
+    // (destroying it without accept or reject rejects the connection).
     fresh.reset(new (std::nothrow) IbvCmId(ev.id));
     if (!fresh) {
       ::rdma_ack_cm_event(&ev);
@@ -439,25 +426,25 @@ class IbvCmChannel final : public CmEventChannel {
       throw std::bad_alloc();
     }
     fresh->translate(ev, out);
-    out.listen_id = static_cast<IbvCmId *>(ev.listen_id->context);
+    out.listen_id = static_cast<IbvCmId*>(ev.listen_id->context);
     out.new_id = std::move(fresh);
     return true;
   }
 
-  rdma_event_channel *channel_ = nullptr;
+  rdma_event_channel* channel_ = nullptr;
 };
 
 }  // namespace
 
 std::unique_ptr<CmEventChannel> make_cm_channel() { return std::make_unique<IbvCmChannel>(); }
 
-rdma_event_channel *native(verbsim::CmEventChannel &channel) noexcept {
-  auto *c = dynamic_cast<IbvCmChannel *>(&channel);
+rdma_event_channel* native(verbsim::CmEventChannel& channel) noexcept {
+  auto* c = dynamic_cast<IbvCmChannel*>(&channel);
   return c != nullptr ? c->native() : nullptr;
 }
 
-rdma_cm_id *native(verbsim::CmId &id) noexcept {
-  auto *i = dynamic_cast<IbvCmId *>(&id);
+rdma_cm_id* native(verbsim::CmId& id) noexcept {
+  auto* i = dynamic_cast<IbvCmId*>(&id);
   return i != nullptr ? i->native() : nullptr;
 }
 
