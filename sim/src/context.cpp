@@ -12,8 +12,6 @@
 
 namespace verbsim::sim {
 
-namespace {
-
 int make_eventfd() { return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC | EFD_SEMAPHORE); }
 
 void signal_fd(int fd) {
@@ -28,6 +26,8 @@ void drain_fd(int fd) {
   [[maybe_unused]] const auto n = ::read(fd, &v, sizeof v);
 }
 
+namespace {
+
 void warn_leak(const char* verb, const char* what, int users) {
   std::fprintf(stderr,
                "verbsim: %s: %s destroyed while %d resources still use it (EBUSY); it stays "
@@ -36,28 +36,6 @@ void warn_leak(const char* verb, const char* what, int users) {
 }
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
-
-// The blocking and non-blocking wait of get_cq_event / get_async_event. `take` takes a pending
-// event if there is one. Without fibers the wait runs the world itself; under a Simulation it
-// blocks the calling fiber. EDEADLK when nothing can ever arrive.
-template <class Take>
-std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take take) {
-  for (;;) {
-    if (take()) return {};
-    if (fibers_running(w)) {
-      if (w.deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
-      if (wait == Wait::blocking) {
-        wait_on(w, waiters);
-        continue;
-      }
-      // Whatever arrives while it spins stays pending (its fd readable) for the next call.
-      spin_wait(w);
-      return errno_code(EAGAIN);
-    }
-    if (!w.step()) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
-    if (wait == Wait::nonblocking) return take() ? std::error_code{} : errno_code(EAGAIN);
-  }
-}
 
 }  // namespace
 

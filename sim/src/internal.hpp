@@ -29,6 +29,7 @@ namespace verbsim::sim {
 
 class SimQp;
 struct CtxCore;
+struct CmFabric;
 
 // Fibers blocked in a verb (get_cq_event, get_async_event); see wait.hpp.
 struct WaitQueue;
@@ -171,7 +172,9 @@ struct DevCore {
 };
 
 // Events for a QP first, then the others (dispatch() tells them apart with one compare).
-enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake };
+// fault, wake and cm are not for a QP (World::Impl::dispatch); cm carries the connection
+// manager's messages and timers (cm.cpp).
+enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake, cm };
 
 // NAK codes carried by EvKind::nak (value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
@@ -320,6 +323,11 @@ struct World::Impl {
   // The queues of sim::sleep_for calls still waiting for their wake event. A sleep cut short
   // (deadlock) leaves its event behind; the event then finds its queue gone from here.
   std::vector<const WaitQueuePtr*> sleepers;
+  // The connection manager's ids and messages (cm.cpp), made by the first create_cm_channel.
+  std::shared_ptr<CmFabric> cm;
+  void run_cm_event(const Event& e);
+  // A CM timer whose wait was answered meanwhile: it would do nothing (drop_idle_timer_on_top).
+  bool cm_timer_is_stale(const Event& e) const noexcept;
   std::vector<Event> history;  // ring of the last kHistory events run
   std::size_t history_next = 0;
   static constexpr std::size_t kHistory = 64;

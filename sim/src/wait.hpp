@@ -1,7 +1,10 @@
 // Fiber-aware waiting for the simulator's blocking verbs. Only simulation.cpp sees Boost.Fiber.
 #pragma once
 
+#include <cerrno>
+
 #include "internal.hpp"
+#include "verbsim/error.hpp"
 
 namespace verbsim::sim {
 
@@ -15,5 +18,33 @@ void notify_all(WaitQueuePtr& queue) noexcept;
 // fiber run, and the world moves on (one instant) only once every ready fiber is spinning
 // like this one, so that no fiber's work is overtaken by virtual time.
 void spin_wait(World::Impl& world) noexcept;
+
+// The eventfds behind the simulator's channel fds (context.cpp): non-blocking semaphores that
+// poll readable while an event is pending.
+int make_eventfd();
+void signal_fd(int fd);
+void drain_fd(int fd);
+
+// The blocking and non-blocking wait of get_cq_event, get_async_event and CM get_event. `take`
+// takes a pending event if there is one. Without fibers the wait runs the world itself; under
+// a Simulation it blocks the calling fiber. EDEADLK when nothing can ever arrive.
+template <class Take>
+std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take take) {
+  for (;;) {
+    if (take()) return {};
+    if (fibers_running(w)) {
+      if (w.deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+      if (wait == Wait::blocking) {
+        wait_on(w, waiters);
+        continue;
+      }
+      // Whatever arrives while it spins stays pending (its fd readable) for the next call.
+      spin_wait(w);
+      return errno_code(EAGAIN);
+    }
+    if (!w.step()) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+    if (wait == Wait::nonblocking) return take() ? std::error_code{} : errno_code(EAGAIN);
+  }
+}
 
 }  // namespace verbsim::sim

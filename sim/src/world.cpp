@@ -312,9 +312,11 @@ inline void World::Impl::dispatch(const Event& e) {
   digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
              (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
   digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
-  if (e.kind >= EvKind::fault) [[unlikely]] {  // not for a QP: fault or wake
+  if (e.kind >= EvKind::fault) [[unlikely]] {  // not for a QP: fault, wake or cm
     if (e.kind == EvKind::fault) {
       run_timed_fault(config.faults.timed[e.index], e.code == 1);
+    } else if (e.kind == EvKind::cm) {
+      run_cm_event(e);
     } else {  // sim::sleep_for of a fiber
       auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
       if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
@@ -335,7 +337,8 @@ inline void World::Impl::dispatch(const Event& e) {
     case EvKind::rnr_retry: qp->on_rnr_retry(e); break;
     case EvKind::deliver:
     case EvKind::fault:
-    case EvKind::wake: break;
+    case EvKind::wake:
+    case EvKind::cm: break;
   }
 }
 
@@ -343,8 +346,11 @@ bool World::Impl::drop_idle_timer_on_top() {
   if (heap.empty()) return false;
   const auto slot = static_cast<std::uint32_t>(heap.front().seq_slot & 0xffffff);
   const Event& e = slab[slot];
-  if (e.kind != EvKind::timeout) return false;
-  if (SimQp* qp = find_qp(e.dev, e.qpn); qp != nullptr && !qp->drop_idle_timer(e)) return false;
+  if (e.kind == EvKind::timeout) {
+    if (SimQp* qp = find_qp(e.dev, e.qpn); qp != nullptr && !qp->drop_idle_timer(e)) return false;
+  } else if (e.kind != EvKind::cm || !cm_timer_is_stale(e)) {
+    return false;
+  }
   std::pop_heap(heap.begin(), heap.end(), Later{});
   heap.pop_back();
   free_slots.push_back(slot);
@@ -510,7 +516,7 @@ Accounting World::accounting() const noexcept {
 }
 
 std::string World::recent_history() const {
-  static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault", "wake"};
+  static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault", "wake", "cm"};
   std::string out;
   const std::size_t n = std::min(impl_->history_next, Impl::kHistory);
   for (std::size_t i = impl_->history_next - n; i < impl_->history_next; ++i) {

@@ -205,6 +205,7 @@ class Conformance : public ::testing::TestWithParam<Target> {
   void TearDown() override;
 
   bool on_sim() const noexcept { return world_ != nullptr; }
+  Backend& backend() noexcept { return *backend_; }
   const Expect& expect() const noexcept { return *expect_; }
   Context& ctx() noexcept { return *ctx_; }
   ProtectionDomain& pd() noexcept { return *pd_; }

@@ -1,0 +1,795 @@
+// The simulated connection manager (verbsim/cm.hpp): rdma_cm's id states over the IB CM
+// messages of a RoCE connection (REQ, REP, RTU, REJ, DREQ, DREP), carried as world events.
+//
+// Addresses are the ports' RoCE v2 GIDs: port p of device d is 10.0.d.(p+1), and the fabric is
+// one network, 10.0.0.0/16. An id not bound to a local address reaches a destination through
+// the destination's own device, as a host reaches its own addresses. A message takes the link
+// latency; one sent or arriving while either port is down is lost, and the side waiting for
+// the answer sends it again after rdma_cm's response timeout, at most kRetries times, before
+// reporting UNREACHABLE (a REQ), CONNECT_ERROR (a REP) or DISCONNECTED -ETIMEDOUT (a DREQ).
+//
+// The QP steps follow librdmacm with a QP of its own: connect() takes the QP to INIT; the
+// client's RTR and RTS happen when get_event takes the server's REP (then the RTU goes out and
+// ESTABLISHED is reported); accept() takes the server's QP to RTS. REJECTED, UNREACHABLE and
+// CONNECT_ERROR take the id's QP to ERR when taken, and disconnect() does before its DREQ.
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <string>
+#include <unistd.h>
+
+#include "handles.hpp"
+#include "verbsim/cm.hpp"
+#include "verbsim/connect.hpp"
+#include "verbsim/error.hpp"
+#include "wait.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+constexpr std::uint64_t kResponseTimeoutNs = 4'294'967'296;  // 4.096 us * 2^20, rdma_cm's CM timeout
+constexpr int kRetries = 15;                                  // rdma_cm's max_cm_retries
+constexpr std::uint32_t kNone = UINT32_MAX;
+constexpr std::uint16_t kFirstEphemeralPort = 32768;
+constexpr std::uint8_t kLocalAckTimeout = 19;  // the QPs rdma_cm connects over rxe (measured)
+constexpr std::uint8_t kMinRnrTimer = 0;       // ditto (655 ms)
+
+enum class Msg : std::uint8_t { req, rep, rtu, rej, dreq, drep };
+enum class Code : std::uint8_t { message, timer, addr_timeout };
+
+enum class St : std::uint8_t {
+  idle,
+  bound,
+  addr_query,      // resolve_addr of an address nobody has: ADDR_ERROR at its timeout
+  addr_resolved,
+  route_resolved,
+  listening,
+  connecting,      // REQ sent
+  responded,       // client: REP arrived, RTR/RTS pending in get_event
+  req_rcvd,        // server: CONNECT_REQUEST reported, not answered yet
+  rep_sent,        // server: accepted, waiting for the RTU
+  established,
+  dreq_sent,
+  dreq_rcvd,
+  closed,
+};
+
+// A message on the fabric.
+struct Wire {
+  Msg kind = Msg::req;
+  std::uint32_t from = kNone;  // sending node
+  std::uint32_t to = kNone;    // receiving node, kNone for a REQ (found by its address)
+  int reason = 0;              // REJ
+  SockAddr dst;                // REQ: the address connected to
+  std::vector<std::uint8_t> data;
+  ConnParam param;             // REQ, REP
+  std::uint32_t qpn = 0;       // REQ, REP
+  std::uint32_t psn = 0;
+};
+
+std::vector<std::uint8_t> padded(std::span<const std::uint8_t> data, std::size_t size) {
+  std::vector<std::uint8_t> out(size, 0);
+  std::copy(data.begin(), data.end(), out.begin());
+  return out;
+}
+
+void check_data(const char* verb, std::span<const std::uint8_t> data, std::size_t max) {
+  if (data.size() > max) {
+    throw_verb_error(verb, EINVAL, std::to_string(data.size()) + " bytes of private data (at most " +
+                                       std::to_string(max) + ")");
+  }
+}
+
+}  // namespace
+
+struct CmChannelCore {
+  struct Pending {
+    CmEventType type;
+    int status = 0;
+    std::uint32_t node = kNone;
+    std::uint32_t listener = kNone;
+    std::vector<std::uint8_t> data;
+    ConnParam param;
+    std::uint32_t peer_qpn = 0;
+  };
+  World::Impl* world = nullptr;
+  std::deque<Pending> events;
+  int efd = -1;
+  WaitQueuePtr waiters;
+  ~CmChannelCore() {
+    if (efd >= 0) ::close(efd);
+  }
+};
+
+// One rdma_cm_id. Nodes stay in the fabric until the world goes, so that a message to an id
+// the program destroyed still finds it (and is answered as the kernel's CM answers it).
+struct CmNode {
+  St st = St::idle;
+  bool alive = true;     // the program's id exists (or will: a request not yet taken)
+  bool owns_port = false;
+  std::shared_ptr<CmChannelCore> ch;
+  CmId* handle = nullptr;  // the program's id, once handed out
+  int dev = -1;
+  std::uint8_t port = 0;
+  SockAddr local;
+  SockAddr peer;
+  std::uint32_t peer_node = kNone;
+  std::uint32_t listener = kNone;
+  QueuePair* qp = nullptr;
+  std::uint32_t qpn = 0, psn = 0;            // this side's, as sent
+  std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
+  ConnParam mine;                            // private data not kept
+  ConnParam theirs;
+  std::vector<std::uint8_t> rep_data;        // client: the REP's, for ESTABLISHED
+  // The message waiting for an answer, sent again at each timeout.
+  Wire unanswered;
+  int retries_left = 0;
+  std::uint64_t timer_gen = 0;
+};
+
+struct CmFabric {
+  World::Impl& w;
+  std::vector<CmNode> nodes;
+  std::vector<Wire> wires;  // in flight, by slot
+  std::vector<std::uint32_t> free_wires;
+  std::uint16_t next_port = kFirstEphemeralPort;
+
+  explicit CmFabric(World::Impl& world) : w(world) {}
+
+  CmNode& node(std::uint32_t n) { return nodes[n]; }
+
+  std::uint32_t add_node(std::shared_ptr<CmChannelCore> ch) {
+    nodes.emplace_back();
+    nodes.back().ch = std::move(ch);
+    return static_cast<std::uint32_t>(nodes.size() - 1);
+  }
+
+  // The device and port whose GID is `ip`, or {-1, 0}.
+  std::pair<int, std::uint8_t> owner(const SockAddr& a) const {
+    const Gid g = a.gid();
+    for (const auto& dev : w.devs) {
+      for (std::size_t p = 0; p < dev->ports.size(); ++p) {
+        for (const auto& gid : dev->ports[p].gids) {
+          if (gid == g) return {dev->index, static_cast<std::uint8_t>(p + 1)};
+        }
+      }
+    }
+    return {-1, 0};
+  }
+  // On the simulated network (10.0.0.0/16, or an IPv6 link-local address) but nobody's.
+  static bool on_network(const SockAddr& a) {
+    if (a.is_ipv4()) return a.ip[12] == 10 && a.ip[13] == 0;
+    return a.ip[0] == 0xfe && (a.ip[1] & 0xc0) == 0x80;
+  }
+  bool port_taken(std::uint16_t port, const SockAddr& ip, std::uint32_t except) const {
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+      const CmNode& n = nodes[i];
+      if (i == except || !n.alive || !n.owns_port || n.local.port != port) continue;
+      if (n.local.is_any() || ip.is_any() || n.local.ip == ip.ip) return true;
+    }
+    return false;
+  }
+  std::uint16_t ephemeral_port(const SockAddr& ip, std::uint32_t except) {
+    for (int tries = 0; tries < 32768; ++tries) {
+      const std::uint16_t p = next_port;
+      next_port = next_port == 65535 ? kFirstEphemeralPort : static_cast<std::uint16_t>(next_port + 1);
+      if (!port_taken(p, ip, except)) return p;
+    }
+    throw_verb_error("rdma_bind_addr", EADDRINUSE, "no free port");
+  }
+
+  void report(std::uint32_t n, CmChannelCore::Pending ev) {
+    CmNode& nd = node(n);
+    if (!nd.alive) return;
+    ev.node = n;
+    w.digest.add(0xc3000000ull | static_cast<std::uint64_t>(ev.type) << 16 | (n & 0xffff));
+    CmChannelCore& ch = *nd.ch;
+    ch.events.push_back(std::move(ev));
+    signal_fd(ch.efd);
+    notify_all(ch.waiters);
+  }
+  void report(std::uint32_t n, CmEventType type, int status = 0) {
+    CmChannelCore::Pending ev;
+    ev.type = type;
+    ev.status = status;
+    report(n, std::move(ev));
+  }
+
+  // Sends `m` from node m.from (kNone: from the device, which refuses a REQ) to port `to_port`
+  // of device `to_dev`.
+  void send(Wire m, int to_dev, std::uint8_t to_port) {
+    if (m.from != kNone) {
+      const CmNode& from = node(m.from);
+      if (!w.port_up(static_cast<std::uint32_t>(from.dev), from.port)) return;  // lost
+    }
+    std::uint32_t slot;
+    if (free_wires.empty()) {
+      slot = static_cast<std::uint32_t>(wires.size());
+      wires.emplace_back();
+    } else {
+      slot = free_wires.back();
+      free_wires.pop_back();
+    }
+    wires[slot] = std::move(m);
+    Event e{};
+    e.time = w.now + w.config.link_latency_ns;
+    e.kind = EvKind::cm;
+    e.code = static_cast<std::uint8_t>(Code::message);
+    e.dev = static_cast<std::uint16_t>(to_dev);
+    e.wire = to_port;
+    e.index = slot;
+    w.schedule(e);
+  }
+  // Sends `m` to its node m.to.
+  void send_to_node(Wire m) {
+    const CmNode& to = node(m.to);
+    send(std::move(m), to.dev, to.port);
+  }
+  // Sends `m`, which expects an answer: again after each timeout until kRetries ran out.
+  void send_expecting_answer(std::uint32_t n, Wire m, int to_dev, std::uint8_t to_port) {
+    CmNode& nd = node(n);
+    nd.unanswered = m;
+    nd.retries_left = kRetries;
+    send(std::move(m), to_dev, to_port);
+    arm(n, Code::timer, kResponseTimeoutNs);
+  }
+  void arm(std::uint32_t n, Code code, std::uint64_t after_ns) {
+    CmNode& nd = node(n);
+    Event e{};
+    e.time = w.now + after_ns;
+    e.kind = EvKind::cm;
+    e.code = static_cast<std::uint8_t>(code);
+    e.dev = static_cast<std::uint16_t>(std::max(nd.dev, 0));
+    e.index = n;
+    e.value = ++nd.timer_gen;
+    w.schedule(e);
+  }
+  void answered(std::uint32_t n) { ++node(n).timer_gen; }
+
+  Wire reply(std::uint32_t n, Msg kind) {
+    Wire m;
+    m.kind = kind;
+    m.from = n;
+    m.to = node(n).peer_node;
+    return m;
+  }
+  void send_rej(std::uint32_t n, int reason, std::span<const std::uint8_t> data = {}) {
+    Wire m = reply(n, Msg::rej);
+    m.reason = reason;
+    m.data = padded(data, kCmRejectDataMax);
+    send_to_node(std::move(m));
+  }
+
+  void on_timer(const Event& e) {
+    CmNode& nd = node(e.index);
+    if (e.value != nd.timer_gen) return;  // answered, or re-armed since
+    if (static_cast<Code>(e.code) == Code::addr_timeout) {
+      if (nd.st == St::addr_query) {
+        nd.st = St::idle;
+        report(e.index, CmEventType::addr_error, -ETIMEDOUT);
+      }
+      return;
+    }
+    if (nd.retries_left > 0) {
+      --nd.retries_left;
+      Wire m = nd.unanswered;
+      if (m.kind == Msg::req) {
+        const auto [dev, port] = owner(nd.peer);
+        send(std::move(m), dev, port);
+      } else {
+        send_to_node(std::move(m));
+      }
+      arm(e.index, Code::timer, kResponseTimeoutNs);
+      return;
+    }
+    switch (nd.st) {
+      case St::connecting:
+        nd.st = St::closed;
+        report(e.index, CmEventType::unreachable, -ETIMEDOUT);
+        break;
+      case St::rep_sent:
+        nd.st = St::closed;
+        report(e.index, CmEventType::connect_error, -ETIMEDOUT);
+        break;
+      case St::dreq_sent:
+        nd.st = St::closed;
+        report(e.index, CmEventType::disconnected, -ETIMEDOUT);
+        break;
+      default: break;
+    }
+  }
+
+  void on_message(const Event& e) {
+    Wire m = std::move(wires[e.index]);
+    free_wires.push_back(e.index);
+    if (!w.port_up(e.dev, static_cast<std::uint8_t>(e.wire))) return;  // lost
+    if (m.kind == Msg::req) {
+      on_req(std::move(m), e.dev, static_cast<std::uint8_t>(e.wire));
+      return;
+    }
+    const std::uint32_t n = m.to;
+    CmNode& nd = node(n);
+    switch (m.kind) {
+      case Msg::rep:
+        if (!nd.alive) {  // the client went away: the kernel's CM rejects the reply
+          send_rej(n, kCmRejectByConsumer);
+        } else if (nd.st == St::connecting) {
+          answered(n);
+          nd.st = St::responded;
+          nd.peer_node = m.from;
+          nd.peer_qpn = m.qpn;
+          nd.peer_psn = m.psn;
+          nd.theirs = m.param;
+          nd.rep_data = std::move(m.data);
+          report(n, CmEventType::connect_response);
+        } else if (nd.st == St::established) {
+          send_to_node(reply(n, Msg::rtu));  // our RTU was lost
+        }
+        break;
+      case Msg::rtu:
+        if (nd.st == St::rep_sent) {
+          answered(n);
+          nd.st = St::established;
+          CmChannelCore::Pending ev;
+          ev.type = CmEventType::established;
+          ev.peer_qpn = nd.peer_qpn;
+          report(n, std::move(ev));
+        }
+        break;
+      case Msg::rej:
+        if (nd.st == St::connecting || nd.st == St::rep_sent || nd.st == St::responded) {
+          answered(n);
+          nd.st = St::closed;
+          CmChannelCore::Pending ev;
+          ev.type = CmEventType::rejected;
+          ev.status = m.reason;
+          ev.data = std::move(m.data);
+          report(n, std::move(ev));
+        }
+        break;
+      case Msg::dreq:
+        if (nd.alive && nd.st == St::established) {
+          nd.st = St::dreq_rcvd;
+          report(n, CmEventType::disconnected, 0);
+        } else if (nd.st != St::dreq_rcvd) {
+          send_to_node(reply(n, Msg::drep));  // gone, closed or disconnecting too: answer it
+        }
+        break;
+      case Msg::drep:
+        if (nd.st == St::dreq_sent) {
+          answered(n);
+          nd.st = St::closed;
+          report(n, CmEventType::disconnected, 0);
+        }
+        break;
+      case Msg::req: break;
+    }
+  }
+
+  void on_req(Wire m, int dev, std::uint8_t port) {
+    // A REQ sent again: answer it as before, or wait for the program's answer.
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+      CmNode& c = nodes[i];
+      if (c.listener == kNone || c.peer_node != m.from) continue;
+      if (c.st == St::rep_sent) send_to_node(c.unanswered);
+      return;
+    }
+    std::uint32_t l = kNone;
+    for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+      const CmNode& c = nodes[i];
+      if (c.alive && c.st == St::listening && c.local.port == m.dst.port &&
+          (c.local.is_any() || c.local.ip == m.dst.ip)) {
+        l = i;
+        break;
+      }
+    }
+    if (l == kNone) {  // the device refuses it
+      Wire rej;
+      rej.kind = Msg::rej;
+      rej.to = m.from;
+      rej.reason = kCmRejectNoListener;
+      rej.data.assign(kCmRejectDataMax, 0);
+      send_to_node(std::move(rej));
+      return;
+    }
+    const std::uint32_t c = add_node(node(l).ch);
+    CmNode& child = node(c);
+    child.st = St::req_rcvd;
+    child.dev = dev;
+    child.port = port;
+    child.local = m.dst;
+    child.peer = node(m.from).local;
+    child.peer_node = m.from;
+    child.listener = l;
+    child.peer_qpn = m.qpn;
+    child.peer_psn = m.psn;
+    child.theirs = m.param;
+    CmChannelCore::Pending ev;
+    ev.type = CmEventType::connect_request;
+    ev.listener = l;
+    ev.data = std::move(m.data);
+    ev.param = m.param;
+    ev.peer_qpn = m.qpn;
+    report(c, std::move(ev));
+  }
+
+  // The program's id goes: what the kernel's CM does for an id destroyed in each state.
+  void destroyed(std::uint32_t n) {
+    CmNode& nd = node(n);
+    nd.alive = false;
+    nd.qp = nullptr;
+    switch (nd.st) {
+      case St::req_rcvd:
+      case St::rep_sent:
+      case St::responded: send_rej(n, kCmRejectByConsumer); break;
+      case St::established: send_to_node(reply(n, Msg::dreq)); break;
+      case St::dreq_rcvd: send_to_node(reply(n, Msg::drep)); break;
+      default: break;
+    }
+    answered(n);
+    nd.st = St::closed;
+    // Its requests the program never took are rejected.
+    if (nd.ch) {
+      for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+        CmNode& c = nodes[i];
+        if (c.listener == n && c.alive && c.st == St::req_rcvd) {
+          c.alive = false;
+          c.st = St::closed;
+          send_rej(i, kCmRejectByConsumer);
+        }
+      }
+    }
+  }
+
+  ConnectOptions options(const CmNode& nd) const {
+    ConnectOptions o;
+    o.port_num = nd.port;
+    o.sgid_index = 0;
+    const auto& gids = w.devs[static_cast<std::size_t>(nd.dev)]->ports[nd.port - 1u].gids;
+    for (std::size_t i = 0; i < gids.size(); ++i) {
+      if (gids[i] == nd.local.gid()) o.sgid_index = static_cast<std::uint8_t>(i);
+    }
+    o.path_mtu = Mtu::mtu_1024;
+    o.timeout = kLocalAckTimeout;
+    o.min_rnr_timer = kMinRnrTimer;
+    return o;
+  }
+  static Access access(const ConnParam& mine) {
+    // ib_cm's INIT attributes: remote writes always; reads and atomics when this side serves
+    // any (responder resources).
+    Access a = Access::remote_write;
+    if (mine.responder_resources > 0) a |= Access::remote_read | Access::remote_atomic;
+    return a;
+  }
+  void check_qp(const char* verb, const CmNode& nd, QueuePair& qp) const {
+    auto* sq = dynamic_cast<SimQp*>(&qp);
+    if (sq == nullptr) throw_verb_error(verb, EINVAL, "the QP is not the simulator's");
+    if (sq->dev().index != nd.dev) {
+      throw_verb_error(verb, EINVAL, "the QP is on " + sq->dev().name + ", the id on " +
+                                         w.devs[static_cast<std::size_t>(nd.dev)]->name);
+    }
+    if (qp.type() == QpType::ud) throw_verb_error(verb, EINVAL, "a UD QP cannot be connected");
+  }
+  std::uint32_t initial_psn() { return static_cast<std::uint32_t>(w.rng.next() & 0xffffff); }
+};
+
+namespace {
+
+const char* state_name(St s) {
+  static constexpr const char* names[] = {
+      "idle",    "bound",      "resolving address", "address resolved", "route resolved",
+      "listening", "connecting", "connecting",      "connection request", "accepted",
+      "connected", "disconnecting", "disconnecting", "closed"};
+  return names[static_cast<int>(s)];
+}
+
+[[noreturn]] void bad_state(const char* verb, St s) {
+  throw_verb_error(verb, EINVAL, std::string("the id is ") + state_name(s));
+}
+
+class SimCmId final : public CmId {
+ public:
+  SimCmId(std::shared_ptr<CmFabric> fabric, std::uint32_t n) : f_(std::move(fabric)), n_(n) {
+    node().handle = this;
+  }
+  ~SimCmId() override {
+    node().handle = nullptr;
+    f_->destroyed(n_);
+  }
+
+  void bind_addr(const SockAddr& addr) override {
+    CmNode& nd = node();
+    if (nd.st != St::idle) bad_state("rdma_bind_addr", nd.st);
+    int dev = -1;
+    std::uint8_t port = 0;
+    if (!addr.is_any()) {
+      std::tie(dev, port) = f_->owner(addr);
+      if (dev < 0) throw_verb_error("rdma_bind_addr", EADDRNOTAVAIL, addr.to_string() + " is no port's");
+    }
+    SockAddr local = addr;
+    if (local.port == 0) {
+      local.port = f_->ephemeral_port(local, n_);
+    } else if (f_->port_taken(local.port, local, n_)) {
+      throw_verb_error("rdma_bind_addr", EADDRINUSE, addr.to_string());
+    }
+    nd.local = local;
+    nd.owns_port = true;
+    nd.dev = dev;
+    nd.port = port;
+    nd.st = St::bound;
+  }
+
+  void listen(int backlog) override {
+    CmNode& nd = node();
+    if (nd.st == St::idle) bind_addr(SockAddr::ipv4(0, 0, 0, 0));
+    if (nd.st != St::bound) bad_state("rdma_listen", nd.st);
+    if (backlog < 0) throw_verb_error("rdma_listen", EINVAL, "backlog " + std::to_string(backlog));
+    nd.st = St::listening;
+  }
+
+  void resolve_addr(const SockAddr& dst, int timeout_ms) override {
+    CmNode& nd = node();
+    if (nd.st != St::idle && nd.st != St::bound) bad_state("rdma_resolve_addr", nd.st);
+    const auto [dev, port] = f_->owner(dst);
+    if (dev < 0 && !CmFabric::on_network(dst)) {
+      throw_verb_error("rdma_resolve_addr", ENETUNREACH, "no route to " + dst.to_string());
+    }
+    if (nd.st == St::idle) {
+      nd.owns_port = true;
+      nd.local.port = f_->ephemeral_port(nd.local, n_);
+    }
+    nd.peer = dst;
+    if (dev < 0) {  // on the network, but nobody answers the neighbour query
+      nd.st = St::addr_query;
+      f_->arm(n_, Code::addr_timeout,
+              static_cast<std::uint64_t>(std::max(timeout_ms, 0)) * 1'000'000);
+      return;
+    }
+    if (nd.dev < 0) {  // not bound to an address: through the destination's own device
+      nd.dev = dev;
+      nd.port = port;
+      const std::uint16_t p = nd.local.port;
+      nd.local = dst;
+      nd.local.port = p;
+    }
+    nd.st = St::addr_resolved;
+    f_->report(n_, CmEventType::addr_resolved);
+  }
+
+  void resolve_route(int /*timeout_ms*/) override {
+    CmNode& nd = node();
+    if (nd.st != St::addr_resolved) bad_state("rdma_resolve_route", nd.st);
+    nd.st = St::route_resolved;
+    f_->report(n_, CmEventType::route_resolved);
+  }
+
+  void connect(QueuePair& qp, const ConnParam& param) override {
+    CmNode& nd = node();
+    if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
+    check_data("rdma_connect", param.private_data, kCmConnectDataMax);
+    f_->check_qp("rdma_connect", nd, qp);
+    ConnectOptions o = f_->options(nd);
+    o.access = CmFabric::access(param);
+    modify_to_init(qp, o);
+    nd.qp = &qp;
+    nd.mine = param;
+    nd.mine.private_data.clear();
+    nd.qpn = qp.qp_num();
+    nd.psn = f_->initial_psn();
+    nd.st = St::connecting;
+    Wire m;
+    m.kind = Msg::req;
+    m.from = n_;
+    m.dst = nd.peer;
+    m.data = padded(param.private_data, kCmConnectDataMax);
+    m.param = nd.mine;
+    m.qpn = nd.qpn;
+    m.psn = nd.psn;
+    const auto [dev, port] = f_->owner(nd.peer);
+    f_->send_expecting_answer(n_, std::move(m), dev, port);
+  }
+
+  void accept(QueuePair& qp, const ConnParam& param) override {
+    CmNode& nd = node();
+    if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
+    check_data("rdma_accept", param.private_data, kCmAcceptDataMax);
+    f_->check_qp("rdma_accept", nd, qp);
+    ConnectOptions o = f_->options(nd);
+    o.access = CmFabric::access(param);
+    o.max_dest_rd_atomic = param.responder_resources;
+    o.max_rd_atomic = param.initiator_depth;
+    o.retry_cnt = nd.theirs.retry_count;
+    o.rnr_retry = nd.theirs.rnr_retry_count;
+    nd.psn = f_->initial_psn();
+    verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+    nd.qp = &qp;
+    nd.mine = param;
+    nd.mine.private_data.clear();
+    nd.qpn = qp.qp_num();
+    nd.st = St::rep_sent;
+    Wire m = f_->reply(n_, Msg::rep);
+    m.data = padded(param.private_data, kCmAcceptDataMax);
+    m.param = nd.mine;
+    m.qpn = nd.qpn;
+    m.psn = nd.psn;
+    const CmNode& client = f_->node(nd.peer_node);
+    f_->send_expecting_answer(n_, std::move(m), client.dev, client.port);
+  }
+
+  void reject(std::span<const std::uint8_t> data) override {
+    CmNode& nd = node();
+    if (nd.st != St::req_rcvd) bad_state("rdma_reject", nd.st);
+    check_data("rdma_reject", data, kCmRejectDataMax);
+    nd.st = St::closed;
+    f_->send_rej(n_, kCmRejectByConsumer, data);
+  }
+
+  void disconnect() override {
+    CmNode& nd = node();
+    switch (nd.st) {
+      case St::established:
+        to_error();
+        nd.st = St::dreq_sent;
+        f_->send_expecting_answer(n_, f_->reply(n_, Msg::dreq), f_->node(nd.peer_node).dev,
+                                  f_->node(nd.peer_node).port);
+        return;
+      case St::dreq_rcvd:
+        to_error();
+        nd.st = St::closed;
+        f_->send_to_node(f_->reply(n_, Msg::drep));
+        return;
+      case St::dreq_sent:
+      case St::closed:
+        if (nd.peer_node == kNone) bad_state("rdma_disconnect", nd.st);
+        to_error();  // already disconnected: nothing more to send
+        return;
+      default: bad_state("rdma_disconnect", nd.st);
+    }
+  }
+
+  std::string device_name() const override {
+    const CmNode& nd = f_->node(n_);
+    return nd.dev < 0 ? std::string() : f_->w.devs[static_cast<std::size_t>(nd.dev)]->name;
+  }
+  std::uint8_t port_num() const noexcept override { return f_->node(n_).port; }
+  SockAddr local_addr() const override { return f_->node(n_).local; }
+  SockAddr peer_addr() const override { return f_->node(n_).peer; }
+  QueuePair* qp() const noexcept override { return f_->node(n_).qp; }
+
+  // get_event's side of the client's REP (librdmacm's CONNECT_RESPONSE with a QP): RTR, RTS,
+  // the RTU; ESTABLISHED, or CONNECT_ERROR if the QP refused.
+  void establish(CmEvent& out) {
+    CmNode& nd = node();
+    ConnectOptions o = f_->options(nd);
+    o.max_dest_rd_atomic = nd.theirs.initiator_depth;
+    o.max_rd_atomic = nd.theirs.responder_resources;
+    o.retry_cnt = nd.mine.retry_count;
+    o.rnr_retry = nd.theirs.rnr_retry_count;
+    try {
+      if (nd.qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "no QP");
+      modify_to_rtr(*nd.qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+      modify_to_rts(*nd.qp, nd.psn, o);
+    } catch (const VerbError& e) {
+      nd.st = St::closed;
+      f_->send_rej(n_, kCmRejectByConsumer);
+      to_error();
+      out.type = CmEventType::connect_error;
+      out.status = -e.code().value();
+      return;
+    }
+    nd.st = St::established;
+    f_->send_to_node(f_->reply(n_, Msg::rtu));
+    out.type = CmEventType::established;
+    out.private_data = std::move(nd.rep_data);
+    out.peer_qp_num = nd.peer_qpn;
+  }
+
+  // The id's QP to ERR, as librdmacm does on a failed connection and before a DREQ.
+  void to_error() {
+    if (QueuePair* qp = node().qp) {
+      QpAttr a;
+      a.qp_state = QpState::err;
+      try {
+        qp->modify(a, QpAttrMask::state);
+      } catch (const VerbError&) {
+        // A QP that cannot go to ERR is already there or gone.
+      }
+    }
+  }
+
+ private:
+  CmNode& node() { return f_->node(n_); }
+
+  std::shared_ptr<CmFabric> f_;
+  std::uint32_t n_;
+};
+
+class SimCmChannel final : public CmEventChannel {
+ public:
+  SimCmChannel(std::shared_ptr<CmFabric> fabric) : f_(std::move(fabric)) {
+    core_ = std::make_shared<CmChannelCore>();
+    core_->world = &f_->w;
+    core_->efd = make_eventfd();
+  }
+  ~SimCmChannel() override {
+    // Requests never taken are rejected, as closing the channel's fd does.
+    for (const auto& ev : core_->events) {
+      if (ev.type == CmEventType::connect_request) f_->destroyed(ev.node);
+    }
+    core_->events.clear();
+  }
+
+  std::unique_ptr<CmId> create_id() override {
+    return std::make_unique<SimCmId>(f_, f_->add_node(core_));
+  }
+
+  std::error_code get_event(CmEvent& out, Wait wait) override {
+    auto& q = core_->events;
+    return wait_for(f_->w, core_->waiters, wait, [&] {
+      while (!q.empty()) {
+        CmChannelCore::Pending ev = std::move(q.front());
+        q.pop_front();
+        drain_fd(core_->efd);
+        CmNode& nd = f_->node(ev.node);
+        if (!nd.alive) continue;  // the id went meanwhile
+        take(ev, out);
+        return true;
+      }
+      return false;
+    });
+  }
+
+  int fd() const noexcept override { return core_->efd; }
+
+ private:
+  void take(CmChannelCore::Pending& ev, CmEvent& out) {
+    out = CmEvent{};
+    out.type = ev.type;
+    out.status = ev.status;
+    out.private_data = std::move(ev.data);
+    out.param = ev.param;
+    out.peer_qp_num = ev.peer_qpn;
+    if (ev.type == CmEventType::connect_request) {
+      auto id = std::make_unique<SimCmId>(f_, ev.node);
+      out.id = id.get();
+      out.new_id = std::move(id);
+      out.listen_id = handle_of(ev.listener);
+      return;
+    }
+    out.id = handle_of(ev.node);
+    auto* id = static_cast<SimCmId*>(out.id);
+    switch (ev.type) {
+      case CmEventType::connect_response: id->establish(out); break;
+      case CmEventType::rejected:
+      case CmEventType::unreachable:
+      case CmEventType::connect_error: id->to_error(); break;
+      default: break;
+    }
+  }
+  CmId* handle_of(std::uint32_t n) const { return f_->node(n).handle; }
+
+  std::shared_ptr<CmFabric> f_;
+  std::shared_ptr<CmChannelCore> core_;
+};
+
+}  // namespace
+
+void World::Impl::run_cm_event(const Event& e) {
+  if (static_cast<Code>(e.code) == Code::message) {
+    cm->on_message(e);
+  } else {
+    cm->on_timer(e);
+  }
+}
+
+bool World::Impl::cm_timer_is_stale(const Event& e) const noexcept {
+  return static_cast<Code>(e.code) != Code::message && e.value != cm->nodes[e.index].timer_gen;
+}
+
+std::unique_ptr<CmEventChannel> World::create_cm_channel() {
+  if (!impl_->cm) impl_->cm = std::make_shared<CmFabric>(*impl_);
+  return std::make_unique<SimCmChannel>(impl_->cm);
+}
+
+}  // namespace verbsim::sim

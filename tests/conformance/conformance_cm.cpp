@@ -1,0 +1,307 @@
+// The connection manager (verbsim/cm.hpp): address and route resolution, connect / accept with
+// private data, the QP states and attributes a connection leaves, rejection, disconnection and
+// the errors of the control path. Client and server are two ids of one device, each with its
+// own event channel (as two processes would have), talking over the device's own address.
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "conformance.hpp"
+
+namespace verbsim::conformance {
+namespace {
+
+std::vector<std::uint8_t> bytes(std::string_view s) { return {s.begin(), s.end()}; }
+
+// The first `n` bytes of `data` as text, "" if it is shorter.
+std::string prefix(const std::vector<std::uint8_t>& data, std::size_t n) {
+  if (data.size() < n) return "";
+  return {data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+class Cm : public Conformance {
+ protected:
+  void SetUp() override {
+    Conformance::SetUp();
+    if (IsSkipped()) return;
+    try {
+      client_ch_ = backend().create_cm_channel();
+      server_ch_ = backend().create_cm_channel();
+    } catch (const VerbError& e) {
+      // The drop-in's simulator has no kernel rdma_cm for librdmacm to talk to.
+      GTEST_SKIP() << "no connection manager: " << e.what();
+    }
+    cq_ = make_cq(64);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    listener_.reset();
+    client_ch_.reset();
+    server_ch_.reset();
+    client_qp_.reset();
+    server_qp_.reset();
+    cq_.reset();
+    Conformance::TearDown();
+  }
+
+  // The device's own address, port `port`.
+  SockAddr addr(std::uint16_t port) const {
+    SockAddr a;
+    a.ip = gid().raw;
+    a.port = port;
+    return a;
+  }
+
+  // The next event of `ch` ("TYPE/status"), or "none" when none comes (the simulator: nothing
+  // left to happen; ibverbs: 5 s).
+  std::string next(CmEventChannel& ch, CmEvent& ev) {
+    std::error_code err;
+    if (on_sim()) {
+      err = ch.get_event(ev, Wait::blocking);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while ((err = ch.get_event(ev, Wait::nonblocking)) == std::errc::resource_unavailable_try_again &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (err) return "none:" + errno_name(err);
+    std::string s(to_string(ev.type));
+    s.erase(0, std::strlen("RDMA_CM_EVENT_"));
+    return s + "/" + std::to_string(ev.status);
+  }
+  std::string next(CmEventChannel& ch) {
+    CmEvent ev;
+    return next(ch, ev);
+  }
+
+  // A listener on `port`.
+  void listen(std::uint16_t port) {
+    listener_ = server_ch_->create_id();
+    listener_->bind_addr(addr(port));
+    listener_->listen();
+  }
+  // The client id with its address and route resolved towards `port`, and its QP (RESET).
+  void resolve(std::uint16_t port) {
+    client_ = client_ch_->create_id();
+    client_->resolve_addr(addr(port));
+    CHECK_OBS("addr", next(*client_ch_), "ADDR_RESOLVED/0");
+    client_->resolve_route();
+    CHECK_OBS("route", next(*client_ch_), "ROUTE_RESOLVED/0");
+    CHECK_OBS("device", client_->device_name(), ctx().info().name);
+    client_qp_ = make_qp(*cq_, *cq_);
+  }
+  // The server's side of a request: its id (taken from the event) and QP.
+  CmEvent take_request() {
+    CmEvent ev;
+    CHECK_OBS("request", next(*server_ch_, ev), "CONNECT_REQUEST/0");
+    server_ = std::move(ev.new_id);
+    if (server_ != nullptr) server_qp_ = make_qp(*cq_, *cq_);
+    return ev;
+  }
+  // listen, resolve, connect, accept; both sides ESTABLISHED.
+  void establish(std::uint16_t port) {
+    listen(port);
+    resolve(port);
+    client_->connect(*client_qp_);
+    take_request();
+    ASSERT_NE(server_, nullptr);
+    server_->accept(*server_qp_);
+    CHECK_OBS("client", next(*client_ch_), "ESTABLISHED/0");
+    CHECK_OBS("server", next(*server_ch_), "ESTABLISHED/0");
+  }
+
+  std::unique_ptr<CmEventChannel> client_ch_;
+  std::unique_ptr<CmEventChannel> server_ch_;
+  std::unique_ptr<CompletionQueue> cq_;
+  std::unique_ptr<CmId> listener_;
+  std::unique_ptr<CmId> client_;
+  std::unique_ptr<CmId> server_;
+  std::unique_ptr<QueuePair> client_qp_;
+  std::unique_ptr<QueuePair> server_qp_;
+};
+
+TEST_P(Cm, ConnectAndAcceptExchangePrivateDataAndEstablish) {
+  listen(7471);
+  resolve(7471);
+  ConnParam c;
+  c.private_data = bytes("hello");
+  c.responder_resources = 2;
+  c.initiator_depth = 3;
+  c.retry_count = 5;
+  c.rnr_retry_count = 6;
+  client_->connect(*client_qp_, c);
+  CHECK_OBS("client_qp_after_connect", client_qp_->state(), QpState::init);
+
+  const CmEvent req = take_request();
+  ASSERT_NE(server_, nullptr);
+  CHECK_OBS("req_id_is_new", req.id == server_.get(), true);
+  CHECK_OBS("req_listen_id", req.listen_id == listener_.get(), true);
+  CHECK_OBS("req_data_len", req.private_data.size(), kCmConnectDataMax);
+  CHECK_OBS("req_data", prefix(req.private_data, 5), "hello");
+  CHECK_OBS("req_params", std::to_string(req.param.responder_resources) + "," +
+                              std::to_string(req.param.initiator_depth) + "," +
+                              std::to_string(req.param.retry_count) + "," +
+                              std::to_string(req.param.rnr_retry_count),
+            "2,3,5,6");
+  CHECK_OBS("req_peer_qp", req.peer_qp_num == client_qp_->qp_num(), true);
+  CHECK_OBS("server_device", server_->device_name(), ctx().info().name);
+  CHECK_OBS("server_local_port", server_->local_addr().port, 7471);
+
+  ConnParam s;
+  s.private_data = bytes("world");
+  server_->accept(*server_qp_, s);
+  CHECK_OBS("server_qp_after_accept", server_qp_->state(), QpState::rts);
+
+  CmEvent est;
+  CHECK_OBS("client_event", next(*client_ch_, est), "ESTABLISHED/0");
+  CHECK_OBS("est_data_len", est.private_data.size(), kCmAcceptDataMax);
+  CHECK_OBS("est_data", prefix(est.private_data, 5), "world");
+  CHECK_OBS("est_peer_qp", est.peer_qp_num == server_qp_->qp_num(), true);
+  CHECK_OBS("est_id", est.id == client_.get(), true);
+  CHECK_OBS("client_qp", client_qp_->state(), QpState::rts);
+  CHECK_OBS("client_id_qp", client_->qp() == client_qp_.get(), true);
+
+  CmEvent sest;
+  CHECK_OBS("server_event", next(*server_ch_, sest), "ESTABLISHED/0");
+  CHECK_OBS("server_est_data_len", sest.private_data.size(), 0);
+  CHECK_OBS("client_peer_port", client_->peer_addr().port, 7471);
+}
+
+TEST_P(Cm, AConnectionCarriesSendsAndReadsBothWays) {
+  establish(7472);
+  // A SEND from the client, and an RDMA READ by the server of the client's memory (the
+  // client's QP serves reads: it offered responder resources).
+  const Sge rsge = sge(4096, 64);
+  CHECK_ERR("recv", server_qp_->post_recv(recv_wr(1, &rsge)).error(), 0);
+  std::memset(mem(0), 0x5a, 64);
+  const Sge ssge = sge(0, 64);
+  CHECK_ERR("send", client_qp_->post_send(send_wr(2, &ssge)).error(), 0);
+  CHECK_OBS("send_wcs", summary(poll_n(*cq_, 2)), "2*SUCCESS");
+  CHECK_OBS("landed", std::memcmp(mem(0), mem(4096), 64) == 0, true);
+  std::memset(mem(8192), 0x33, 64);
+  const Sge lsge = sge(12288, 64);
+  CHECK_ERR("read", server_qp_->post_send(rdma_wr(3, WrOpcode::rdma_read, &lsge,
+                                                  mr().address(8192), mr().rkey())).error(),
+            0);
+  CHECK_OBS("read_wc", describe(poll_n(*cq_, 1)), "SUCCESS/RDMA_READ/64");
+  CHECK_OBS("read_landed", std::memcmp(mem(8192), mem(12288), 64) == 0, true);
+}
+
+TEST_P(Cm, TheQpsGetTheNegotiatedAttributes) {
+  listen(7473);
+  resolve(7473);
+  ConnParam c;
+  c.retry_count = 5;
+  c.rnr_retry_count = 4;
+  client_->connect(*client_qp_, c);
+  take_request();
+  ASSERT_NE(server_, nullptr);
+  ConnParam s;
+  s.rnr_retry_count = 3;
+  server_->accept(*server_qp_, s);
+  CHECK_OBS("client", next(*client_ch_), "ESTABLISHED/0");
+  const QpAttr ca = client_qp_->query();
+  const QpAttr sa = server_qp_->query();
+  // Each side's retry counts are the ones the other side asked for; the client's transport
+  // retries are its own.
+  CHECK_OBS("client_retry_rnr", std::to_string(ca.retry_cnt) + "," + std::to_string(ca.rnr_retry), "5,3");
+  CHECK_OBS("server_retry_rnr", std::to_string(sa.retry_cnt) + "," + std::to_string(sa.rnr_retry), "5,4");
+  CHECK_OBS("mtu", static_cast<int>(ca.path_mtu), static_cast<int>(Mtu::mtu_1024));
+  CHECK_OBS("timeout", static_cast<int>(ca.timeout), 19);
+  CHECK_OBS("server_timeout", static_cast<int>(sa.timeout), 19);
+  CHECK_OBS("dest_qp", ca.dest_qp_num == server_qp_->qp_num() && sa.dest_qp_num == client_qp_->qp_num(), true);
+  CHECK_OBS("psns", ca.sq_psn == sa.rq_psn && sa.sq_psn == ca.rq_psn, true);
+  CHECK_OBS("sgid_index", static_cast<int>(ca.ah_attr.grh.sgid_index), gid_index());
+}
+
+TEST_P(Cm, DisconnectTakesThisSideToErrAndTellsThePeer) {
+  establish(7474);
+  const Sge rsge = sge(0, 64);
+  CHECK_ERR("recv", client_qp_->post_recv(recv_wr(9, &rsge)).error(), 0);
+  client_->disconnect();
+  CHECK_OBS("client_qp", client_qp_->state(), QpState::err);
+  CHECK_OBS("flushed", describe(poll_n(*cq_, 1)), err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
+  CHECK_OBS("server_event", next(*server_ch_), "DISCONNECTED/0");
+  CHECK_OBS("server_qp", server_qp_->state(), QpState::rts);
+  server_->disconnect();
+  CHECK_OBS("server_qp_after", server_qp_->state(), QpState::err);
+  CHECK_OBS("client_event", next(*client_ch_), "DISCONNECTED/0");
+  CHECK_ERR("again", verb_errno([&] { client_->disconnect(); }), 0);
+}
+
+TEST_P(Cm, ARequestToAPortNobodyListensOnIsRejected) {
+  resolve(7999);
+  client_->connect(*client_qp_);
+  CmEvent ev;
+  CHECK_OBS("event", next(*client_ch_, ev), "REJECTED/" + std::to_string(kCmRejectNoListener));
+  CHECK_OBS("data_len", ev.private_data.size(), kCmRejectDataMax);
+  CHECK_OBS("qp", client_qp_->state(), QpState::err);
+}
+
+TEST_P(Cm, RejectCarriesItsPrivateData) {
+  listen(7475);
+  resolve(7475);
+  client_->connect(*client_qp_);
+  take_request();
+  ASSERT_NE(server_, nullptr);
+  const auto nope = bytes("nope");
+  server_->reject(nope);
+  CmEvent ev;
+  CHECK_OBS("event", next(*client_ch_, ev), "REJECTED/" + std::to_string(kCmRejectByConsumer));
+  CHECK_OBS("data_len", ev.private_data.size(), kCmRejectDataMax);
+  CHECK_OBS("data", prefix(ev.private_data, 4), "nope");
+  CHECK_OBS("qp", client_qp_->state(), QpState::err);
+}
+
+TEST_P(Cm, DestroyingAnUnansweredRequestRejectsIt) {
+  listen(7476);
+  resolve(7476);
+  client_->connect(*client_qp_);
+  take_request();
+  server_.reset();
+  CHECK_OBS("event", next(*client_ch_), "REJECTED/" + std::to_string(kCmRejectByConsumer));
+  CHECK_OBS("qp", client_qp_->state(), QpState::err);
+}
+
+TEST_P(Cm, ControlPathErrors) {
+  listen(7477);
+  {
+    auto again = server_ch_->create_id();
+    CHECK_ERR("bind_port_in_use", verb_errno([&] { again->bind_addr(addr(7477)); }), EADDRINUSE);
+  }
+  {
+    auto far = client_ch_->create_id();
+    CHECK_ERR("resolve_no_route",
+              verb_errno([&] { far->resolve_addr(SockAddr::parse("192.168.77.1:7477")); }),
+              ENETUNREACH);
+  }
+  client_ = client_ch_->create_id();
+  client_->resolve_addr(addr(7477));
+  CHECK_OBS("addr", next(*client_ch_), "ADDR_RESOLVED/0");
+  client_qp_ = make_qp(*cq_, *cq_);
+  CHECK_ERR("connect_before_route", verb_errno([&] { client_->connect(*client_qp_); }), EINVAL);
+  CHECK_ERR("disconnect_unconnected", verb_errno([&] { client_->disconnect(); }), EINVAL);
+  client_->resolve_route();
+  CHECK_OBS("route", next(*client_ch_), "ROUTE_RESOLVED/0");
+  ConnParam big;
+  big.private_data.assign(kCmConnectDataMax + 1, 'x');
+  CHECK_ERR("connect_57", verb_errno([&] { client_->connect(*client_qp_, big); }), EINVAL);
+  big.private_data.assign(kCmConnectDataMax, 'x');
+  CHECK_ERR("connect_56", verb_errno([&] { client_->connect(*client_qp_, big); }), 0);
+  take_request();
+  ASSERT_NE(server_, nullptr);
+  ConnParam huge;
+  huge.private_data.assign(kCmAcceptDataMax + 1, 'y');
+  CHECK_ERR("accept_197", verb_errno([&] { server_->accept(*server_qp_, huge); }), EINVAL);
+  const std::vector<std::uint8_t> long_rej(kCmRejectDataMax + 1, 'z');
+  CHECK_ERR("reject_149", verb_errno([&] { server_->reject(long_rej); }), EINVAL);
+  CHECK_ERR("reject", verb_errno([&] { server_->reject(); }), 0);
+  CHECK_OBS("event", next(*client_ch_), "REJECTED/" + std::to_string(kCmRejectByConsumer));
+}
+
+VERBSIM_CONFORMANCE_SUITE(Cm);
+
+}  // namespace
+}  // namespace verbsim::conformance
