@@ -133,6 +133,9 @@ class IbvBackend final : public Backend {
     ctx.release();  // now owned by `out`
     return out;
   }
+
+  // rdma_create_event_channel (cm.cpp).
+  std::unique_ptr<CmEventChannel> create_cm_channel() override { return make_cm_channel(); }
 };
 
 }  // namespace

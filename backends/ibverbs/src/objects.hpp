@@ -9,12 +9,14 @@
 #include <poll.h>
 
 #include <atomic>
+#include <memory>
 #include <cerrno>
 #include <cstdint>
 #include <span>
 #include <system_error>
 
 #include "verbsim/address_handle.hpp"
+#include "verbsim/cm.hpp"
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/completion_queue.hpp"
 #include "verbsim/context.hpp"
@@ -51,6 +53,9 @@ int wait_readable(int fd) noexcept;
 bool is_rxe(ibv_context* ctx) noexcept;
 
 class IbvChannel;
+
+// The connection manager (cm.cpp): an rdma_event_channel and its rdma_cm_ids.
+std::unique_ptr<CmEventChannel> make_cm_channel();
 
 // ---------------------------------------------------------------------------------------------
 

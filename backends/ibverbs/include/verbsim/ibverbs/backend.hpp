@@ -17,10 +17,14 @@ struct ibv_mw;
 struct ibv_pd;
 struct ibv_qp;
 struct ibv_srq;
+struct rdma_cm_id;
+struct rdma_event_channel;
 
 namespace verbsim {
 
 class AddressHandle;
+class CmEventChannel;
+class CmId;
 class CompletionChannel;
 class CompletionQueue;
 class Context;
@@ -52,6 +56,13 @@ ibv_comp_channel* native(verbsim::CompletionChannel& channel) noexcept;
 ibv_qp* native(verbsim::QueuePair& qp) noexcept;
 ibv_srq* native(verbsim::SharedReceiveQueue& srq) noexcept;
 ibv_ah* native(verbsim::AddressHandle& ah) noexcept;
+
+// The connection manager's librdmacm objects (include <rdma/rdma_cma.h>). The channel's fd is
+// in O_NONBLOCK mode; an id's context points back at its wrapper and its qp stays NULL (the QP
+// given to connect or accept is the program's: rdma_cm does not know it). Events must be taken
+// through CmEventChannel::get_event, which answers some of them (see verbsim/cm.hpp).
+rdma_event_channel* native(verbsim::CmEventChannel& channel) noexcept;
+rdma_cm_id* native(verbsim::CmId& id) noexcept;
 
 }  // namespace ibverbs
 }  // namespace verbsim

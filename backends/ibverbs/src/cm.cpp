@@ -1,0 +1,454 @@
+// The connection manager over librdmacm: CmEventChannel over rdma_event_channel, CmId over an
+// rdma_cm_id of RDMA_PS_TCP.
+//
+// The ids are created without rdma_create_qp (id->qp stays NULL): the QP is the program's own
+// verbsim QueuePair, and this file does what librdmacm does for an id's QP: INIT before the request
+// is sent, RTR and RTS from rdma_init_qp_attr when the reply comes (librdmacm reports a
+// CONNECT_RESPONSE for an id without a QP: it is answered here with rdma_establish and reported as
+// ESTABLISHED), ERR on REJECTED, UNREACHABLE, CONNECT_ERROR and before rdma_disconnect.
+#include "verbsim/cm.hpp"
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "objects.hpp"
+#include "verbsim/ibverbs/backend.hpp"
+
+namespace verbsim::ibverbs {
+
+namespace {
+
+// errno after a librdmacm call returned -1 (or NULL); EIO if it left errno at 0.
+int cm_errno() noexcept { return errno != 0 ? errno : EIO; }
+
+// The ibv_qp_attr_mask bits a modify may carry. rdma_init_qp_attr can hand back bits 21 to 24,
+// which the kernel uses internally for RoCE and ibv_modify_qp refuses on IB (librdmacm masks them
+// off there); on RoCE the kernel resolves the address itself, so they are dropped always.
+constexpr int kModifyMask = (IBV_QP_DEST_QPN << 1) - 1;
+
+sockaddr_storage to_sockaddr(const SockAddr& a) noexcept {
+  sockaddr_storage out{};
+  if (a.is_ipv4()) {
+    sockaddr_in in{};
+    in.sin_family = AF_INET;
+    in.sin_port = htons(a.port);
+    std::memcpy(&in.sin_addr, a.ip.data() + 12, 4);
+    std::memcpy(&out, &in, sizeof in);
+  } else {
+    sockaddr_in6 in6{};
+    in6.sin6_family = AF_INET6;
+    in6.sin6_port = htons(a.port);
+    std::memcpy(&in6.sin6_addr, a.ip.data(), 16);
+    std::memcpy(&out, &in6, sizeof in6);
+  }
+  return out;
+}
+
+// An all-zero SockAddr for a family other than AF_INET and AF_INET6 (none is set yet).
+SockAddr from_sockaddr(const sockaddr* sa) noexcept {
+  SockAddr out;
+  if (sa == nullptr) return out;
+  if (sa->sa_family == AF_INET) {
+    sockaddr_in in{};
+    std::memcpy(&in, sa, sizeof in);
+    out.ip[10] = 0xff;
+    out.ip[11] = 0xff;
+    std::memcpy(out.ip.data() + 12, &in.sin_addr, 4);
+    out.port = ntohs(in.sin_port);
+  } else if (sa->sa_family == AF_INET6) {
+    sockaddr_in6 in6{};
+    std::memcpy(&in6, sa, sizeof in6);
+    std::memcpy(out.ip.data(), &in6.sin6_addr, 16);
+    out.port = ntohs(in6.sin6_port);
+  }
+  return out;
+}
+
+const char* state_name(ibv_qp_state s) noexcept {
+  switch (s) {
+    case IBV_QPS_RESET: return "RESET";
+    case IBV_QPS_INIT: return "INIT";
+    case IBV_QPS_RTR: return "RTR";
+    case IBV_QPS_RTS: return "RTS";
+    case IBV_QPS_ERR: return "ERR";
+    default: return "?";
+  }
+}
+
+// A failed step of a QP transition: 0, or the errno and a description of what failed.
+struct StepError {
+  int err = 0;
+  std::string what;
+};
+
+// Moves `qp` to `state` with the attributes rdma_cm has for `id` (rdma_init_qp_attr). `rd_atomic`
+// >= 0 overrides max_dest_rd_atomic (RTR) or max_rd_atomic (RTS), as rdma_accept does with its
+// conn_param.
+StepError modify_by_cm(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, int rd_atomic = -1) {
+  ibv_qp_attr attr{};
+  int mask = 0;
+  attr.qp_state = state;
+  errno = 0;
+  if (::rdma_init_qp_attr(id, &attr, &mask) != 0) {
+    return {cm_errno(), std::string("rdma_init_qp_attr(") + state_name(state) + ")"};
+  }
+  mask &= kModifyMask;
+  if (rd_atomic >= 0 && state == IBV_QPS_RTR)
+    attr.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic);
+  if (rd_atomic >= 0 && state == IBV_QPS_RTS) attr.max_rd_atomic = static_cast<uint8_t>(rd_atomic);
+  if (const int ret = ::ibv_modify_qp(qp, &attr, mask); ret != 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "ibv_modify_qp(qp 0x%x %s->%s)", qp->qp_num,
+                  state_name(qp->state), state_name(state));
+    return {returned_errno(ret), buf};
+  }
+  return {};
+}
+
+// INIT, RTR, RTS. On the active side the QP is in INIT already, from before the request was
+// sent, when rdma_cm gave it no remote access; INIT again gives it what the connection grants
+// (librdmacm's ucma_modify_qp_rtr does the same).
+StepError to_rts(rdma_cm_id* id, ibv_qp* qp, int responder_resources, int initiator_depth) {
+  if (auto r = modify_by_cm(id, qp, IBV_QPS_INIT); r.err != 0) return r;
+  if (auto r = modify_by_cm(id, qp, IBV_QPS_RTR, responder_resources); r.err != 0) return r;
+  return modify_by_cm(id, qp, IBV_QPS_RTS, initiator_depth);
+}
+
+int set_state(ibv_qp* qp, ibv_qp_state state) noexcept {
+  ibv_qp_attr attr{};
+  attr.qp_state = state;
+  return returned_errno(::ibv_modify_qp(qp, &attr, IBV_QP_STATE));
+}
+
+rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
+  rdma_conn_param out{};
+  out.private_data = p.private_data.empty() ? nullptr : p.private_data.data();
+  out.private_data_len = static_cast<uint8_t>(p.private_data.size());
+  out.responder_resources = p.responder_resources;
+  out.initiator_depth = p.initiator_depth;
+  out.retry_count = p.retry_count;
+  out.rnr_retry_count = p.rnr_retry_count;
+  out.srq = qp->srq != nullptr ? 1 : 0;
+  out.qp_num = qp->qp_num;
+  return out;
+}
+
+std::string too_long(std::size_t size, std::size_t max) {
+  return std::to_string(size) + " bytes of private data, at most " + std::to_string(max);
+}
+
+}  // namespace
+
+class IbvCmId final : public CmId {
+ public:
+  // Adopts `id` (destroyed with this wrapper) and points its context here.
+  explicit IbvCmId(rdma_cm_id* id) noexcept : id_(id) { id_->context = this; }
+  ~IbvCmId() override {
+    if (::rdma_destroy_id(id_) != 0) warn_leak("rdma_destroy_id", cm_errno(), "rdma_cm id");
+  }
+
+  void bind_addr(const SockAddr& addr) override {
+    sockaddr_storage sa = to_sockaddr(addr);
+    errno = 0;
+    if (::rdma_bind_addr(id_, reinterpret_cast<sockaddr*>(&sa)) != 0) {
+      throw_verb_error("rdma_bind_addr", cm_errno(), addr.to_string());
+    }
+  }
+
+  void listen(int backlog) override {
+    errno = 0;
+    if (::rdma_listen(id_, backlog) != 0) throw_verb_error("rdma_listen", cm_errno());
+  }
+
+  void resolve_addr(const SockAddr& dst, int timeout_ms) override {
+    sockaddr_storage sa = to_sockaddr(dst);
+    errno = 0;
+    if (::rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&sa), timeout_ms) != 0) {
+      throw_verb_error("rdma_resolve_addr", cm_errno(), dst.to_string());
+    }
+  }
+
+  void resolve_route(int timeout_ms) override {
+    errno = 0;
+    if (::rdma_resolve_route(id_, timeout_ms) != 0)
+      throw_verb_error("rdma_resolve_route", cm_errno());
+  }
+
+  void connect(QueuePair& qp, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_connect";
+    if (param.private_data.size() > kCmConnectDataMax) {
+      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmConnectDataMax));
+    }
+    ibv_qp* q = usable_qp(verb, qp, "the address is not resolved");
+    if (auto r = modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
+      throw_verb_error(verb, r.err, r.what);
+    }
+    rdma_conn_param p = to_rdma(param, q);
+    errno = 0;
+    if (::rdma_connect(id_, &p) != 0) {
+      const int err = cm_errno();
+      set_state(q, IBV_QPS_RESET);  // as before the call
+      throw_verb_error(verb, err,
+                       err == EINVAL ? "the route is not resolved, or a parameter "
+                                       "exceeds the device's limits"
+                                     : "");
+    }
+    qp_ = &qp;
+    native_qp_ = q;
+  }
+
+  void accept(QueuePair& qp, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_accept";
+    if (param.private_data.size() > kCmAcceptDataMax) {
+      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmAcceptDataMax));
+    }
+    ibv_qp* q = usable_qp(verb, qp, "not the id of a connection request");
+    if (auto r = to_rts(id_, q, param.responder_resources, param.initiator_depth); r.err != 0) {
+      set_state(q, IBV_QPS_RESET);
+      throw_verb_error(verb, r.err, r.what);
+    }
+    rdma_conn_param p = to_rdma(param, q);
+    errno = 0;
+    if (::rdma_accept(id_, &p) != 0) {
+      const int err = cm_errno();
+      set_state(q, IBV_QPS_RESET);
+      throw_verb_error(verb, err);
+    }
+    qp_ = &qp;
+    native_qp_ = q;
+  }
+
+  void reject(std::span<const std::uint8_t> private_data) override {
+    if (private_data.size() > kCmRejectDataMax) {
+      throw_verb_error("rdma_reject", EINVAL, too_long(private_data.size(), kCmRejectDataMax));
+    }
+    errno = 0;
+    if (::rdma_reject(id_, private_data.empty() ? nullptr : private_data.data(),
+                      static_cast<uint8_t>(private_data.size())) != 0) {
+      throw_verb_error("rdma_reject", cm_errno());
+    }
+  }
+
+  void disconnect() override {
+    if (native_qp_ != nullptr) {
+      if (const int err = set_state(native_qp_, IBV_QPS_ERR); err != 0) {
+        throw_verb_error("rdma_disconnect", err, "ibv_modify_qp(ERR)");
+      }
+    }
+    errno = 0;
+    if (::rdma_disconnect(id_) != 0) throw_verb_error("rdma_disconnect", cm_errno());
+  }
+
+  std::string device_name() const override {
+    if (id_->verbs == nullptr) return {};
+    const char* name = ::ibv_get_device_name(id_->verbs->device);
+    return name != nullptr ? name : "";
+  }
+  std::uint8_t port_num() const noexcept override { return id_->port_num; }
+  SockAddr local_addr() const override { return from_sockaddr(::rdma_get_local_addr(id_)); }
+  SockAddr peer_addr() const override { return from_sockaddr(::rdma_get_peer_addr(id_)); }
+  QueuePair* qp() const noexcept override { return qp_; }
+
+  rdma_cm_id* native() const noexcept { return id_; }
+
+  // Turns one librdmacm event about this id into `out`, answering what librdmacm leaves to the
+  // owner of a QP. Returns false for an event the program does not see (TIMEWAIT_EXIT).
+  bool translate(const rdma_cm_event& ev, CmEvent& out);
+
+ private:
+  // The native QP of `qp` if this id can take it: EINVAL for a QP of another backend, not RC, on
+  // another device than the id's, or when the id already has one.
+  ibv_qp* usable_qp(const char* verb, QueuePair& qp, const char* no_device) const {
+    ibv_qp* q = ibverbs::native(qp);
+    if (q == nullptr) throw_verb_error(verb, EINVAL, "the QP is not an ibverbs backend QP");
+    if (q->qp_type != IBV_QPT_RC) throw_verb_error(verb, EINVAL, "the QP is not RC");
+    if (qp_ != nullptr) throw_verb_error(verb, EINVAL, "the id already has a QP");
+    const std::string id_dev = device_name();
+    if (id_dev.empty()) throw_verb_error(verb, EINVAL, no_device);
+    const char* qp_dev = ::ibv_get_device_name(q->context->device);
+    if (qp_dev == nullptr || id_dev != qp_dev) {
+      throw_verb_error(verb, EINVAL,
+                       "the QP is on " + std::string(qp_dev != nullptr ? qp_dev : "?") +
+                           ", the id on " + id_dev);
+    }
+    return q;
+  }
+
+  // The reply to our request came: RTR, RTS, then the RTU (rdma_establish). On failure the QP goes
+  // to ERR and the connection is rejected. Returns 0 or errno.
+  int establish() noexcept {
+    if (native_qp_ == nullptr) return EINVAL;
+    if (auto r = to_rts(id_, native_qp_, -1, -1); r.err != 0) {
+      set_state(native_qp_, IBV_QPS_ERR);
+      ::rdma_reject(id_, nullptr, 0);
+      return r.err;
+    }
+    errno = 0;
+    if (::rdma_establish(id_) != 0) {
+      const int err = cm_errno();
+      set_state(native_qp_, IBV_QPS_ERR);
+      return err;
+    }
+    return 0;
+  }
+
+  rdma_cm_id* id_;
+  QueuePair* qp_ = nullptr;
+  ibv_qp* native_qp_ = nullptr;
+  std::uint32_t peer_qp_num_ = 0;  // from the CONNECT_REQUEST or the reply
+};
+
+bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
+  const rdma_conn_param& conn = ev.param.conn;
+  CmEvent e;
+  e.type = static_cast<CmEventType>(ev.event);
+  e.status = ev.status;
+  e.id = this;
+  if (conn.private_data != nullptr && conn.private_data_len > 0) {
+    const auto* data = static_cast<const std::uint8_t*>(conn.private_data);
+    e.private_data.assign(data, data + conn.private_data_len);
+  }
+  switch (ev.event) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST:
+      peer_qp_num_ = conn.qp_num;
+      e.peer_qp_num = conn.qp_num;
+      // rdma_cm gives these from this side's point of view (the kernel's cma_set_req_event_data
+      // swaps the REQ's two: its responder resources are the peer's initiator depth), the
+      // event the peer's own.
+      e.param.responder_resources = conn.initiator_depth;
+      e.param.initiator_depth = conn.responder_resources;
+      e.param.retry_count = conn.retry_count;
+      e.param.rnr_retry_count = conn.rnr_retry_count;
+      break;
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+      peer_qp_num_ = conn.qp_num;
+      if (const int err = establish(); err != 0) {
+        e.type = CmEventType::connect_error;
+        e.status = -err;
+      } else {
+        e.type = CmEventType::established;
+        e.peer_qp_num = peer_qp_num_;
+      }
+      break;
+    case RDMA_CM_EVENT_ESTABLISHED: e.peer_qp_num = peer_qp_num_; break;
+    case RDMA_CM_EVENT_REJECTED:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+      if (native_qp_ != nullptr) set_state(native_qp_, IBV_QPS_ERR);
+      break;
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return false;
+    default: break;
+  }
+  out = std::move(e);
+  return true;
+}
+
+namespace {
+
+class IbvCmChannel final : public CmEventChannel {
+ public:
+  IbvCmChannel() {
+    errno = 0;
+    channel_ = ::rdma_create_event_channel();
+    if (channel_ == nullptr) {
+      const int err = cm_errno();
+      throw_verb_error("rdma_create_event_channel", err,
+                       err == ENODEV || err == ENOENT ? "no /dev/infiniband/rdma_cm: is the "
+                                                        "rdma_ucm kernel module loaded?"
+                                                      : "");
+    }
+    if (const int err = set_nonblocking(channel_->fd); err != 0) {
+      ::rdma_destroy_event_channel(channel_);
+      throw_verb_error("fcntl", err, "O_NONBLOCK on an rdma_cm event channel fd");
+    }
+  }
+  ~IbvCmChannel() override { ::rdma_destroy_event_channel(channel_); }
+
+  std::unique_ptr<CmId> create_id() override {
+    rdma_cm_id* id = nullptr;
+    errno = 0;
+    if (::rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
+      throw_verb_error("rdma_create_id", cm_errno());
+    }
+    return std::make_unique<IbvCmId>(id);
+  }
+
+  std::error_code get_event(CmEvent& event, Wait wait) override {
+    for (;;) {
+      rdma_cm_event* ev = nullptr;
+      errno = 0;
+      // The fd is non-blocking: -1 with EAGAIN when no event is pending.
+      if (::rdma_get_cm_event(channel_, &ev) != 0) {
+        const int err = cm_errno();
+        if (err == EINTR) continue;
+        if ((err != EAGAIN && err != EWOULDBLOCK) || wait == Wait::nonblocking) {
+          return errno_code(err);
+        }
+        if (const int werr = wait_readable(channel_->fd); werr != 0) return errno_code(werr);
+        continue;
+      }
+      if (take(*ev, event)) return {};
+    }
+  }
+
+  int fd() const noexcept override { return channel_->fd; }
+
+  rdma_event_channel* native() const noexcept { return channel_; }
+
+ private:
+  // Copies `ev` into `out` and acks it. Returns false for an event not reported.
+  static bool take(rdma_cm_event& ev, CmEvent& out) {
+    // Declared before the ack so that it is destroyed after it: rdma_destroy_id waits for the acks
+    // of the id's events.
+    std::unique_ptr<IbvCmId> fresh;
+    struct Ack {
+      rdma_cm_event* ev;
+      ~Ack() {
+        if (ev != nullptr) ::rdma_ack_cm_event(ev);
+      }
+    } ack{&ev};
+    if (ev.event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      return static_cast<IbvCmId*>(ev.id->context)->translate(ev, out);
+    }
+    // A new id, created by librdmacm with the listener's context: it becomes the program's
+    // (destroying it without accept or reject rejects the connection).
+    fresh.reset(new (std::nothrow) IbvCmId(ev.id));
+    if (!fresh) {
+      ::rdma_ack_cm_event(&ev);
+      ack.ev = nullptr;
+      ::rdma_destroy_id(ev.id);
+      throw std::bad_alloc();
+    }
+    fresh->translate(ev, out);
+    out.listen_id = static_cast<IbvCmId*>(ev.listen_id->context);
+    out.new_id = std::move(fresh);
+    return true;
+  }
+
+  rdma_event_channel* channel_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CmEventChannel> make_cm_channel() { return std::make_unique<IbvCmChannel>(); }
+
+rdma_event_channel* native(verbsim::CmEventChannel& channel) noexcept {
+  auto* c = dynamic_cast<IbvCmChannel*>(&channel);
+  return c != nullptr ? c->native() : nullptr;
+}
+
+rdma_cm_id* native(verbsim::CmId& id) noexcept {
+  auto* i = dynamic_cast<IbvCmId*>(&id);
+  return i != nullptr ? i->native() : nullptr;
+}
+
+}  // namespace verbsim::ibverbs
