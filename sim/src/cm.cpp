@@ -188,19 +188,22 @@ struct CmFabric {
     if (a.is_ipv4()) return a.ip[12] == 10 && a.ip[13] == 0;
     return a.ip[0] == 0xfe && (a.ip[1] & 0xc0) == 0x80;
   }
-  bool port_taken(std::uint16_t port, const SockAddr& ip, std::uint32_t except) const {
+  // 0, or the errno of binding `ip` and `port` while another id has the port: EADDRINUSE for
+  // the same address, EADDRNOTAVAIL when either is any address (the kernel's cma_check_port).
+  int port_conflict(std::uint16_t port, const SockAddr& ip, std::uint32_t except) const {
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       const CmNode& n = nodes[i];
       if (i == except || !n.alive || !n.owns_port || n.local.port != port) continue;
-      if (n.local.is_any() || ip.is_any() || n.local.ip == ip.ip) return true;
+      if (n.local.is_any() || ip.is_any()) return EADDRNOTAVAIL;
+      if (n.local.ip == ip.ip) return EADDRINUSE;
     }
-    return false;
+    return 0;
   }
   std::uint16_t ephemeral_port(const SockAddr& ip, std::uint32_t except) {
     for (int tries = 0; tries < 32768; ++tries) {
       const std::uint16_t p = next_port;
       next_port = next_port == 65535 ? kFirstEphemeralPort : static_cast<std::uint16_t>(next_port + 1);
-      if (!port_taken(p, ip, except)) return p;
+      if (port_conflict(p, ip, except) == 0) return p;
     }
     throw_verb_error("rdma_bind_addr", EADDRINUSE, "no free port");
   }
@@ -482,7 +485,8 @@ struct CmFabric {
     ev.type = CmEventType::connect_request;
     ev.listener = l;
     ev.data = std::move(m.data);
-    ev.param = m.param;
+    ev.param = m.param;  // from the server's point of view, as rdma_cm reports them
+    std::swap(ev.param.responder_resources, ev.param.initiator_depth);
     ev.peer_qpn = m.qpn;
     report(c, std::move(ev));
   }
@@ -582,8 +586,8 @@ class SimCmId final : public CmId {
     SockAddr local = addr;
     if (local.port == 0) {
       local.port = f_->ephemeral_port(local, n_);
-    } else if (f_->port_taken(local.port, local, n_)) {
-      throw_verb_error("rdma_bind_addr", EADDRINUSE, addr.to_string());
+    } else if (const int err = f_->port_conflict(local.port, local, n_); err != 0) {
+      throw_verb_error("rdma_bind_addr", err, addr.to_string() + ": the port is taken");
     }
     nd.local = local;
     nd.owns_port = true;

@@ -140,11 +140,13 @@ TEST_P(Cm, ConnectAndAcceptExchangePrivateDataAndEstablish) {
   CHECK_OBS("req_listen_id", req.listen_id == listener_.get(), true);
   CHECK_OBS("req_data_len", req.private_data.size(), kCmConnectDataMax);
   CHECK_OBS("req_data", prefix(req.private_data, 5), "hello");
+  // From the server's point of view, as rdma_cm gives them: its responder resources are the
+  // client's initiator depth.
   CHECK_OBS("req_params", std::to_string(req.param.responder_resources) + "," +
                               std::to_string(req.param.initiator_depth) + "," +
                               std::to_string(req.param.retry_count) + "," +
                               std::to_string(req.param.rnr_retry_count),
-            "2,3,5,6");
+            "3,2,5,6");
   CHECK_OBS("req_peer_qp", req.peer_qp_num == client_qp_->qp_num(), true);
   CHECK_OBS("server_device", server_->device_name(), ctx().info().name);
   CHECK_OBS("server_local_port", server_->local_addr().port, 7471);
@@ -270,6 +272,8 @@ TEST_P(Cm, ControlPathErrors) {
   {
     auto again = server_ch_->create_id();
     CHECK_ERR("bind_port_in_use", verb_errno([&] { again->bind_addr(addr(7477)); }), EADDRINUSE);
+    CHECK_ERR("bind_any_port_in_use",
+              verb_errno([&] { again->bind_addr(SockAddr::parse("0.0.0.0:7477")); }), EADDRNOTAVAIL);
   }
   {
     auto far = client_ch_->create_id();

@@ -321,11 +321,9 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
     case RDMA_CM_EVENT_CONNECT_REQUEST:
       peer_qp_num_ = conn.qp_num;
       e.peer_qp_num = conn.qp_num;
-      // rdma_cm gives these from this side's point of view (the kernel's cma_set_req_event_data
-      // swaps the REQ's two: its responder resources are the peer's initiator depth), the
-      // event the peer's own.
-      e.param.responder_resources = conn.initiator_depth;
-      e.param.initiator_depth = conn.responder_resources;
+      // As rdma_cm gives them: from this side's point of view (cm.hpp).
+      e.param.responder_resources = conn.responder_resources;
+      e.param.initiator_depth = conn.initiator_depth;
       e.param.retry_count = conn.retry_count;
       e.param.rnr_retry_count = conn.rnr_retry_count;
       break;

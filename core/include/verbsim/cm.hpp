@@ -111,16 +111,18 @@ struct CmEvent {
   // connect_request (56 bytes), established on the active side (196), rejected (148): the
   // peer's private data, zero-padded to the message's size.
   std::vector<std::uint8_t> private_data;
-  // connect_request: what the peer asked for (its responder resources, initiator depth,
-  // retry counts).
+  // connect_request: the request's parameters as rdma_cm gives them, from this side's point of
+  // view: responder_resources is the peer's initiator depth and initiator_depth its responder
+  // resources (so that they can be passed to accept() as they are); the retry counts are the
+  // peer's, for this side's QP.
   ConnParam param;
   std::uint32_t peer_qp_num = 0;  // connect_request, established: the peer's QP
 };
 
 // An rdma_cm_id. Control-path calls throw VerbError naming the rdma_* verb: EINVAL for a call
-// the id's state does not allow or private data too long, EADDRINUSE for a port already
-// bound, EADDRNOTAVAIL for a local address no device has, ENETUNREACH for an address no route
-// leads to. Every id belongs to the CmEventChannel it was created on (or its listener's).
+// the id's state does not allow or private data too long, EADDRINUSE for an address and port
+// already bound (EADDRNOTAVAIL when either bind is to any address, as the kernel has it, and for
+// a local address no device has), ENETUNREACH for an address no route leads to. Every id belongs to the CmEventChannel it was created on (or its listener's).
 class CmId {
  public:
   CmId() = default;
