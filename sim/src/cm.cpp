@@ -648,22 +648,10 @@ class SimCmId final : public CmId {
     ConnectOptions o = f_->options(nd);
     o.access = CmFabric::access(param);
     modify_to_init(qp, o);
-    nd.qp = &qp;
-    nd.mine = param;
-    nd.mine.private_data.clear();
-    nd.qpn = qp.qp_num();
     nd.psn = f_->initial_psn();
     nd.st = St::connecting;
-    Wire m;
-    m.kind = Msg::req;
-    m.from = n_;
-    m.dst = nd.peer;
-    m.data = padded(param.private_data, kCmConnectDataMax);
-    m.param = nd.mine;
-    m.qpn = nd.qpn;
-    m.psn = nd.psn;
     const auto [dev, port] = f_->owner(nd.peer);
-    f_->send_expecting_answer(n_, std::move(m), dev, port);
+    f_->send_expecting_answer(n_, offer(Msg::req, qp, param, kCmConnectDataMax), dev, port);
   }
 
   void accept(QueuePair& qp, const ConnParam& param) override {
@@ -679,18 +667,10 @@ class SimCmId final : public CmId {
     o.rnr_retry = nd.theirs.rnr_retry_count;
     nd.psn = f_->initial_psn();
     verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
-    nd.qp = &qp;
-    nd.mine = param;
-    nd.mine.private_data.clear();
-    nd.qpn = qp.qp_num();
     nd.st = St::rep_sent;
-    Wire m = f_->reply(n_, Msg::rep);
-    m.data = padded(param.private_data, kCmAcceptDataMax);
-    m.param = nd.mine;
-    m.qpn = nd.qpn;
-    m.psn = nd.psn;
     const CmNode& client = f_->node(nd.peer_node);
-    f_->send_expecting_answer(n_, std::move(m), client.dev, client.port);
+    f_->send_expecting_answer(n_, offer(Msg::rep, qp, param, kCmAcceptDataMax), client.dev,
+                              client.port);
   }
 
   void reject(std::span<const std::uint8_t> data) override {
@@ -735,6 +715,23 @@ class SimCmId final : public CmId {
 
  private:
   CmNode& node() { return f_->node(n_); }
+
+  // Keeps `qp` and `param` (less its private data) as this side's, and makes the REQ or REP that
+  // carries them, with the private data padded to the message's `size`.
+  Wire offer(Msg kind, QueuePair& qp, const ConnParam& param, std::size_t size) {
+    CmNode& nd = node();
+    nd.qp = &qp;
+    nd.mine = param;
+    nd.mine.private_data.clear();
+    nd.qpn = qp.qp_num();
+    Wire m = f_->reply(n_, kind);  // a REQ's peer is found by its address: m.dst
+    m.dst = nd.peer;
+    m.data = padded(param.private_data, size);
+    m.param = nd.mine;
+    m.qpn = nd.qpn;
+    m.psn = nd.psn;
+    return m;
+  }
 
   std::shared_ptr<CmFabric> f_;
   std::uint32_t n_;
