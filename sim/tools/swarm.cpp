@@ -83,7 +83,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A fault plan drawn from the seed: each packet fault at a probability up to P.
+// A fault plan drawn from the seed: each packet fault (and the loss of connection manager
+// messages) at a probability up to P.
 std::string draw_faults(const Options& o, std::uint64_t seed) {
   std::string plan = o.faults;
   if (o.fault_probability <= 0) return plan;
@@ -102,6 +103,7 @@ std::string draw_faults(const Options& o, std::uint64_t seed) {
     add("post_send p=" + p() + " errno=EAGAIN");
     add("post_recv p=" + p() + " errno=EAGAIN");
   }
+  add("cm_drop p=" + p());  // drawn last: the plans of earlier versions keep their other rules
   return plan;
 }
 
