@@ -119,7 +119,8 @@ struct CmNode {
   SockAddr peer;
   std::uint32_t peer_node = kNone;
   std::uint32_t listener = kNone;
-  QueuePair* qp = nullptr;
+  bool has_qp = false;  // connect or accept gave it QP `qpn` (looked up, never kept: the
+                        // program may destroy it first)
   std::uint32_t qpn = 0, psn = 0;            // this side's, as sent
   std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
   ConnParam mine;                            // private data not kept
@@ -279,6 +280,12 @@ struct CmFabric {
   }
   void answered(std::uint32_t n) { ++node(n).timer_gen; }
 
+  // The QP connect or accept gave node `n`, if it still exists.
+  QueuePair* qp_of(std::uint32_t n) const noexcept {
+    const CmNode& nd = nodes[n];
+    return nd.has_qp ? w.find_qp(static_cast<std::uint32_t>(nd.dev), nd.qpn) : nullptr;
+  }
+
   // The client's side of the server's REP: RTR, RTS and the RTU, then ESTABLISHED (or, if the
   // QP refuses, a REJ and CONNECT_ERROR). librdmacm does this when get_event takes the REP;
   // the simulator does it when the REP arrives, microseconds earlier, so that virtual time
@@ -291,9 +298,10 @@ struct CmFabric {
     o.retry_cnt = nd.mine.retry_count;
     o.rnr_retry = nd.theirs.rnr_retry_count;
     try {
-      if (nd.qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "no QP");
-      modify_to_rtr(*nd.qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
-      modify_to_rts(*nd.qp, nd.psn, o);
+      QueuePair* qp = qp_of(n);
+      if (qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "the QP is gone");
+      modify_to_rtr(*qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+      modify_to_rts(*qp, nd.psn, o);
     } catch (const VerbError& e) {
       nd.st = St::closed;
       send_rej(n, kCmRejectByConsumer);
@@ -311,7 +319,7 @@ struct CmFabric {
 
   // The id's QP to ERR, as librdmacm does on a failed connection and before a DREQ.
   void to_error(std::uint32_t n) {
-    if (QueuePair* qp = node(n).qp) {
+    if (QueuePair* qp = qp_of(n)) {
       QpAttr a;
       a.qp_state = QpState::err;
       try {
@@ -495,7 +503,7 @@ struct CmFabric {
   void destroyed(std::uint32_t n) {
     CmNode& nd = node(n);
     nd.alive = false;
-    nd.qp = nullptr;
+    nd.has_qp = false;
     switch (nd.st) {
       case St::req_rcvd:
       case St::rep_sent: send_rej(n, kCmRejectByConsumer); break;
@@ -711,7 +719,7 @@ class SimCmId final : public CmId {
   std::uint8_t port_num() const noexcept override { return f_->node(n_).port; }
   SockAddr local_addr() const override { return f_->node(n_).local; }
   SockAddr peer_addr() const override { return f_->node(n_).peer; }
-  QueuePair* qp() const noexcept override { return f_->node(n_).qp; }
+  QueuePair* qp() const noexcept override { return f_->qp_of(n_); }
 
  private:
   CmNode& node() { return f_->node(n_); }
@@ -720,7 +728,7 @@ class SimCmId final : public CmId {
   // carries them, with the private data padded to the message's `size`.
   Wire offer(Msg kind, QueuePair& qp, const ConnParam& param, std::size_t size) {
     CmNode& nd = node();
-    nd.qp = &qp;
+    nd.has_qp = true;
     nd.mine = param;
     nd.mine.private_data.clear();
     nd.qpn = qp.qp_num();

@@ -267,6 +267,19 @@ TEST_P(Cm, DestroyingAnUnansweredRequestRejectsIt) {
   CHECK_OBS("qp", client_qp_->state(), QpState::err);
 }
 
+TEST_P(Cm, TheChannelMayGoBeforeItsIds) {
+  establish(7478);
+  client_ch_.reset();
+  server_ch_.reset();
+  client_->disconnect();
+  CHECK_OBS("client_qp", client_qp_->state(), QpState::err);
+  pass_time(std::chrono::milliseconds(20));
+  client_.reset();
+  server_.reset();
+  listener_.reset();
+  CHECK_OBS("server_qp", server_qp_->state(), QpState::rts);
+}
+
 TEST_P(Cm, ControlPathErrors) {
   listen(7477);
   {

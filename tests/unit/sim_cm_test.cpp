@@ -257,6 +257,31 @@ TEST_F(CmSim, ARequestLeftInAClosedChannelIsRejected) {
   EXPECT_EQ(kind(next(*client_ch)), "REJECTED/28");
 }
 
+TEST_F(CmSim, AQpDestroyedBeforeItsIdIsLeftAlone) {
+  make();
+  connect();
+  client->qp.reset();  // against cm.hpp's advice: the REJECTED below must not touch it
+  CmEvent req = next(*server_ch);
+  ASSERT_EQ(kind(req), "CONNECT_REQUEST/0");
+  req.new_id->reject();
+  EXPECT_EQ(kind(next(*client_ch)), "REJECTED/28");
+  EXPECT_EQ(client_id->qp(), nullptr);
+}
+
+TEST_F(CmSim, AChannelMayGoBeforeItsIds) {
+  make();
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  client_ch.reset();
+  server_ch.reset();
+  client_id->disconnect();
+  world->run_until(world->now() + 1'000'000);
+  client_id.reset();
+  server_id.reset();
+  listener.reset();
+}
+
 TEST_F(CmSim, TheSameSeedGivesTheSameConnection) {
   auto run = [&](std::uint64_t seed) {
     make({}, seed);

@@ -146,12 +146,25 @@ std::string too_long(std::size_t size, std::size_t max) {
   return std::to_string(size) + " bytes of private data, at most " + std::to_string(max);
 }
 
+// An rdma_event_channel, destroyed when its handle and the last of its ids are gone: librdmacm
+// needs the channel while it destroys an id, and a program may drop the handle first.
+struct ChannelHolder {
+  rdma_event_channel* channel = nullptr;
+  ~ChannelHolder() {
+    if (channel != nullptr) ::rdma_destroy_event_channel(channel);
+  }
+};
+
 }  // namespace
 
 class IbvCmId final : public CmId {
  public:
   // Adopts `id` (destroyed with this wrapper) and points its context here.
-  explicit IbvCmId(rdma_cm_id* id) noexcept : id_(id) { id_->context = this; }
+  // Adopts `id` (destroyed with this wrapper), of the channel `channel`; points its context here.
+  IbvCmId(rdma_cm_id* id, std::shared_ptr<ChannelHolder> channel) noexcept
+      : id_(id), channel_(std::move(channel)) {
+    id_->context = this;
+  }
   ~IbvCmId() override {
     if (::rdma_destroy_id(id_) != 0) warn_leak("rdma_destroy_id", cm_errno(), "rdma_cm id");
   }
@@ -302,6 +315,7 @@ class IbvCmId final : public CmId {
   }
 
   rdma_cm_id* id_;
+  std::shared_ptr<ChannelHolder> channel_;  // outlives id_
   QueuePair* qp_ = nullptr;
   ibv_qp* native_qp_ = nullptr;
   std::uint32_t peer_qp_num_ = 0;  // from the CONNECT_REQUEST or the reply
@@ -354,7 +368,7 @@ namespace {
 
 class IbvCmChannel final : public CmEventChannel {
  public:
-  IbvCmChannel() {
+  IbvCmChannel() : holder_(std::make_shared<ChannelHolder>()) {
     errno = 0;
     channel_ = ::rdma_create_event_channel();
     if (channel_ == nullptr) {
@@ -364,12 +378,11 @@ class IbvCmChannel final : public CmEventChannel {
                                                         "rdma_ucm kernel module loaded?"
                                                       : "");
     }
+    holder_->channel = channel_;
     if (const int err = set_nonblocking(channel_->fd); err != 0) {
-      ::rdma_destroy_event_channel(channel_);
       throw_verb_error("fcntl", err, "O_NONBLOCK on an rdma_cm event channel fd");
     }
   }
-  ~IbvCmChannel() override { ::rdma_destroy_event_channel(channel_); }
 
   std::unique_ptr<CmId> create_id() override {
     rdma_cm_id* id = nullptr;
@@ -377,7 +390,7 @@ class IbvCmChannel final : public CmEventChannel {
     if (::rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
       throw_verb_error("rdma_create_id", cm_errno());
     }
-    return std::make_unique<IbvCmId>(id);
+    return std::make_unique<IbvCmId>(id, holder_);
   }
 
   std::error_code get_event(CmEvent& event, Wait wait) override {
@@ -404,7 +417,7 @@ class IbvCmChannel final : public CmEventChannel {
 
  private:
   // Copies `ev` into `out` and acks it. Returns false for an event not reported.
-  static bool take(rdma_cm_event& ev, CmEvent& out) {
+  bool take(rdma_cm_event& ev, CmEvent& out) {
     // Declared before the ack so that it is destroyed after it: rdma_destroy_id waits for the acks
     // of the id's events.
     std::unique_ptr<IbvCmId> fresh;
@@ -419,7 +432,7 @@ class IbvCmChannel final : public CmEventChannel {
     }
     // A new id, created by librdmacm with the listener's context: it becomes the program's
     // (destroying it without accept or reject rejects the connection).
-    fresh.reset(new (std::nothrow) IbvCmId(ev.id));
+    fresh.reset(new (std::nothrow) IbvCmId(ev.id, holder_));
     if (!fresh) {
       ::rdma_ack_cm_event(&ev);
       ack.ev = nullptr;
@@ -432,7 +445,8 @@ class IbvCmChannel final : public CmEventChannel {
     return true;
   }
 
-  rdma_event_channel* channel_ = nullptr;
+  std::shared_ptr<ChannelHolder> holder_;
+  rdma_event_channel* channel_ = nullptr;  // holder_'s
 };
 
 }  // namespace

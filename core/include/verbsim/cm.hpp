@@ -15,7 +15,7 @@
 // The QP is the program's own, created from a Context on the id's device, in RESET or INIT (to
 // post receives before the connection exists): connect and accept take it through INIT (again),
 // RTR and RTS with what the two sides negotiated, as librdmacm does with rdma_create_qp's QPs.
-// The id must be destroyed before that QP.
+// Destroy the id before that QP (the simulator tolerates the other order; libibverbs does not).
 #pragma once
 
 #include <array>
@@ -134,7 +134,9 @@ class CmId {
 
   // rdma_bind_addr: a local address (or any address) and port; port 0 picks a free one.
   virtual void bind_addr(const SockAddr& addr) = 0;
-  // rdma_listen: connection requests to the bound address come as CONNECT_REQUEST events.
+  // rdma_listen: connection requests to the bound address come as CONNECT_REQUEST events. (Over
+  // IB and RoCE rdma_cm does not limit pending requests by the backlog; neither does the
+  // simulator.)
   virtual void listen(int backlog = 16) = 0;
   // rdma_resolve_addr: finds the local device and port that reach `dst`: ADDR_RESOLVED or
   // ADDR_ERROR after at most `timeout_ms`.
@@ -173,7 +175,8 @@ class CmEventChannel {
   CmEventChannel() = default;
   CmEventChannel(const CmEventChannel&) = delete;
   CmEventChannel& operator=(const CmEventChannel&) = delete;
-  // rdma_destroy_event_channel. Its ids must be destroyed first.
+  // rdma_destroy_event_channel. Requests not yet taken are rejected; ids still alive keep
+  // what they need of the channel until they go (their later events are lost).
   virtual ~CmEventChannel() = default;
 
   // rdma_create_id (RDMA_PS_TCP: reliable connections).
