@@ -553,7 +553,7 @@ struct CmFabric {
       throw_verb_error(verb, EINVAL, "the QP is on " + sq->dev().name + ", the id on " +
                                          w.devs[static_cast<std::size_t>(nd.dev)]->name);
     }
-    if (qp.type() == QpType::ud) throw_verb_error(verb, EINVAL, "a UD QP cannot be connected");
+    if (qp.type() != QpType::rc) throw_verb_error(verb, EINVAL, "the QP is not RC");
   }
   std::uint32_t initial_psn() { return static_cast<std::uint32_t>(w.rng.next() & 0xffffff); }
 };

@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "verbsim/sim/simulation.hpp"
 #include "verbsim/sim/world.hpp"
@@ -280,6 +282,68 @@ TEST_F(CmSim, AChannelMayGoBeforeItsIds) {
   client_id.reset();
   server_id.reset();
   listener.reset();
+}
+
+TEST_F(CmSim, OneListenerServesManyClients) {
+  make();
+  constexpr int kClients = 40;
+  std::vector<std::unique_ptr<CmId>> ids;
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  auto rc_qp = [](Side& s) {
+    QpInitAttr init;
+    init.type = QpType::rc;
+    init.send_cq = s.cq.get();
+    init.recv_cq = s.cq.get();
+    init.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
+    return s.pd->create_qp(init);
+  };
+  for (int i = 0; i < kClients; ++i) {
+    ids.push_back(client_ch->create_id());
+    ids.back()->bind_addr(SockAddr::parse("10.0.1.1:0"));
+    ids.back()->resolve_addr(SockAddr::parse("10.0.0.1:7471"));
+  }
+  std::vector<std::unique_ptr<CmId>> accepted;
+  std::vector<std::unique_ptr<QueuePair>> server_qps;
+  int established = 0;
+  int server_established = 0;
+  CmEvent ev;
+  while (established < kClients || server_established < kClients) {
+    if (!client_ch->get_event(ev, Wait::nonblocking)) {
+      if (ev.type == CmEventType::addr_resolved) {
+        ev.id->resolve_route();
+      } else if (ev.type == CmEventType::route_resolved) {
+        qps.push_back(rc_qp(*client));
+        ev.id->connect(*qps.back());
+      } else {
+        ASSERT_EQ(kind(ev), "ESTABLISHED/0");
+        ++established;
+      }
+    }
+    if (!server_ch->get_event(ev, Wait::nonblocking)) {
+      if (ev.type == CmEventType::connect_request) {
+        server_qps.push_back(rc_qp(*server));
+        ev.new_id->accept(*server_qps.back());
+        accepted.push_back(std::move(ev.new_id));
+      } else {
+        ASSERT_EQ(kind(ev), "ESTABLISHED/0");
+        ++server_established;
+      }
+    }
+  }
+  // Every client has its own port and its own server-side QP.
+  std::set<std::uint16_t> ports;
+  for (const auto& id : ids) ports.insert(id->local_addr().port);
+  EXPECT_EQ(ports.size(), static_cast<std::size_t>(kClients));
+  // Each client QP is connected to the server QP accepted for it.
+  std::set<std::uint32_t> server_qpns;
+  for (std::size_t i = 0; i < accepted.size(); ++i) {
+    EXPECT_EQ(accepted[i]->qp(), server_qps[i].get());
+    EXPECT_EQ(server_qps[i]->state(), QpState::rts);
+    server_qpns.insert(server_qps[i]->qp_num());
+  }
+  for (const auto& qp : qps) EXPECT_EQ(server_qpns.count(qp->query().dest_qp_num), 1u);
+  ids.clear();
+  accepted.clear();
 }
 
 TEST_F(CmSim, TheSameSeedGivesTheSameConnection) {
