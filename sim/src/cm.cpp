@@ -254,8 +254,9 @@ struct CmFabric {
     e.index = slot;
     w.schedule(e);
   }
-  // Sends `m` to its node m.to.
+  // Sends `m` to its node m.to (none: a reply to a peer this side never heard from).
   void send_to_node(Wire m) {
+    if (m.to == kNone) return;
     const CmNode& to = node(m.to);
     send(std::move(m), to.dev, to.port);
   }
@@ -396,6 +397,7 @@ struct CmFabric {
     switch (m.kind) {
       case Msg::rep:
         if (!nd.alive) {  // the client went away: the kernel's CM rejects the reply
+          nd.peer_node = m.from;
           send_rej(n, kCmRejectByConsumer);
         } else if (nd.st == St::connecting) {
           answered(n);

@@ -1,0 +1,197 @@
+// Random connection manager sequences on the simulator, under lost CM messages: clients connect
+// to listeners, to ports nobody listens on and to addresses nobody has; servers accept, reject or
+// drop requests; either side disconnects or destroys its id at any moment. Whatever happens:
+// every connect() ends in exactly one of ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
+// (unless its id went first), the QP's state agrees with it, a disconnect() of a connection ends
+// in exactly one DISCONNECTED, no event names an id that is gone, and the world runs dry.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rng.hpp"
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
+
+namespace verbsim {
+namespace {
+
+struct Conn {
+  std::unique_ptr<CmId> id;
+  std::unique_ptr<QueuePair> qp;
+  bool client = false;
+  bool connecting = false;     // connect() called, no outcome yet
+  bool connected = false;      // ESTABLISHED
+  bool disconnecting = false;  // disconnect() called, DISCONNECTED not yet taken
+  int outcomes = 0;            // of connect()
+  int disconnects = 0;         // DISCONNECTED taken
+};
+
+class RandomCm : public ::testing::TestWithParam<std::uint64_t> {};
+
+TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
+  const std::uint64_t seed = GetParam();
+  sim::Rng rng(seed * 7919);
+  sim::Config config;
+  config.devices = 2;
+  config.seed = seed;
+  config.faults = sim::FaultPlan::parse("cm_drop p=" + std::to_string(rng.unit() * 0.3));
+  sim::World world(config);
+  auto ctx0 = world.open("sim0");
+  auto ctx1 = world.open("sim1");
+  auto pd0 = ctx0->alloc_pd();
+  auto pd1 = ctx1->alloc_pd();
+  auto cq0 = ctx0->create_cq(512);
+  auto cq1 = ctx1->create_cq(512);
+  auto make_qp = [&](bool on_sim0) {
+    QpInitAttr init;
+    init.type = QpType::rc;
+    init.send_cq = on_sim0 ? cq0.get() : cq1.get();
+    init.recv_cq = init.send_cq;
+    init.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
+    return (on_sim0 ? pd0 : pd1)->create_qp(init);
+  };
+
+  auto server_ch = world.create_cm_channel();
+  auto client_ch = world.create_cm_channel();
+  auto listener = server_ch->create_id();
+  listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));
+  listener->listen();
+  const char* targets[] = {"10.0.0.1:7471", "10.0.0.1:7471", "10.0.0.1:7999", "10.0.9.9:7471"};
+
+  // Every id alive, in creation order (the order random choices see: never addresses).
+  std::vector<std::unique_ptr<Conn>> conns;
+  auto find = [&](const CmId* id) -> Conn* {
+    for (auto& c : conns) {
+      if (c->id.get() == id) return c.get();
+    }
+    return nullptr;
+  };
+  auto destroy = [&](const CmId* id) {
+    auto it = std::find_if(conns.begin(), conns.end(), [&](auto& c) { return c->id.get() == id; });
+    (*it)->id.reset();  // before its QP
+    conns.erase(it);
+  };
+  auto pick = [&](auto&& want) -> Conn* {
+    std::vector<Conn*> c;
+    for (auto& conn : conns) {
+      if (want(*conn)) c.push_back(conn.get());
+    }
+    return c.empty() ? nullptr : c[rng.below(c.size())];
+  };
+  // Takes one event of `ch` and reacts to it; false if there was none.
+  auto take = [&](CmEventChannel& ch) {
+    CmEvent ev;
+    if (ch.get_event(ev, Wait::nonblocking)) return false;
+    if (ev.type == CmEventType::connect_request) {
+      auto conn = std::make_unique<Conn>();
+      conn->id = std::move(ev.new_id);
+      CmId* id = conn->id.get();
+      conns.push_back(std::move(conn));
+      switch (rng.below(4)) {
+        case 0: id->reject(); break;
+        case 1: destroy(id); break;
+        default: {
+          Conn& c = *conns.back();
+          c.qp = make_qp(true);
+          id->accept(*c.qp);
+          c.connecting = true;
+        }
+      }
+      return true;
+    }
+    Conn* found = find(ev.id);
+    if (found == nullptr) {
+      ADD_FAILURE() << to_string(ev.type) << " for an id that is gone";
+      return false;
+    }
+    Conn& c = *found;
+    switch (ev.type) {
+      case CmEventType::addr_resolved: ev.id->resolve_route(); break;
+      case CmEventType::addr_error: break;
+      case CmEventType::route_resolved:
+        c.qp = make_qp(false);
+        ev.id->connect(*c.qp);
+        c.connecting = true;
+        break;
+      case CmEventType::established:
+        EXPECT_TRUE(c.connecting) << "ESTABLISHED without a connect or accept";
+        c.connecting = false;
+        c.connected = true;
+        ++c.outcomes;
+        EXPECT_EQ(c.qp->state(), QpState::rts);
+        break;
+      case CmEventType::rejected:
+      case CmEventType::unreachable:
+      case CmEventType::connect_error:
+        EXPECT_TRUE(c.connecting) << to_string(ev.type) << " without a connect or accept";
+        c.connecting = false;
+        ++c.outcomes;
+        EXPECT_EQ(c.qp->state(), QpState::err);
+        break;
+      case CmEventType::disconnected:
+        ++c.disconnects;
+        c.connecting = false;  // a server still waiting for its RTU
+        c.connected = false;
+        if (!c.disconnecting) ev.id->disconnect();  // the peer's: answer it
+        c.disconnecting = false;
+        break;
+      default: ADD_FAILURE() << "unexpected " << to_string(ev.type);
+    }
+    return true;
+  };
+
+  for (int step = 0; step < 400 && !HasFailure(); ++step) {
+    switch (rng.below(6)) {
+      case 0: {  // a new client
+        auto conn = std::make_unique<Conn>();
+        conn->client = true;
+        conn->id = client_ch->create_id();
+        conn->id->bind_addr(SockAddr::parse("10.0.1.1:0"));
+        conn->id->resolve_addr(SockAddr::parse(targets[rng.below(4)]), 100);
+        conns.push_back(std::move(conn));
+        break;
+      }
+      case 1:
+        if (Conn* c = pick([](const Conn& x) { return x.connected && !x.disconnecting; })) {
+          c->id->disconnect();
+          c->disconnecting = true;
+          EXPECT_EQ(c->qp->state(), QpState::err);
+        }
+        break;
+      case 2:
+        if (rng.below(4) == 0) {
+          if (Conn* c = pick([](const Conn&) { return true; })) destroy(c->id.get());
+        }
+        break;
+      default:
+        take(*client_ch);
+        take(*server_ch);
+    }
+  }
+  // Let everything finish: until the world is dry and, after that, neither channel has an event
+  // (a step taken by one channel's wait may leave an event for the other).
+  for (int idle = 0; idle < 2 && !HasFailure();) {
+    const bool took = take(*client_ch) | take(*server_ch);
+    idle = took || world.step() ? 0 : idle + 1;
+  }
+  for (auto& c : conns) {
+    const CmId* id = c->id.get();
+    if (c->client && c->qp) {
+      EXPECT_EQ(c->outcomes, 1) << "a connect without exactly one outcome: connecting "
+                                << c->connecting << ", QP " << to_string(c->qp->state())
+                                << ", port " << id->local_addr().port << " -> "
+                                << id->peer_addr().to_string();
+    }
+    EXPECT_LE(c->disconnects, 1);
+    EXPECT_FALSE(c->disconnecting) << "a disconnect() that never ended";
+  }
+  conns.clear();
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomCm, ::testing::Range<std::uint64_t>(1, 41));
+
+}  // namespace
+}  // namespace verbsim
