@@ -95,6 +95,7 @@ struct CmChannelCore {
     std::vector<std::uint8_t> data;
     ConnParam param;
     std::uint32_t peer_qpn = 0;
+    bool ud = false;  // a UDP id's ESTABLISHED: with the Q_Key and the address of the server
   };
   World::Impl* world = nullptr;
   std::deque<Pending> events;
@@ -110,6 +111,7 @@ struct CmChannelCore {
 struct CmNode {
   St st = St::idle;
   bool alive = true;     // the program's id exists (or will: a request not yet taken)
+  bool ud = false;       // of PortSpace::udp: SIDR, no connection state
   bool owns_port = false;
   std::shared_ptr<CmChannelCore> ch;
   CmId* handle = nullptr;  // the program's id, once handed out
@@ -189,12 +191,14 @@ struct CmFabric {
     if (a.is_ipv4()) return a.ip[12] == 10 && a.ip[13] == 0;
     return a.ip[0] == 0xfe && (a.ip[1] & 0xc0) == 0x80;
   }
-  // 0, or the errno of binding `ip` and `port` while another id has the port: EADDRINUSE for
-  // the same address, EADDRNOTAVAIL when either is any address (the kernel's cma_check_port).
+  // 0, or the errno of node `except` binding `ip` and `port` while another id of its port space
+  // has the port: EADDRINUSE for the same address, EADDRNOTAVAIL when either is any address
+  // (the kernel's cma_check_port).
   int port_conflict(std::uint16_t port, const SockAddr& ip, std::uint32_t except) const {
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       const CmNode& n = nodes[i];
       if (i == except || !n.alive || !n.owns_port || n.local.port != port) continue;
+      if (n.ud != nodes[except].ud) continue;  // another port space
       if (n.local.is_any() || ip.is_any()) return EADDRNOTAVAIL;
       if (n.local.ip == ip.ip) return EADDRINUSE;
     }
@@ -338,10 +342,11 @@ struct CmFabric {
     m.to = node(n).peer_node;
     return m;
   }
+  // A REJ (a SIDR REP with a failure status on a UDP id) with `data` padded to its size.
   void send_rej(std::uint32_t n, int reason, std::span<const std::uint8_t> data = {}) {
     Wire m = reply(n, Msg::rej);
     m.reason = reason;
-    m.data = padded(data, kCmRejectDataMax);
+    m.data = padded(data, node(n).ud ? kCmUdAcceptDataMax : kCmRejectDataMax);
     send_to_node(std::move(m));
   }
 
@@ -399,6 +404,15 @@ struct CmFabric {
         if (!nd.alive) {  // the client went away: the kernel's CM rejects the reply
           nd.peer_node = m.from;
           send_rej(n, kCmRejectByConsumer);
+        } else if (nd.st == St::connecting && nd.ud) {
+          answered(n);
+          nd.st = St::closed;  // SIDR keeps no state
+          CmChannelCore::Pending ev;
+          ev.type = CmEventType::established;
+          ev.data = std::move(m.data);
+          ev.peer_qpn = m.qpn;
+          ev.ud = true;
+          report(n, std::move(ev));
         } else if (nd.st == St::connecting) {
           answered(n);
           nd.peer_node = m.from;
@@ -425,7 +439,7 @@ struct CmFabric {
           answered(n);
           nd.st = St::closed;
           CmChannelCore::Pending ev;
-          ev.type = CmEventType::rejected;
+          ev.type = nd.ud ? CmEventType::unreachable : CmEventType::rejected;
           ev.status = m.reason;
           ev.data = std::move(m.data);
           report(n, std::move(ev));
@@ -464,24 +478,26 @@ struct CmFabric {
     std::uint32_t l = kNone;
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       const CmNode& c = nodes[i];
-      if (c.alive && c.st == St::listening && c.local.port == m.dst.port &&
+      if (c.alive && c.st == St::listening && c.ud == node(m.from).ud && c.local.port == m.dst.port &&
           (c.local.is_any() || c.local.ip == m.dst.ip)) {
         l = i;
         break;
       }
     }
     if (l == kNone) {  // the device refuses it
+      const bool ud = node(m.from).ud;
       Wire rej;
       rej.kind = Msg::rej;
       rej.to = m.from;
-      rej.reason = kCmRejectNoListener;
-      rej.data.assign(kCmRejectDataMax, 0);
+      rej.reason = ud ? kCmSidrNoListener : kCmRejectNoListener;
+      rej.data.assign(ud ? kCmUdAcceptDataMax : kCmRejectDataMax, 0);
       send_to_node(std::move(rej));
       return;
     }
     const std::uint32_t c = add_node(node(l).ch);
     CmNode& child = node(c);
     child.st = St::req_rcvd;
+    child.ud = node(m.from).ud;
     child.dev = dev;
     child.port = port;
     child.local = m.dst;
@@ -495,9 +511,14 @@ struct CmFabric {
     ev.type = CmEventType::connect_request;
     ev.listener = l;
     ev.data = std::move(m.data);
-    ev.param = m.param;  // from the server's point of view, as rdma_cm reports them
-    std::swap(ev.param.responder_resources, ev.param.initiator_depth);
-    ev.peer_qpn = m.qpn;
+    if (!child.ud) {  // a SIDR request carries neither parameters nor the client's QP
+      ev.param = m.param;  // from the server's point of view, as rdma_cm reports them
+      std::swap(ev.param.responder_resources, ev.param.initiator_depth);
+      ev.peer_qpn = m.qpn;
+    } else {
+      ev.param.responder_resources = ev.param.initiator_depth = 0;
+      ev.param.retry_count = ev.param.rnr_retry_count = 0;
+    }
     report(c, std::move(ev));
   }
 
@@ -507,8 +528,10 @@ struct CmFabric {
     nd.alive = false;
     nd.has_qp = false;
     switch (nd.st) {
-      case St::req_rcvd:
-      case St::rep_sent: send_rej(n, kCmRejectByConsumer); break;
+      case St::req_rcvd: send_rej(n, nd.ud ? kCmSidrRejected : kCmRejectByConsumer); break;
+      case St::rep_sent:
+        if (!nd.ud) send_rej(n, kCmRejectByConsumer);  // a SIDR reply is final
+        break;
       case St::established: send_to_node(reply(n, Msg::dreq)); break;
       case St::dreq_rcvd: send_to_node(reply(n, Msg::drep)); break;
       default: break;
@@ -522,7 +545,7 @@ struct CmFabric {
         if (c.listener == n && c.alive && c.st == St::req_rcvd) {
           c.alive = false;
           c.st = St::closed;
-          send_rej(i, kCmRejectByConsumer);
+          send_rej(i, c.ud ? kCmSidrRejected : kCmRejectByConsumer);
         }
       }
     }
@@ -555,7 +578,26 @@ struct CmFabric {
       throw_verb_error(verb, EINVAL, "the QP is on " + sq->dev().name + ", the id on " +
                                          w.devs[static_cast<std::size_t>(nd.dev)]->name);
     }
-    if (qp.type() != QpType::rc) throw_verb_error(verb, EINVAL, "the QP is not RC");
+    if (qp.type() != (nd.ud ? QpType::ud : QpType::rc)) {
+      throw_verb_error(verb, EINVAL, nd.ud ? "the QP is not UD (a UDP id)" : "the QP is not RC");
+    }
+  }
+  // The address vector from node `n`'s port to its peer's address (a UDP id's ESTABLISHED).
+  AhAttr ah_to_peer(std::uint32_t n) const {
+    const CmNode& nd = nodes[n];
+    AhAttr a;
+    a.is_global = true;
+    a.grh.dgid = nd.peer.gid();
+    a.grh.sgid_index = options(nd).sgid_index;
+    a.grh.hop_limit = 64;
+    a.port_num = nd.port;
+    return a;
+  }
+  // A UD QP of a UDP id to RTS with rdma_cm's Q_Key (librdmacm does it in rdma_create_qp).
+  void ud_ready(const CmNode& nd, QueuePair& qp) const {
+    ConnectOptions o = options(nd);
+    o.qkey = kCmUdpQkey;
+    verbsim::connect(qp, 0, Endpoint{}, o);
   }
   std::uint32_t initial_psn() { return static_cast<std::uint32_t>(w.rng.next() & 0xffffff); }
 };
@@ -653,20 +695,34 @@ class SimCmId final : public CmId {
   void connect(QueuePair& qp, const ConnParam& param) override {
     CmNode& nd = node();
     if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
-    check_data("rdma_connect", param.private_data, kCmConnectDataMax);
+    const std::size_t max = nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax;
+    check_data("rdma_connect", param.private_data, max);
     f_->check_qp("rdma_connect", nd, qp);
-    ConnectOptions o = f_->options(nd);
-    o.access = CmFabric::access(param);
-    modify_to_init(qp, o);
-    nd.psn = f_->initial_psn();
+    if (nd.ud) {
+      f_->ud_ready(nd, qp);
+    } else {
+      ConnectOptions o = f_->options(nd);
+      o.access = CmFabric::access(param);
+      modify_to_init(qp, o);
+      nd.psn = f_->initial_psn();
+    }
     nd.st = St::connecting;
     const auto [dev, port] = f_->owner(nd.peer);
-    f_->send_expecting_answer(n_, offer(Msg::req, qp, param, kCmConnectDataMax), dev, port);
+    f_->send_expecting_answer(n_, offer(Msg::req, qp, param, max), dev, port);
   }
 
   void accept(QueuePair& qp, const ConnParam& param) override {
     CmNode& nd = node();
     if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
+    if (nd.ud) {  // the SIDR reply: the QP's number and Q_Key, nothing to wait for
+      check_data("rdma_accept", param.private_data, kCmUdAcceptDataMax);
+      f_->check_qp("rdma_accept", nd, qp);
+      f_->ud_ready(nd, qp);
+      nd.st = St::rep_sent;  // kept to answer a repeated request again
+      nd.unanswered = offer(Msg::rep, qp, param, kCmUdAcceptDataMax);
+      f_->send_to_node(nd.unanswered);
+      return;
+    }
     check_data("rdma_accept", param.private_data, kCmAcceptDataMax);
     f_->check_qp("rdma_accept", nd, qp);
     ConnectOptions o = f_->options(nd);
@@ -686,13 +742,17 @@ class SimCmId final : public CmId {
   void reject(std::span<const std::uint8_t> data) override {
     CmNode& nd = node();
     if (nd.st != St::req_rcvd) bad_state("rdma_reject", nd.st);
-    check_data("rdma_reject", data, kCmRejectDataMax);
+    check_data("rdma_reject", data, nd.ud ? kCmUdAcceptDataMax : kCmRejectDataMax);
     nd.st = St::closed;
-    f_->send_rej(n_, kCmRejectByConsumer, data);
+    f_->send_rej(n_, nd.ud ? kCmSidrRejected : kCmRejectByConsumer, data);
   }
 
   void disconnect() override {
     CmNode& nd = node();
+    if (nd.ud) {  // no connection: the QP goes to ERR, as librdmacm does
+      f_->to_error(n_);
+      return;
+    }
     switch (nd.st) {
       case St::established:
         f_->to_error(n_);
@@ -762,8 +822,10 @@ class SimCmChannel final : public CmEventChannel {
     core_->events.clear();
   }
 
-  std::unique_ptr<CmId> create_id() override {
-    return std::make_unique<SimCmId>(f_, f_->add_node(core_));
+  std::unique_ptr<CmId> create_id(PortSpace space) override {
+    const std::uint32_t n = f_->add_node(core_);
+    f_->node(n).ud = space == PortSpace::udp;
+    return std::make_unique<SimCmId>(f_, n);
   }
 
   std::error_code get_event(CmEvent& out, Wait wait) override {
@@ -792,6 +854,10 @@ class SimCmChannel final : public CmEventChannel {
     out.private_data = std::move(ev.data);
     out.param = ev.param;
     out.peer_qp_num = ev.peer_qpn;
+    if (ev.ud) {
+      out.qkey = kCmUdpQkey;
+      out.ah_attr = f_->ah_to_peer(ev.node);
+    }
     if (ev.type == CmEventType::connect_request) {
       auto id = std::make_unique<SimCmId>(f_, ev.node);
       out.id = id.get();
@@ -803,7 +869,10 @@ class SimCmChannel final : public CmEventChannel {
     switch (ev.type) {
       case CmEventType::rejected:
       case CmEventType::unreachable:
-      case CmEventType::connect_error: f_->to_error(ev.node); break;
+      case CmEventType::connect_error:
+        // A connection's QP goes to ERR; a UD QP stays as it is (measured on rxe).
+        if (!f_->node(ev.node).ud) f_->to_error(ev.node);
+        break;
       default: break;
     }
   }

@@ -318,7 +318,160 @@ TEST_P(Cm, ControlPathErrors) {
   CHECK_OBS("event", next(*client_ch_), "REJECTED/" + std::to_string(kCmRejectByConsumer));
 }
 
+// UD services (PortSpace::udp, SIDR): the client learns the server's QP number, Q_Key and
+// address; nothing is connected.
+class CmUd : public Cm {
+ protected:
+  std::unique_ptr<QueuePair> ud_qp() { return make_qp(*cq_, *cq_, {16, 16, 1, 1, 0}, QpType::ud); }
+  void listen_ud(std::uint16_t port) {
+    listener_ = server_ch_->create_id(PortSpace::udp);
+    listener_->bind_addr(addr(port));
+    listener_->listen();
+  }
+  void resolve_ud(std::uint16_t port) {
+    client_ = client_ch_->create_id(PortSpace::udp);
+    client_->resolve_addr(addr(port));
+    CHECK_OBS("addr", next(*client_ch_), "ADDR_RESOLVED/0");
+    client_->resolve_route();
+    CHECK_OBS("route", next(*client_ch_), "ROUTE_RESOLVED/0");
+    client_qp_ = ud_qp();
+  }
+  // Whether `ch` has an event 50 ms from now.
+  bool has_event(CmEventChannel& ch) {
+    pass_time(std::chrono::milliseconds(50));
+    CmEvent ev;
+    return !ch.get_event(ev, Wait::nonblocking);
+  }
+};
+
+TEST_P(CmUd, TheServerAnswersWithItsQpQkeyAndAddress) {
+  listen_ud(7481);
+  resolve_ud(7481);
+  ConnParam c;
+  c.private_data = bytes("hello");
+  client_->connect(*client_qp_, c);
+  const QpAttr ca = client_qp_->query();
+  CHECK_OBS("client_qp", ca.qp_state, QpState::rts);
+  CHECK_OBS("client_qkey_is_rdma_cm_s", ca.qkey == kCmUdpQkey, true);
+
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  server_ = std::move(req.new_id);
+  CHECK_OBS("req_data_len", req.private_data.size(), kCmUdConnectDataMax);
+  CHECK_OBS("req_data", prefix(req.private_data, 5), "hello");
+  CHECK_OBS("req_peer_qp", req.peer_qp_num, 0);
+  server_qp_ = ud_qp();
+  ConnParam sp;
+  sp.private_data = bytes("world");
+  server_->accept(*server_qp_, sp);
+  CHECK_OBS("server_qp", server_qp_->state(), QpState::rts);
+
+  CmEvent est;
+  CHECK_OBS("client_event", next(*client_ch_, est), "ESTABLISHED/0");
+  CHECK_OBS("est_data_len", est.private_data.size(), kCmUdAcceptDataMax);
+  CHECK_OBS("est_data", prefix(est.private_data, 5), "world");
+  CHECK_OBS("est_peer_qp", est.peer_qp_num == server_qp_->qp_num(), true);
+  CHECK_OBS("est_qkey_is_rdma_cm_s", est.qkey == kCmUdpQkey, true);
+  CHECK_OBS("est_ah", std::to_string(est.ah_attr.is_global) + "," +
+                          std::to_string(est.ah_attr.grh.dgid == gid()) + "," +
+                          std::to_string(est.ah_attr.grh.sgid_index == gid_index()) + "," +
+                          std::to_string(est.ah_attr.grh.hop_limit) + "," +
+                          std::to_string(est.ah_attr.port_num),
+            "1,1,1,64,1");
+  CHECK_OBS("server_event_after_accept", has_event(*server_ch_), false);
+
+  // A datagram to the address the CM gave.
+  auto ah = pd().create_ah(est.ah_attr);
+  const Sge rs = sge(4096, 40 + 64);
+  CHECK_ERR("recv", server_qp_->post_recv(recv_wr(1, &rs)).error(), 0);
+  const Sge ss = sge(0, 64);
+  SendWr wr = send_wr(2, &ss);
+  wr.ah = ah.get();
+  wr.remote_qpn = est.peer_qp_num;
+  wr.remote_qkey = est.qkey;
+  CHECK_ERR("send", client_qp_->post_send(wr).error(), 0);
+  const std::vector<WorkCompletion> wcs = poll_n(*cq_, 2);
+  CHECK_OBS("wcs", summary(wcs), "2*SUCCESS");
+  bool from_client = false;
+  for (const WorkCompletion& wc : wcs) {
+    if (wc.opcode == WcOpcode::recv) from_client = wc.src_qp == client_qp_->qp_num();
+  }
+  CHECK_OBS("from_client", from_client, true);
+  client_->disconnect();  // no connection: only the QP goes to ERR
+  CHECK_OBS("client_qp_after_disconnect", client_qp_->state(), QpState::err);
+  server_.reset();
+  ah.reset();
+}
+
+TEST_P(CmUd, ARefusedRequestIsUnreachableAndLeavesTheQpAlone) {
+  resolve_ud(7999);
+  client_->connect(*client_qp_);
+  CmEvent ev;
+  CHECK_OBS("no_listener", next(*client_ch_, ev), "UNREACHABLE/" + std::to_string(kCmSidrNoListener));
+  CHECK_OBS("no_listener_data_len", ev.private_data.size(), kCmUdAcceptDataMax);
+  CHECK_OBS("qp", client_qp_->state(), QpState::rts);
+
+  listen_ud(7482);
+  auto again = [&] {
+    client_ = client_ch_->create_id(PortSpace::udp);
+    client_->resolve_addr(addr(7482));
+    (void)next(*client_ch_);
+    client_->resolve_route();
+    (void)next(*client_ch_);
+    client_qp_ = ud_qp();
+    client_->connect(*client_qp_);
+    CmEvent req;
+    CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+    return std::move(req.new_id);
+  };
+  auto request = again();
+  ASSERT_NE(request, nullptr);
+  const auto nope = bytes("nope");
+  request->reject(nope);
+  CHECK_OBS("rejected", next(*client_ch_, ev), "UNREACHABLE/" + std::to_string(kCmSidrRejected));
+  CHECK_OBS("rejected_data", prefix(ev.private_data, 4), "nope");
+  CHECK_OBS("rejected_qp", client_qp_->state(), QpState::rts);
+  request.reset();
+
+  request = again();
+  ASSERT_NE(request, nullptr);
+  request.reset();  // destroyed unanswered
+  CHECK_OBS("dropped", next(*client_ch_), "UNREACHABLE/" + std::to_string(kCmSidrRejected));
+}
+
+TEST_P(CmUd, ErrorsAndPortSpaces) {
+  listen_ud(7483);
+  {
+    auto tcp = server_ch_->create_id();
+    CHECK_ERR("tcp_same_port", verb_errno([&] { tcp->bind_addr(addr(7483)); }), 0);
+    auto udp = server_ch_->create_id(PortSpace::udp);
+    CHECK_ERR("udp_same_port", verb_errno([&] { udp->bind_addr(addr(7483)); }), EADDRINUSE);
+  }
+  resolve_ud(7483);
+  auto rc = make_qp(*cq_, *cq_);
+  CHECK_ERR("rc_qp", verb_errno([&] { client_->connect(*rc); }), EINVAL);
+  ConnParam big;
+  big.private_data.assign(kCmUdConnectDataMax + 1, 'x');
+  CHECK_ERR("connect_181", verb_errno([&] { client_->connect(*client_qp_, big); }), EINVAL);
+  big.private_data.assign(kCmUdConnectDataMax, 'x');
+  CHECK_ERR("connect_180", verb_errno([&] { client_->connect(*client_qp_, big); }), 0);
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  server_ = std::move(req.new_id);
+  server_qp_ = ud_qp();
+  ConnParam huge;
+  huge.private_data.assign(kCmUdAcceptDataMax + 1, 'y');
+  CHECK_ERR("accept_137", verb_errno([&] { server_->accept(*server_qp_, huge); }), EINVAL);
+  CHECK_ERR("accept", verb_errno([&] { server_->accept(*server_qp_); }), 0);
+  CHECK_OBS("client_event", next(*client_ch_), "ESTABLISHED/0");
+  client_.reset();
+  server_.reset();
+}
+
 VERBSIM_CONFORMANCE_SUITE(Cm);
+VERBSIM_CONFORMANCE_SUITE(CmUd);
 
 }  // namespace
 }  // namespace verbsim::conformance

@@ -346,6 +346,41 @@ TEST_F(CmSim, OneListenerServesManyClients) {
   accepted.clear();
 }
 
+TEST_F(CmSim, AUdServiceAnswersARepeatedRequestWithTheSameReply) {
+  make("cm_drop msg=rep nth=1");
+  auto udp_listener = server_ch->create_id(PortSpace::udp);
+  udp_listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));  // the TCP space's port too
+  udp_listener->listen();
+  QpInitAttr init;
+  init.type = QpType::ud;
+  init.send_cq = client->cq.get();
+  init.recv_cq = client->cq.get();
+  init.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
+  auto client_qp = client->pd->create_qp(init);
+  init.send_cq = init.recv_cq = server->cq.get();
+  auto server_qp = server->pd->create_qp(init);
+  auto id = client_ch->create_id(PortSpace::udp);
+  id->bind_addr(SockAddr::parse("10.0.1.1:0"));
+  id->resolve_addr(SockAddr::parse("10.0.0.1:7471"));
+  EXPECT_EQ(kind(next(*client_ch)), "ADDR_RESOLVED/0");
+  id->resolve_route();
+  EXPECT_EQ(kind(next(*client_ch)), "ROUTE_RESOLVED/0");
+  id->connect(*client_qp);
+  CmEvent req = next(*server_ch);
+  ASSERT_EQ(kind(req), "CONNECT_REQUEST/0");
+  req.new_id->accept(*server_qp);
+  const CmEvent est = next(*client_ch);  // the first REP was lost: after the REQ's timeout
+  EXPECT_EQ(kind(est), "ESTABLISHED/0");
+  EXPECT_EQ(est.peer_qp_num, server_qp->qp_num());
+  EXPECT_EQ(est.qkey, kCmUdpQkey);
+  EXPECT_EQ(est.ah_attr.grh.dgid, Gid::from_ipv4(10, 0, 0, 1));
+  EXPECT_GE(world->now(), kResponseTimeoutNs);
+  EXPECT_EQ(server_qp->query().qkey, kCmUdpQkey);
+  id.reset();
+  req.new_id.reset();
+  udp_listener.reset();
+}
+
 TEST_F(CmSim, TheSameSeedGivesTheSameConnection) {
   auto run = [&](std::uint64_t seed) {
     make({}, seed);

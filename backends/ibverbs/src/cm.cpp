@@ -21,6 +21,7 @@
 #include <string>
 
 #include "objects.hpp"
+#include "translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -123,6 +124,23 @@ StepError to_rts(rdma_cm_id* id, ibv_qp* qp, int responder_resources, int initia
   return modify_by_cm(id, qp, IBV_QPS_RTS, initiator_depth);
 }
 
+// A UD QP of a UDP id to RTS: INIT with rdma_cm's attributes (its Q_Key), then RTR and RTS with
+// send PSN 0, as librdmacm's rdma_create_qp does.
+StepError ud_to_rts(rdma_cm_id* id, ibv_qp* qp) {
+  if (auto r = modify_by_cm(id, qp, IBV_QPS_INIT); r.err != 0) return r;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  if (const int ret = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE); ret != 0) {
+    return {returned_errno(ret), "ibv_modify_qp(UD INIT->RTR)"};
+  }
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  if (const int ret = ::ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN); ret != 0) {
+    return {returned_errno(ret), "ibv_modify_qp(UD RTR->RTS)"};
+  }
+  return {};
+}
+
 int set_state(ibv_qp* qp, ibv_qp_state state) noexcept {
   ibv_qp_attr attr{};
   attr.qp_state = state;
@@ -198,11 +216,13 @@ class IbvCmId final : public CmId {
 
   void connect(QueuePair& qp, const ConnParam& param) override {
     static constexpr const char* verb = "rdma_connect";
-    if (param.private_data.size() > kCmConnectDataMax) {
-      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmConnectDataMax));
+    const std::size_t max = ud() ? kCmUdConnectDataMax : kCmConnectDataMax;
+    if (param.private_data.size() > max) {
+      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), max));
     }
     ibv_qp* q = usable_qp(verb, qp, "the address is not resolved");
-    if (auto r = modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
+    if (auto r = ud() ? ud_to_rts(id_, q) : modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
+      set_state(q, IBV_QPS_RESET);
       throw_verb_error(verb, r.err, r.what);
     }
     rdma_conn_param p = to_rdma(param, q);
@@ -221,11 +241,14 @@ class IbvCmId final : public CmId {
 
   void accept(QueuePair& qp, const ConnParam& param) override {
     static constexpr const char* verb = "rdma_accept";
-    if (param.private_data.size() > kCmAcceptDataMax) {
-      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), kCmAcceptDataMax));
+    const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax;
+    if (param.private_data.size() > max) {
+      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), max));
     }
     ibv_qp* q = usable_qp(verb, qp, "not the id of a connection request");
-    if (auto r = to_rts(id_, q, param.responder_resources, param.initiator_depth); r.err != 0) {
+    if (auto r = ud() ? ud_to_rts(id_, q)
+                      : to_rts(id_, q, param.responder_resources, param.initiator_depth);
+        r.err != 0) {
       set_state(q, IBV_QPS_RESET);
       throw_verb_error(verb, r.err, r.what);
     }
@@ -241,8 +264,9 @@ class IbvCmId final : public CmId {
   }
 
   void reject(std::span<const std::uint8_t> private_data) override {
-    if (private_data.size() > kCmRejectDataMax) {
-      throw_verb_error("rdma_reject", EINVAL, too_long(private_data.size(), kCmRejectDataMax));
+    const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmRejectDataMax;
+    if (private_data.size() > max) {
+      throw_verb_error("rdma_reject", EINVAL, too_long(private_data.size(), max));
     }
     errno = 0;
     if (::rdma_reject(id_, private_data.empty() ? nullptr : private_data.data(),
@@ -272,6 +296,7 @@ class IbvCmId final : public CmId {
   QueuePair* qp() const noexcept override { return qp_; }
 
   rdma_cm_id* native() const noexcept { return id_; }
+  bool ud() const noexcept { return id_->ps == RDMA_PS_UDP; }
 
   // Turns one librdmacm event about this id into `out`, answering what librdmacm leaves to the
   // owner of a QP. Returns false for an event the program does not see (TIMEWAIT_EXIT).
@@ -283,7 +308,9 @@ class IbvCmId final : public CmId {
   ibv_qp* usable_qp(const char* verb, QueuePair& qp, const char* no_device) const {
     ibv_qp* q = ibverbs::native(qp);
     if (q == nullptr) throw_verb_error(verb, EINVAL, "the QP is not an ibverbs backend QP");
-    if (q->qp_type != IBV_QPT_RC) throw_verb_error(verb, EINVAL, "the QP is not RC");
+    if (q->qp_type != (ud() ? IBV_QPT_UD : IBV_QPT_RC)) {
+      throw_verb_error(verb, EINVAL, ud() ? "the QP is not UD (a UDP id)" : "the QP is not RC");
+    }
     if (qp_ != nullptr) throw_verb_error(verb, EINVAL, "the id already has a QP");
     const std::string id_dev = device_name();
     if (id_dev.empty()) throw_verb_error(verb, EINVAL, no_device);
@@ -333,6 +360,11 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
   }
   switch (ev.event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST:
+      if (ud()) {  // param.ud: neither parameters nor the client's QP
+        e.param.responder_resources = e.param.initiator_depth = 0;
+        e.param.retry_count = e.param.rnr_retry_count = 0;
+        break;
+      }
       peer_qp_num_ = conn.qp_num;
       e.peer_qp_num = conn.qp_num;
       // As rdma_cm gives them: from this side's point of view (cm.hpp).
@@ -351,11 +383,20 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
         e.peer_qp_num = peer_qp_num_;
       }
       break;
-    case RDMA_CM_EVENT_ESTABLISHED: e.peer_qp_num = peer_qp_num_; break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+      if (ud()) {  // the SIDR reply: the server's QP, Q_Key and address
+        e.peer_qp_num = ev.param.ud.qp_num;
+        e.qkey = ev.param.ud.qkey;
+        e.ah_attr = from_ibv(ev.param.ud.ah_attr);
+      } else {
+        e.peer_qp_num = peer_qp_num_;
+      }
+      break;
     case RDMA_CM_EVENT_REJECTED:
     case RDMA_CM_EVENT_UNREACHABLE:
     case RDMA_CM_EVENT_CONNECT_ERROR:
-      if (native_qp_ != nullptr) set_state(native_qp_, IBV_QPS_ERR);
+      // A connection's QP goes to ERR; a UD QP stays as it is (measured on rxe).
+      if (native_qp_ != nullptr && !ud()) set_state(native_qp_, IBV_QPS_ERR);
       break;
     case RDMA_CM_EVENT_TIMEWAIT_EXIT: return false;
     default: break;
@@ -384,10 +425,11 @@ class IbvCmChannel final : public CmEventChannel {
     }
   }
 
-  std::unique_ptr<CmId> create_id() override {
+  std::unique_ptr<CmId> create_id(PortSpace space) override {
     rdma_cm_id* id = nullptr;
     errno = 0;
-    if (::rdma_create_id(channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
+    const rdma_port_space ps = space == PortSpace::udp ? RDMA_PS_UDP : RDMA_PS_TCP;
+    if (::rdma_create_id(channel_, &id, nullptr, ps) != 0) {
       throw_verb_error("rdma_create_id", cm_errno());
     }
     return std::make_unique<IbvCmId>(id, holder_);

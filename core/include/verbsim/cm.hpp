@@ -88,6 +88,22 @@ inline constexpr std::size_t kCmConnectDataMax = 56;  // connect(): the REQ
 inline constexpr std::size_t kCmAcceptDataMax = 196;  // accept(): the REP
 inline constexpr std::size_t kCmRejectDataMax = 148;  // reject(): the REJ
 
+// Port spaces (rdma_port_space): RDMA_PS_TCP connects RC QPs; RDMA_PS_UDP resolves a UD
+// service (SIDR): the client's connect() is answered with the server's QP number and Q_Key and
+// an address vector to reach it (ESTABLISHED), and no connection state is kept. The two spaces
+// have separate port numbers.
+enum class PortSpace : std::uint16_t { tcp = 0x0106, udp = 0x0111 };
+
+// The Q_Key rdma_cm gives UD QPs of RDMA_PS_UDP (RDMA_UDP_QKEY).
+inline constexpr std::uint32_t kCmUdpQkey = 0x01234567;
+// Private data of a UDP connect (the SIDR REQ) and of its accept or reject (the SIDR REP).
+inline constexpr std::size_t kCmUdConnectDataMax = 180;
+inline constexpr std::size_t kCmUdAcceptDataMax = 136;
+// UNREACHABLE's status for a UDP connect the server refused: no listener, or rejected (or its
+// request id destroyed unanswered). IB SIDR REP statuses.
+inline constexpr int kCmSidrNoListener = 1;  // IB_SIDR_UNSUPPORTED
+inline constexpr int kCmSidrRejected = 2;    // IB_SIDR_REJECT
+
 // rdma_conn_param without the QP fields (they come from the QP given to connect / accept).
 struct ConnParam {
   std::vector<std::uint8_t> private_data;
@@ -116,7 +132,11 @@ struct CmEvent {
   // resources (so that they can be passed to accept() as they are); the retry counts are the
   // peer's, for this side's QP.
   ConnParam param;
-  std::uint32_t peer_qp_num = 0;  // connect_request, established: the peer's QP
+  std::uint32_t peer_qp_num = 0;  // connect_request, established: the peer's QP (0 for a UDP
+                                  // request)
+  // established on a UDP id: the server's Q_Key and how to reach its QP (AddressHandle).
+  std::uint32_t qkey = 0;
+  AhAttr ah_attr;
 };
 
 // An rdma_cm_id. Control-path calls throw VerbError naming the rdma_* verb: EINVAL for a call
@@ -145,15 +165,21 @@ class CmId {
   virtual void resolve_route(int timeout_ms = 2000) = 0;
   // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET or INIT, on device_name()) goes to INIT and
   // the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
-  // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead).
+  // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead). On a UDP id `qp`
+  // is UD and goes to RTS at once (Q_Key kCmUdpQkey); the answer is ESTABLISHED with the
+  // server's QP, Q_Key and address, or UNREACHABLE.
   virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the reply
-  // is sent; ESTABLISHED follows when the client confirms.
+  // is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes to
+  // RTS, Q_Key kCmUdpQkey) and nothing follows. Private data too long is EINVAL and leaves the
+  // request pending (librdmacm's own rdma_accept would have rejected it).
   virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
-  // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28.
+  // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28 (UDP:
+  // UNREACHABLE, status kCmSidrRejected).
   virtual void reject(std::span<const std::uint8_t> private_data = {}) = 0;
   // rdma_disconnect: this side's QP goes to ERR (its outstanding WRs flush) and the peer gets
-  // DISCONNECTED; when the peer disconnects in turn this side gets DISCONNECTED.
+  // DISCONNECTED; when the peer disconnects in turn this side gets DISCONNECTED. On a UDP id
+  // only the QP goes to ERR.
   virtual void disconnect() = 0;
 
   // The device and port the id is bound to (after bind_addr to a local address, resolve_addr
@@ -179,8 +205,8 @@ class CmEventChannel {
   // what they need of the channel until they go (their later events are lost).
   virtual ~CmEventChannel() = default;
 
-  // rdma_create_id (RDMA_PS_TCP: reliable connections).
-  virtual std::unique_ptr<CmId> create_id() = 0;
+  // rdma_create_id: reliable connections (RC QPs), or UD services (UD QPs) with PortSpace::udp.
+  virtual std::unique_ptr<CmId> create_id(PortSpace space = PortSpace::tcp) = 0;
   // rdma_get_cm_event (and rdma_ack_cm_event once copied). Errors: EAGAIN with
   // Wait::nonblocking and nothing pending; on the simulator, EDEADLK when blocking could never
   // end.

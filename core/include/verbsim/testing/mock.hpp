@@ -120,7 +120,7 @@ class MockCmId : public CmId {
 
 class MockCmEventChannel : public CmEventChannel {
  public:
-  MOCK_METHOD(std::unique_ptr<CmId>, create_id, (), (override));
+  MOCK_METHOD(std::unique_ptr<CmId>, create_id, (PortSpace space), (override));
   MOCK_METHOD(std::error_code, get_event, (CmEvent & event, Wait wait), (override));
   MOCK_METHOD(int, fd, (), (const, noexcept, override));
 };
