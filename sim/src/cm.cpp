@@ -401,9 +401,9 @@ struct CmFabric {
     CmNode& nd = node(n);
     switch (m.kind) {
       case Msg::rep:
-        if (!nd.alive) {  // the client went away: the kernel's CM rejects the reply
+        if (!nd.alive) {  // the client went away: the kernel's CM rejects a connection's reply
           nd.peer_node = m.from;
-          send_rej(n, kCmRejectByConsumer);
+          if (!nd.ud) send_rej(n, kCmRejectByConsumer);
         } else if (nd.st == St::connecting && nd.ud) {
           answered(n);
           nd.st = St::closed;  // SIDR keeps no state
@@ -434,8 +434,8 @@ struct CmFabric {
           report(n, std::move(ev));
         }
         break;
-      case Msg::rej:
-        if (nd.st == St::connecting || nd.st == St::rep_sent) {
+      case Msg::rej:  // (a UD service's reply is final: only its client takes a refusal)
+        if (nd.st == St::connecting || (nd.st == St::rep_sent && !nd.ud)) {
           answered(n);
           nd.st = St::closed;
           CmChannelCore::Pending ev;

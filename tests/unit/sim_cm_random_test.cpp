@@ -1,6 +1,6 @@
 // Random connection manager sequences on the simulator, under lost CM messages: clients connect
-// to listeners, to ports nobody listens on and to addresses nobody has; servers accept, reject or
-// drop requests; either side disconnects or destroys its id at any moment. Whatever happens:
+// (RC connections, and UD services through the UDP port space) to listeners, to ports nobody
+// listens on and to addresses nobody has; servers accept, reject or drop requests; either side disconnects or destroys its id at any moment. Whatever happens:
 // every connect() ends in exactly one of ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
 // (unless its id went first), the QP's state agrees with it, a disconnect() of a connection ends
 // in exactly one DISCONNECTED, no event names an id that is gone, and the world runs dry.
@@ -22,6 +22,7 @@ struct Conn {
   std::unique_ptr<CmId> id;
   std::unique_ptr<QueuePair> qp;
   bool client = false;
+  bool ud = false;             // PortSpace::udp: SIDR, no connection
   bool connecting = false;     // connect() called, no outcome yet
   bool connected = false;      // ESTABLISHED
   bool disconnecting = false;  // disconnect() called, DISCONNECTED not yet taken
@@ -45,9 +46,9 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
   auto pd1 = ctx1->alloc_pd();
   auto cq0 = ctx0->create_cq(512);
   auto cq1 = ctx1->create_cq(512);
-  auto make_qp = [&](bool on_sim0) {
+  auto make_qp = [&](bool on_sim0, bool ud) {
     QpInitAttr init;
-    init.type = QpType::rc;
+    init.type = ud ? QpType::ud : QpType::rc;
     init.send_cq = on_sim0 ? cq0.get() : cq1.get();
     init.recv_cq = init.send_cq;
     init.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
@@ -59,6 +60,9 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
   auto listener = server_ch->create_id();
   listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));
   listener->listen();
+  auto ud_listener = server_ch->create_id(PortSpace::udp);
+  ud_listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));
+  ud_listener->listen();
   const char* targets[] = {"10.0.0.1:7471", "10.0.0.1:7471", "10.0.0.1:7999", "10.0.9.9:7471"};
 
   // Every id alive, in creation order (the order random choices see: never addresses).
@@ -88,6 +92,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
     if (ev.type == CmEventType::connect_request) {
       auto conn = std::make_unique<Conn>();
       conn->id = std::move(ev.new_id);
+      conn->ud = ev.listen_id == ud_listener.get();
       CmId* id = conn->id.get();
       conns.push_back(std::move(conn));
       switch (rng.below(4)) {
@@ -95,9 +100,9 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         case 1: destroy(id); break;
         default: {
           Conn& c = *conns.back();
-          c.qp = make_qp(true);
+          c.qp = make_qp(true, c.ud);
           id->accept(*c.qp);
-          c.connecting = true;
+          c.connecting = !c.ud;  // a UD service's reply is final
         }
       }
       return true;
@@ -112,16 +117,19 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
       case CmEventType::addr_resolved: ev.id->resolve_route(); break;
       case CmEventType::addr_error: break;
       case CmEventType::route_resolved:
-        c.qp = make_qp(false);
+        c.qp = make_qp(false, c.ud);
         ev.id->connect(*c.qp);
         c.connecting = true;
         break;
       case CmEventType::established:
         EXPECT_TRUE(c.connecting) << "ESTABLISHED without a connect or accept";
         c.connecting = false;
-        c.connected = true;
+        c.connected = !c.ud;
         ++c.outcomes;
         EXPECT_EQ(c.qp->state(), QpState::rts);
+        if (c.ud) {
+          EXPECT_NE(ev.peer_qp_num, 0u);
+        }
         break;
       case CmEventType::rejected:
       case CmEventType::unreachable:
@@ -129,7 +137,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         EXPECT_TRUE(c.connecting) << to_string(ev.type) << " without a connect or accept";
         c.connecting = false;
         ++c.outcomes;
-        EXPECT_EQ(c.qp->state(), QpState::err);
+        EXPECT_EQ(c.qp->state(), c.ud ? QpState::rts : QpState::err);
         break;
       case CmEventType::disconnected:
         ++c.disconnects;
@@ -148,7 +156,8 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
       case 0: {  // a new client
         auto conn = std::make_unique<Conn>();
         conn->client = true;
-        conn->id = client_ch->create_id();
+        conn->ud = rng.below(3) == 0;
+        conn->id = client_ch->create_id(conn->ud ? PortSpace::udp : PortSpace::tcp);
         conn->id->bind_addr(SockAddr::parse("10.0.1.1:0"));
         conn->id->resolve_addr(SockAddr::parse(targets[rng.below(4)]), 100);
         conns.push_back(std::move(conn));
@@ -189,6 +198,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
     EXPECT_FALSE(c->disconnecting) << "a disconnect() that never ended";
   }
   conns.clear();
+  ud_listener.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomCm, ::testing::Range<std::uint64_t>(1, 41));
