@@ -46,6 +46,7 @@ struct Options {
   std::uint32_t qps = 1;
   std::uint32_t tx_depth = 128;
   std::optional<std::uint64_t> seed;
+  bool rdma_cm = false;  // -R: connect through the connection manager
 };
 
 constexpr const char* kUsage =
@@ -57,11 +58,24 @@ constexpr const char* kUsage =
     "  -q QPS          QPs, bandwidth tests only (default 1)\n"
     "  -t DEPTH        work requests in flight per QP, bandwidth tests (default 128)\n"
     "  --backend SPEC  sim, ibverbs or ibverbs:rxe0 (default: $VERBSIM_BACKEND, else sim)\n"
-    "  --seed N        simulator seed (default 1; $VERBSIM_SEED, when set, wins)\n";
+    "  --seed N        simulator seed (default 1; $VERBSIM_SEED, when set, wins)\n"
+    "  -R              connect the QPs through the connection manager (rdma_cm), like\n"
+    "                  perftest's -R, instead of exchanging GIDs, QP numbers and PSNs\n";
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  cli::for_each_flag(argc, argv, {kUsage}, [&](std::string_view flag, std::string_view value) {
+  // -R takes no value (as perftest's): taken out before the "--flag value" parsing.
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (i > 0 && (a == "-R" || a == "--rdma-cm")) {
+      o.rdma_cm = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  cli::for_each_flag(static_cast<int>(args.size()), args.data(), {kUsage},
+                     [&](std::string_view flag, std::string_view value) {
     if (flag == "--test") {
       o.test = std::string(value);
       const auto us = value.find('_');
@@ -137,6 +151,58 @@ void create_side(Side& s, const Options& o, std::uint32_t size, std::uint32_t rx
   init.cap = {
       .max_send_wr = o.tx_depth, .max_recv_wr = rx_depth, .max_send_sge = 1, .max_recv_sge = 1};
   for (std::uint32_t i = 0; i < o.qps; ++i) s.qps.push_back(s.pd->create_qp(init));
+}
+
+// Connects client QP i to server QP i through the connection manager: the server listens on its
+// port's address (perftest's port, 18515), each client QP connects from the client's address.
+// The ids are returned; they must go before the QPs.
+std::vector<std::unique_ptr<CmId>> connect_with_cm(Backend& backend, Side& client, Side& server,
+                                                   std::uint32_t qps, int rd,
+                                                   std::vector<std::unique_ptr<CmEventChannel>>& chs) {
+  chs.push_back(backend.create_cm_channel());
+  chs.push_back(backend.create_cm_channel());
+  CmEventChannel& cch = *chs[0];
+  CmEventChannel& sch = *chs[1];
+  auto address = [](Side& s, std::uint16_t port) {
+    SockAddr a;
+    a.ip = s.ctx->query_gid(kPort, s.gid_index).raw;
+    a.port = port;
+    return a;
+  };
+  auto expect = [](CmEventChannel& ch, CmEventType want) {
+    CmEvent ev;
+    if (const std::error_code err = ch.get_event(ev, Wait::blocking)) {
+      throw std::system_error(err, "rdma_get_cm_event");
+    }
+    if (ev.type != want) {
+      throw std::runtime_error(std::string(to_string(ev.type)) + " (status " +
+                               std::to_string(ev.status) + "), expected " +
+                               std::string(to_string(want)));
+    }
+    return ev;
+  };
+  std::vector<std::unique_ptr<CmId>> ids;
+  ids.push_back(sch.create_id());
+  ids.back()->bind_addr(address(server, 18515));
+  ids.back()->listen();
+  ConnParam param;
+  param.responder_resources = param.initiator_depth = static_cast<std::uint8_t>(std::max(1, rd));
+  for (std::uint32_t i = 0; i < qps; ++i) {
+    ids.push_back(cch.create_id());
+    CmId& c = *ids.back();
+    c.bind_addr(address(client, 0));
+    c.resolve_addr(address(server, 18515));
+    expect(cch, CmEventType::addr_resolved);
+    c.resolve_route();
+    expect(cch, CmEventType::route_resolved);
+    c.connect(*client.qps[i], param);
+    CmEvent req = expect(sch, CmEventType::connect_request);
+    req.new_id->accept(*server.qps[i], param);
+    ids.push_back(std::move(req.new_id));
+    expect(cch, CmEventType::established);
+    expect(sch, CmEventType::established);
+  }
+  return ids;
 }
 
 struct Clocks {
@@ -390,22 +456,28 @@ int run(const Options& opt) {
   for (ConnectOptions* c : {&copt_c, &copt_s}) {
     c->max_rd_atomic = c->max_dest_rd_atomic = static_cast<std::uint8_t>(std::max(1, rd));
   }
-  for (std::uint32_t i = 0; i < o.qps; ++i) {
-    const Endpoint cep{client.ctx->query_gid(kPort, client.gid_index), client.qps[i]->qp_num(),
-                       0x1000 + i};
-    const Endpoint sep{server.ctx->query_gid(kPort, server.gid_index), server.qps[i]->qp_num(),
-                       0x2000 + i};
-    connect(*client.qps[i], cep.psn, sep, copt_c);
-    connect(*server.qps[i], sep.psn, cep, copt_s);
+  std::vector<std::unique_ptr<CmEventChannel>> cm_channels;
+  std::vector<std::unique_ptr<CmId>> cm_ids;
+  if (opt.rdma_cm) {
+    cm_ids = connect_with_cm(*backend, client, server, o.qps, rd, cm_channels);
+  } else {
+    for (std::uint32_t i = 0; i < o.qps; ++i) {
+      const Endpoint cep{client.ctx->query_gid(kPort, client.gid_index), client.qps[i]->qp_num(),
+                         0x1000 + i};
+      const Endpoint sep{server.ctx->query_gid(kPort, server.gid_index), server.qps[i]->qp_num(),
+                         0x2000 + i};
+      connect(*client.qps[i], cep.psn, sep, copt_c);
+      connect(*server.qps[i], sep.psn, cep, copt_s);
+    }
   }
 
   std::printf("verbsim-perf: %s, backend %s", opt.test.c_str(),
               std::string(backend->name()).c_str());
   if (world != nullptr) std::printf(" (seed %llu)", static_cast<unsigned long long>(world->seed()));
   std::printf(", %s -> %s\n", client.ctx->info().name.c_str(), server.ctx->info().name.c_str());
-  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, reads in flight %d, RC\n", size,
-              static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth,
-              std::max(1, rd));
+  std::printf(" size %u B, %llu iterations, %u QP(s), tx depth %u, reads in flight %d, RC%s\n",
+              size, static_cast<unsigned long long>(o.iters), o.qps, opt.latency ? 1 : o.tx_depth,
+              std::max(1, rd), opt.rdma_cm ? ", connected by rdma_cm" : "");
 
   Bench b{o, client, server, world, size, rx_depth};
   const Result r = opt.latency ? run_lat(b) : run_bw(b);
@@ -431,6 +503,8 @@ int run(const Options& opt) {
                 static_cast<double>(r.virt_ns) / 1e6, static_cast<double>(r.wall_ns) / 1e6,
                 static_cast<double>(r.virt_ns) / static_cast<double>(r.wall_ns));
   }
+  cm_ids.clear();  // before their QPs
+  cm_channels.clear();
   for (auto& qp : client.qps) verbsim::destroy(qp);
   for (auto& qp : server.qps) verbsim::destroy(qp);
   for (Side* s : {&client, &server}) {
