@@ -80,7 +80,8 @@ struct End {
     check(qp->post_send(wr), "ibv_post_send");
   }
   void check(const PostResult& r, const char* verb) const {
-    if (!r) throw std::system_error(r.error(), std::string(name) + ": " + verb + " (" + r.reason + ")");
+    if (!r)
+      throw std::system_error(r.error(), std::string(name) + ": " + verb + " (" + r.reason + ")");
   }
   // The id goes before the QP it connected (cm.hpp), then the rest.
   void release() {
@@ -169,8 +170,8 @@ int run(int argc, char** argv) {
           param.private_data.assign(kHello.begin(), kHello.end());
           client.id->connect(*client.qp, param);
           std::printf("  client: %s resolved to %s port %u, connecting from %s\n",
-                      server_addr.c_str(), client.id->device_name().c_str(),
-                      client.id->port_num(), client.id->local_addr().to_string().c_str());
+                      server_addr.c_str(), client.id->device_name().c_str(), client.id->port_num(),
+                      client.id->local_addr().to_string().c_str());
           break;
         }
         case CmEventType::established:

@@ -156,9 +156,9 @@ void create_side(Side& s, const Options& o, std::uint32_t size, std::uint32_t rx
 // Connects client QP i to server QP i through the connection manager: the server listens on its
 // port's address (perftest's port, 18515), each client QP connects from the client's address.
 // The ids are returned; they must go before the QPs.
-std::vector<std::unique_ptr<CmId>> connect_with_cm(Backend& backend, Side& client, Side& server,
-                                                   std::uint32_t qps, int rd,
-                                                   std::vector<std::unique_ptr<CmEventChannel>>& chs) {
+std::vector<std::unique_ptr<CmId>> connect_with_cm(
+    Backend& backend, Side& client, Side& server, std::uint32_t qps, int rd,
+    std::vector<std::unique_ptr<CmEventChannel>>& chs) {
   chs.push_back(backend.create_cm_channel());
   chs.push_back(backend.create_cm_channel());
   CmEventChannel& cch = *chs[0];

@@ -14,14 +14,21 @@
 // ESTABLISHED is reported; librdmacm does it when get_event takes the REP); accept() takes the
 // server's QP to RTS. REJECTED, UNREACHABLE and CONNECT_ERROR take the id's QP to ERR when
 // get_event takes them, and disconnect() does before its DREQ.
+//
+// A UDP id (PortSpace::udp) resolves a UD service instead: its REQ and REP stand for the SIDR
+// REQ and REP, both QPs go to RTS at connect and accept, the client's ESTABLISHED carries the
+// server's QP number, Q_Key and address, a REJ stands for a SIDR REP that refuses (reported as
+// UNREACHABLE), and nothing else follows.
+#include "verbsim/cm.hpp"
+
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <string>
-#include <unistd.h>
 
 #include "handles.hpp"
-#include "verbsim/cm.hpp"
 #include "verbsim/connect.hpp"
 #include "verbsim/error.hpp"
 #include "wait.hpp"
@@ -30,8 +37,9 @@ namespace verbsim::sim {
 
 namespace {
 
-constexpr std::uint64_t kResponseTimeoutNs = 4'294'967'296;  // 4.096 us * 2^20, rdma_cm's CM timeout
-constexpr int kRetries = 15;                                  // rdma_cm's max_cm_retries
+constexpr std::uint64_t kResponseTimeoutNs =
+    4'294'967'296;            // 4.096 us * 2^20, rdma_cm's CM timeout
+constexpr int kRetries = 15;  // rdma_cm's max_cm_retries
 constexpr std::uint32_t kNone = UINT32_MAX;
 constexpr std::uint16_t kFirstEphemeralPort = 32768;
 constexpr std::uint8_t kLocalAckTimeout = 19;  // the QPs rdma_cm connects over rxe (measured)
@@ -45,13 +53,13 @@ enum class Code : std::uint8_t { message, timer, addr_timeout };
 enum class St : std::uint8_t {
   idle,
   bound,
-  addr_query,      // resolve_addr of an address nobody has: ADDR_ERROR at its timeout
+  addr_query,  // resolve_addr of an address nobody has: ADDR_ERROR at its timeout
   addr_resolved,
   route_resolved,
   listening,
-  connecting,      // REQ sent
-  req_rcvd,        // server: CONNECT_REQUEST reported, not answered yet
-  rep_sent,        // server: accepted, waiting for the RTU
+  connecting,  // REQ sent
+  req_rcvd,    // server: CONNECT_REQUEST reported, not answered yet
+  rep_sent,    // server: accepted, waiting for the RTU (UD: the reply, kept to send again)
   established,
   dreq_sent,
   dreq_rcvd,
@@ -66,8 +74,8 @@ struct Wire {
   int reason = 0;              // REJ
   SockAddr dst;                // REQ: the address connected to
   std::vector<std::uint8_t> data;
-  ConnParam param;             // REQ, REP
-  std::uint32_t qpn = 0;       // REQ, REP
+  ConnParam param;        // REQ, REP
+  std::uint32_t qpn = 0;  // REQ, REP
   std::uint32_t psn = 0;
 };
 
@@ -79,8 +87,9 @@ std::vector<std::uint8_t> padded(std::span<const std::uint8_t> data, std::size_t
 
 void check_data(const char* verb, std::span<const std::uint8_t> data, std::size_t max) {
   if (data.size() > max) {
-    throw_verb_error(verb, EINVAL, std::to_string(data.size()) + " bytes of private data (at most " +
-                                       std::to_string(max) + ")");
+    throw_verb_error(verb, EINVAL,
+                     std::to_string(data.size()) + " bytes of private data (at most " +
+                         std::to_string(max) + ")");
   }
 }
 
@@ -110,8 +119,8 @@ struct CmChannelCore {
 // the program destroyed still finds it (and is answered as the kernel's CM answers it).
 struct CmNode {
   St st = St::idle;
-  bool alive = true;     // the program's id exists (or will: a request not yet taken)
-  bool ud = false;       // of PortSpace::udp: SIDR, no connection state
+  bool alive = true;  // the program's id exists (or will: a request not yet taken)
+  bool ud = false;    // of PortSpace::udp: SIDR, no connection state
   bool owns_port = false;
   std::shared_ptr<CmChannelCore> ch;
   CmId* handle = nullptr;  // the program's id, once handed out
@@ -121,9 +130,9 @@ struct CmNode {
   SockAddr peer;
   std::uint32_t peer_node = kNone;
   std::uint32_t listener = kNone;
-  bool has_qp = false;  // connect or accept gave it QP `qpn` (looked up, never kept: the
-                        // program may destroy it first)
-  std::uint32_t qpn = 0, psn = 0;            // this side's, as sent
+  bool has_qp = false;             // connect or accept gave it QP `qpn` (looked up, never kept: the
+                                   // program may destroy it first)
+  std::uint32_t qpn = 0, psn = 0;  // this side's, as sent
   std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
   ConnParam mine;                            // private data not kept
   ConnParam theirs;
@@ -207,7 +216,8 @@ struct CmFabric {
   std::uint16_t ephemeral_port(const SockAddr& ip, std::uint32_t except) {
     for (int tries = 0; tries < 32768; ++tries) {
       const std::uint16_t p = next_port;
-      next_port = next_port == 65535 ? kFirstEphemeralPort : static_cast<std::uint16_t>(next_port + 1);
+      next_port =
+          next_port == 65535 ? kFirstEphemeralPort : static_cast<std::uint16_t>(next_port + 1);
       if (port_conflict(p, ip, except) == 0) return p;
     }
     throw_verb_error("rdma_bind_addr", EADDRINUSE, "no free port");
@@ -478,8 +488,8 @@ struct CmFabric {
     std::uint32_t l = kNone;
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       const CmNode& c = nodes[i];
-      if (c.alive && c.st == St::listening && c.ud == node(m.from).ud && c.local.port == m.dst.port &&
-          (c.local.is_any() || c.local.ip == m.dst.ip)) {
+      if (c.alive && c.st == St::listening && c.ud == node(m.from).ud &&
+          c.local.port == m.dst.port && (c.local.is_any() || c.local.ip == m.dst.ip)) {
         l = i;
         break;
       }
@@ -511,7 +521,7 @@ struct CmFabric {
     ev.type = CmEventType::connect_request;
     ev.listener = l;
     ev.data = std::move(m.data);
-    if (!child.ud) {  // a SIDR request carries neither parameters nor the client's QP
+    if (!child.ud) {       // a SIDR request carries neither parameters nor the client's QP
       ev.param = m.param;  // from the server's point of view, as rdma_cm reports them
       std::swap(ev.param.responder_resources, ev.param.initiator_depth);
       ev.peer_qpn = m.qpn;
@@ -575,8 +585,9 @@ struct CmFabric {
     auto* sq = dynamic_cast<SimQp*>(&qp);
     if (sq == nullptr) throw_verb_error(verb, EINVAL, "the QP is not the simulator's");
     if (sq->dev().index != nd.dev) {
-      throw_verb_error(verb, EINVAL, "the QP is on " + sq->dev().name + ", the id on " +
-                                         w.devs[static_cast<std::size_t>(nd.dev)]->name);
+      throw_verb_error(verb, EINVAL,
+                       "the QP is on " + sq->dev().name + ", the id on " +
+                           w.devs[static_cast<std::size_t>(nd.dev)]->name);
     }
     if (qp.type() != (nd.ud ? QpType::ud : QpType::rc)) {
       throw_verb_error(verb, EINVAL, nd.ud ? "the QP is not UD (a UDP id)" : "the QP is not RC");
@@ -606,9 +617,10 @@ namespace {
 
 const char* state_name(St s) {
   static constexpr const char* names[] = {
-      "idle",    "bound",      "resolving address", "address resolved", "route resolved",
-      "listening", "connecting", "connection request", "accepted",
-      "connected", "disconnecting", "disconnecting", "closed"};
+      "idle",           "bound",     "resolving address", "address resolved",
+      "route resolved", "listening", "connecting",        "connection request",
+      "accepted",       "connected", "disconnecting",     "disconnecting",
+      "closed"};
   return names[static_cast<int>(s)];
 }
 
@@ -633,7 +645,8 @@ class SimCmId final : public CmId {
     std::uint8_t port = 0;
     if (!addr.is_any()) {
       std::tie(dev, port) = f_->owner(addr);
-      if (dev < 0) throw_verb_error("rdma_bind_addr", EADDRNOTAVAIL, addr.to_string() + " is no port's");
+      if (dev < 0)
+        throw_verb_error("rdma_bind_addr", EADDRNOTAVAIL, addr.to_string() + " is no port's");
     }
     SockAddr local = addr;
     if (local.port == 0) {

@@ -61,7 +61,8 @@ class Cm : public Conformance {
       err = ch.get_event(ev, Wait::blocking);
     } else {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while ((err = ch.get_event(ev, Wait::nonblocking)) == std::errc::resource_unavailable_try_again &&
+      while ((err = ch.get_event(ev, Wait::nonblocking)) ==
+                 std::errc::resource_unavailable_try_again &&
              std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -142,10 +143,11 @@ TEST_P(Cm, ConnectAndAcceptExchangePrivateDataAndEstablish) {
   CHECK_OBS("req_data", prefix(req.private_data, 5), "hello");
   // From the server's point of view, as rdma_cm gives them: its responder resources are the
   // client's initiator depth.
-  CHECK_OBS("req_params", std::to_string(req.param.responder_resources) + "," +
-                              std::to_string(req.param.initiator_depth) + "," +
-                              std::to_string(req.param.retry_count) + "," +
-                              std::to_string(req.param.rnr_retry_count),
+  CHECK_OBS("req_params",
+            std::to_string(req.param.responder_resources) + "," +
+                std::to_string(req.param.initiator_depth) + "," +
+                std::to_string(req.param.retry_count) + "," +
+                std::to_string(req.param.rnr_retry_count),
             "3,2,5,6");
   CHECK_OBS("req_peer_qp", req.peer_qp_num == client_qp_->qp_num(), true);
   CHECK_OBS("server_on_the_device", server_->device_name() == ctx().info().name, true);
@@ -184,9 +186,11 @@ TEST_P(Cm, AConnectionCarriesSendsAndReadsBothWays) {
   CHECK_OBS("landed", std::memcmp(mem(0), mem(4096), 64) == 0, true);
   std::memset(mem(8192), 0x33, 64);
   const Sge lsge = sge(12288, 64);
-  CHECK_ERR("read", server_qp_->post_send(rdma_wr(3, WrOpcode::rdma_read, &lsge,
-                                                  mr().address(8192), mr().rkey())).error(),
-            0);
+  CHECK_ERR(
+      "read",
+      server_qp_->post_send(rdma_wr(3, WrOpcode::rdma_read, &lsge, mr().address(8192), mr().rkey()))
+          .error(),
+      0);
   CHECK_OBS("read_wc", describe(poll_n(*cq_, 1)), "SUCCESS/RDMA_READ/64");
   CHECK_OBS("read_landed", std::memcmp(mem(8192), mem(12288), 64) == 0, true);
 }
@@ -208,12 +212,15 @@ TEST_P(Cm, TheQpsGetTheNegotiatedAttributes) {
   const QpAttr sa = server_qp_->query();
   // Each side's retry counts are the ones the other side asked for; the client's transport
   // retries are its own.
-  CHECK_OBS("client_retry_rnr", std::to_string(ca.retry_cnt) + "," + std::to_string(ca.rnr_retry), "5,3");
-  CHECK_OBS("server_retry_rnr", std::to_string(sa.retry_cnt) + "," + std::to_string(sa.rnr_retry), "5,4");
+  CHECK_OBS("client_retry_rnr", std::to_string(ca.retry_cnt) + "," + std::to_string(ca.rnr_retry),
+            "5,3");
+  CHECK_OBS("server_retry_rnr", std::to_string(sa.retry_cnt) + "," + std::to_string(sa.rnr_retry),
+            "5,4");
   CHECK_OBS("mtu", static_cast<int>(ca.path_mtu), static_cast<int>(Mtu::mtu_1024));
   CHECK_OBS("timeout", static_cast<int>(ca.timeout), 19);
   CHECK_OBS("server_timeout", static_cast<int>(sa.timeout), 19);
-  CHECK_OBS("dest_qp", ca.dest_qp_num == server_qp_->qp_num() && sa.dest_qp_num == client_qp_->qp_num(), true);
+  CHECK_OBS("dest_qp",
+            ca.dest_qp_num == server_qp_->qp_num() && sa.dest_qp_num == client_qp_->qp_num(), true);
   CHECK_OBS("psns", ca.sq_psn == sa.rq_psn && sa.sq_psn == ca.rq_psn, true);
   CHECK_OBS("sgid_index", static_cast<int>(ca.ah_attr.grh.sgid_index), gid_index());
 }
@@ -224,7 +231,8 @@ TEST_P(Cm, DisconnectTakesThisSideToErrAndTellsThePeer) {
   CHECK_ERR("recv", client_qp_->post_recv(recv_wr(9, &rsge)).error(), 0);
   client_->disconnect();
   CHECK_OBS("client_qp", client_qp_->state(), QpState::err);
-  CHECK_OBS("flushed", describe(poll_n(*cq_, 1)), err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
+  CHECK_OBS("flushed", describe(poll_n(*cq_, 1)),
+            err_wc(WcStatus::wr_flush_err, WcOpcode::recv, 0));
   CHECK_OBS("server_event", next(*server_ch_), "DISCONNECTED/0");
   CHECK_OBS("server_qp", server_qp_->state(), QpState::rts);
   server_->disconnect();
@@ -286,7 +294,8 @@ TEST_P(Cm, ControlPathErrors) {
     auto again = server_ch_->create_id();
     CHECK_ERR("bind_port_in_use", verb_errno([&] { again->bind_addr(addr(7477)); }), EADDRINUSE);
     CHECK_ERR("bind_any_port_in_use",
-              verb_errno([&] { again->bind_addr(SockAddr::parse("0.0.0.0:7477")); }), EADDRNOTAVAIL);
+              verb_errno([&] { again->bind_addr(SockAddr::parse("0.0.0.0:7477")); }),
+              EADDRNOTAVAIL);
   }
   {
     auto far = client_ch_->create_id();
@@ -373,12 +382,12 @@ TEST_P(CmUd, TheServerAnswersWithItsQpQkeyAndAddress) {
   CHECK_OBS("est_data", prefix(est.private_data, 5), "world");
   CHECK_OBS("est_peer_qp", est.peer_qp_num == server_qp_->qp_num(), true);
   CHECK_OBS("est_qkey_is_rdma_cm_s", est.qkey == kCmUdpQkey, true);
-  CHECK_OBS("est_ah", std::to_string(est.ah_attr.is_global) + "," +
-                          std::to_string(est.ah_attr.grh.dgid == gid()) + "," +
-                          std::to_string(est.ah_attr.grh.sgid_index == gid_index()) + "," +
-                          std::to_string(est.ah_attr.grh.hop_limit) + "," +
-                          std::to_string(est.ah_attr.port_num),
-            "1,1,1,64,1");
+  CHECK_OBS(
+      "est_ah",
+      std::to_string(est.ah_attr.is_global) + "," + std::to_string(est.ah_attr.grh.dgid == gid()) +
+          "," + std::to_string(est.ah_attr.grh.sgid_index == gid_index()) + "," +
+          std::to_string(est.ah_attr.grh.hop_limit) + "," + std::to_string(est.ah_attr.port_num),
+      "1,1,1,64,1");
   CHECK_OBS("server_event_after_accept", has_event(*server_ch_), false);
 
   // A datagram to the address the CM gave.
@@ -408,7 +417,8 @@ TEST_P(CmUd, ARefusedRequestIsUnreachableAndLeavesTheQpAlone) {
   resolve_ud(7999);
   client_->connect(*client_qp_);
   CmEvent ev;
-  CHECK_OBS("no_listener", next(*client_ch_, ev), "UNREACHABLE/" + std::to_string(kCmSidrNoListener));
+  CHECK_OBS("no_listener", next(*client_ch_, ev),
+            "UNREACHABLE/" + std::to_string(kCmSidrNoListener));
   CHECK_OBS("no_listener_data_len", ev.private_data.size(), kCmUdAcceptDataMax);
   CHECK_OBS("qp", client_qp_->state(), QpState::rts);
 

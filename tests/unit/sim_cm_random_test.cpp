@@ -1,9 +1,10 @@
 // Random connection manager sequences on the simulator, under lost CM messages: clients connect
 // (RC connections, and UD services through the UDP port space) to listeners, to ports nobody
-// listens on and to addresses nobody has; servers accept, reject or drop requests; either side disconnects or destroys its id at any moment. Whatever happens:
-// every connect() ends in exactly one of ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR
-// (unless its id went first), the QP's state agrees with it, a disconnect() of a connection ends
-// in exactly one DISCONNECTED, no event names an id that is gone, and the world runs dry.
+// listens on and to addresses nobody has; servers accept, reject or drop requests; either side
+// disconnects or destroys its id at any moment. Whatever happens: every connect() ends in exactly
+// one of ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR (unless its id went first), the QP's
+// state agrees with it, a disconnect() of a connection ends in exactly one DISCONNECTED, no event
+// names an id that is gone, and the world runs dry.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,9 +176,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
           if (Conn* c = pick([](const Conn&) { return true; })) destroy(c->id.get());
         }
         break;
-      default:
-        take(*client_ch);
-        take(*server_ch);
+      default: take(*client_ch); take(*server_ch);
     }
   }
   // Let everything finish: until the world is dry and, after that, neither channel has an event

@@ -63,11 +63,11 @@ enum class CmEventType : int {
   route_error = 3,      // *
   connect_request = 4,  // * event.new_id is the connection's id
   connect_response = 5,
-  connect_error = 6,    // *
-  unreachable = 7,      // * status: -ETIMEDOUT (the peer never answered)
-  rejected = 8,         // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
-  established = 9,      // *
-  disconnected = 10,    // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
+  connect_error = 6,  // *
+  unreachable = 7,    // * status: -ETIMEDOUT (the peer never answered)
+  rejected = 8,       // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
+  established = 9,    // *
+  disconnected = 10,  // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
   device_removal = 11,
   multicast_join = 12,
   multicast_error = 13,
@@ -142,7 +142,8 @@ struct CmEvent {
 // An rdma_cm_id. Control-path calls throw VerbError naming the rdma_* verb: EINVAL for a call
 // the id's state does not allow or private data too long, EADDRINUSE for an address and port
 // already bound (EADDRNOTAVAIL when either bind is to any address, as the kernel has it, and for
-// a local address no device has), ENETUNREACH for an address no route leads to. Every id belongs to the CmEventChannel it was created on (or its listener's).
+// a local address no device has), ENETUNREACH for an address no route leads to. Every id belongs to
+// the CmEventChannel it was created on (or its listener's).
 class CmId {
  public:
   CmId() = default;
@@ -163,14 +164,14 @@ class CmId {
   virtual void resolve_addr(const SockAddr& dst, int timeout_ms = 2000) = 0;
   // rdma_resolve_route: ROUTE_RESOLVED or ROUTE_ERROR.
   virtual void resolve_route(int timeout_ms = 2000) = 0;
-  // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET or INIT, on device_name()) goes to INIT and
-  // the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
+  // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET or INIT, on device_name()) goes to INIT
+  // and the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
   // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead). On a UDP id `qp`
   // is UD and goes to RTS at once (Q_Key kCmUdpQkey); the answer is ESTABLISHED with the
   // server's QP, Q_Key and address, or UNREACHABLE.
   virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
-  // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the reply
-  // is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes to
+  // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the
+  // reply is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes to
   // RTS, Q_Key kCmUdpQkey) and nothing follows. Private data too long is EINVAL and leaves the
   // request pending (librdmacm's own rdma_accept would have rejected it).
   virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
