@@ -639,6 +639,7 @@ class SimCmId final : public CmId {
   }
 
   void bind_addr(const SockAddr& addr) override {
+    injected(Verb::rdma_bind_addr, "rdma_bind_addr");
     CmNode& nd = node();
     if (nd.st != St::idle) bad_state("rdma_bind_addr", nd.st);
     int dev = -1;
@@ -662,6 +663,7 @@ class SimCmId final : public CmId {
   }
 
   void listen(int backlog) override {
+    injected(Verb::rdma_listen, "rdma_listen");
     CmNode& nd = node();
     if (nd.st == St::idle) bind_addr(SockAddr::ipv4(0, 0, 0, 0));
     if (nd.st != St::bound) bad_state("rdma_listen", nd.st);
@@ -670,6 +672,7 @@ class SimCmId final : public CmId {
   }
 
   void resolve_addr(const SockAddr& dst, int timeout_ms) override {
+    injected(Verb::rdma_resolve_addr, "rdma_resolve_addr");
     CmNode& nd = node();
     if (nd.st != St::idle && nd.st != St::bound) bad_state("rdma_resolve_addr", nd.st);
     const auto [dev, port] = f_->owner(dst);
@@ -699,6 +702,7 @@ class SimCmId final : public CmId {
   }
 
   void resolve_route(int /*timeout_ms*/) override {
+    injected(Verb::rdma_resolve_route, "rdma_resolve_route");
     CmNode& nd = node();
     if (nd.st != St::addr_resolved) bad_state("rdma_resolve_route", nd.st);
     nd.st = St::route_resolved;
@@ -706,6 +710,7 @@ class SimCmId final : public CmId {
   }
 
   void connect(QueuePair& qp, const ConnParam& param) override {
+    injected(Verb::rdma_connect, "rdma_connect");
     CmNode& nd = node();
     if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
     const std::size_t max = nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax;
@@ -725,6 +730,7 @@ class SimCmId final : public CmId {
   }
 
   void accept(QueuePair& qp, const ConnParam& param) override {
+    injected(Verb::rdma_accept, "rdma_accept");
     CmNode& nd = node();
     if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
     if (nd.ud) {  // the SIDR reply: the QP's number and Q_Key, nothing to wait for
@@ -753,6 +759,7 @@ class SimCmId final : public CmId {
   }
 
   void reject(std::span<const std::uint8_t> data) override {
+    injected(Verb::rdma_reject, "rdma_reject");
     CmNode& nd = node();
     if (nd.st != St::req_rcvd) bad_state("rdma_reject", nd.st);
     check_data("rdma_reject", data, nd.ud ? kCmUdAcceptDataMax : kCmRejectDataMax);
@@ -761,6 +768,7 @@ class SimCmId final : public CmId {
   }
 
   void disconnect() override {
+    injected(Verb::rdma_disconnect, "rdma_disconnect");
     CmNode& nd = node();
     if (nd.ud) {  // no connection: the QP goes to ERR, as librdmacm does
       f_->to_error(n_);
@@ -798,6 +806,15 @@ class SimCmId final : public CmId {
 
  private:
   CmNode& node() { return f_->node(n_); }
+  // A failure the fault plan injects into `verb`: thrown as the verb's own would be, the id
+  // left as it was.
+  void injected(Verb v, const char* verb) {
+    const CmNode& nd = node();
+    const DevCore* dev = nd.dev >= 0 ? f_->w.devs[static_cast<std::size_t>(nd.dev)].get() : nullptr;
+    if (const int err = f_->w.verb_fault(v, nd.qpn, dev)) {
+      throw_verb_error(verb, err, "injected by the fault plan");
+    }
+  }
 
   // Keeps `qp` and `param` (less its private data) as this side's, and makes the REQ or REP that
   // carries them, with the private data padded to the message's `size`.
@@ -842,6 +859,9 @@ class SimCmChannel final : public CmEventChannel {
   }
 
   std::error_code get_event(CmEvent& out, Wait wait) override {
+    if (const int err = f_->w.verb_fault(Verb::rdma_get_cm_event, 0, nullptr)) {
+      return errno_code(err);  // injected by the fault plan; the events stay queued
+    }
     auto& q = core_->events;
     return wait_for(f_->w, core_->waiters, wait, [&] {
       while (!q.empty()) {

@@ -15,15 +15,18 @@ namespace {
 constexpr std::array<std::string_view, kVerbCount> kVerbNames{
     "post_send", "post_recv", "post_srq_recv", "poll_cq",   "req_notify_cq",
     "get_cq_event", "get_async_event", "alloc_pd", "reg_mr", "create_cq",
-    "create_qp", "modify_qp", "create_srq", "create_ah"};
+    "create_qp", "modify_qp", "create_srq", "create_ah",
+    "rdma_bind_addr", "rdma_listen", "rdma_resolve_addr", "rdma_resolve_route", "rdma_connect",
+    "rdma_accept", "rdma_reject", "rdma_disconnect", "rdma_get_cm_event"};
 
-constexpr std::array<std::pair<std::string_view, int>, 19> kErrnos{{
+constexpr std::array<std::pair<std::string_view, int>, 24> kErrnos{{
     {"EPERM", EPERM},       {"ENOENT", ENOENT},   {"EINTR", EINTR},       {"EIO", EIO},
     {"EAGAIN", EAGAIN},     {"ENOMEM", ENOMEM},   {"EACCES", EACCES},     {"EFAULT", EFAULT},
     {"EBUSY", EBUSY},       {"EEXIST", EEXIST},   {"ENODEV", ENODEV},     {"EINVAL", EINVAL},
     {"ENOSPC", ENOSPC},     {"ENOSYS", ENOSYS},   {"EOPNOTSUPP", EOPNOTSUPP},
     {"ETIMEDOUT", ETIMEDOUT}, {"ECONNRESET", ECONNRESET}, {"EDEADLK", EDEADLK},
-    {"ENETDOWN", ENETDOWN},
+    {"ENETDOWN", ENETDOWN}, {"ENETUNREACH", ENETUNREACH}, {"EHOSTUNREACH", EHOSTUNREACH},
+    {"EADDRINUSE", EADDRINUSE}, {"EADDRNOTAVAIL", EADDRNOTAVAIL}, {"ECONNREFUSED", ECONNREFUSED},
 }};
 
 constexpr std::array<std::string_view, 4> kPacketNames{"drop", "delay", "duplicate", "reorder"};

@@ -381,6 +381,29 @@ TEST_F(CmSim, AUdServiceAnswersARepeatedRequestWithTheSameReply) {
   udp_listener.reset();
 }
 
+TEST_F(CmSim, InjectedCmVerbFailuresLeaveTheIdAsItWas) {
+  make("rdma_get_cm_event nth=1 errno=EINTR; rdma_connect nth=1 errno=ENOMEM");
+  client_id = client_ch->create_id();
+  client_id->bind_addr(SockAddr::parse("10.0.1.1:0"));
+  client_id->resolve_addr(SockAddr::parse("10.0.0.1:7471"));
+  CmEvent ev;
+  EXPECT_EQ(client_ch->get_event(ev, Wait::blocking).value(), EINTR);  // the event stays queued
+  EXPECT_EQ(kind(next(*client_ch)), "ADDR_RESOLVED/0");
+  client_id->resolve_route();
+  EXPECT_EQ(kind(next(*client_ch)), "ROUTE_RESOLVED/0");
+  try {
+    client_id->connect(*client->qp);
+    ADD_FAILURE() << "the injected rdma_connect failure did not happen";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), ENOMEM);
+    EXPECT_NE(std::string(e.what()).find("rdma_connect"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client->qp->state(), QpState::reset);
+  client_id->connect(*client->qp);  // the id is still ready to connect
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+}
+
 TEST_F(CmSim, TheSameSeedGivesTheSameConnection) {
   auto run = [&](std::uint64_t seed) {
     make({}, seed);

@@ -57,9 +57,11 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
       "drop p=0.01; drop psn=5 qp=17; delay p=0.5 by=20us; duplicate every=7; reorder p=0.1 by=5us\n"
       "link_down dev=sim1 port=1 at=2ms for=5ms; qp_fatal qp=18 at=1ms; device_fatal dev=sim0 at=3s\n"
       "srq_limit dev=sim1 at=10us; cq_overrun depth=4\n"
-      "cm_drop msg=rep nth=1; cm_drop p=0.5 dev=sim0";
+      "cm_drop msg=rep nth=1; cm_drop p=0.5 dev=sim0; rdma_connect nth=2 errno=ENETUNREACH";
   const FaultPlan plan = FaultPlan::parse(text);
-  ASSERT_EQ(plan.verbs.size(), 3u);
+  ASSERT_EQ(plan.verbs.size(), 4u);
+  EXPECT_EQ(plan.verbs[3].verb, sim::Verb::rdma_connect);
+  EXPECT_EQ(plan.verbs[3].err, ENETUNREACH);
   EXPECT_EQ(plan.verbs[0].verb, sim::Verb::post_send);
   EXPECT_EQ(plan.verbs[0].when.nth, 3u);
   EXPECT_EQ(plan.verbs[0].err, ENOMEM);

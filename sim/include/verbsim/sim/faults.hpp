@@ -12,13 +12,16 @@
 //   link_down dev=sim1 port=1 at=2ms for=5ms   # PORT_ERR, packets lost, then PORT_ACTIVE
 //   qp_fatal qp=18 at=1ms | device_fatal dev=sim0 at=3ms | srq_limit dev=sim1 at=1ms
 //   cq_overrun depth=4                    # every CQ holds at most 4 completions
+//   rdma_connect nth=1 errno=ENOMEM       # the connection manager's verbs fail like the others
 //   cm_drop msg=rep nth=1                 # lose the first REP of the connection manager
 //                                         # (msg=req|rep|rtu|rej|dreq|drep, or any; dev= the
 //                                         # sender's device, qp= either side's QP)
 //
 // Verbs: post_send post_recv post_srq_recv poll_cq req_notify_cq get_cq_event get_async_event
 // alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah (an ibv_ prefix is
-// accepted). Times take ns, us, ms or s. errno takes a name (ENOMEM) or a number.
+// accepted), and the connection manager's rdma_bind_addr rdma_listen rdma_resolve_addr
+// rdma_resolve_route rdma_connect rdma_accept rdma_reject rdma_disconnect rdma_get_cm_event.
+// Times take ns, us, ms or s. errno takes a name (ENOMEM) or a number.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +47,18 @@ enum class Verb : std::uint8_t {
   modify_qp,
   create_srq,
   create_ah,
+  // The connection manager's (verbsim/cm.hpp).
+  rdma_bind_addr,
+  rdma_listen,
+  rdma_resolve_addr,
+  rdma_resolve_route,
+  rdma_connect,
+  rdma_accept,
+  rdma_reject,
+  rdma_disconnect,
+  rdma_get_cm_event,
 };
-inline constexpr int kVerbCount = 14;
+inline constexpr int kVerbCount = 23;
 std::string_view to_string(Verb v) noexcept;  // "post_send"
 
 // When a rule fires among the calls (or packets) it matches. Exactly one of the three is set.
