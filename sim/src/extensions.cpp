@@ -74,4 +74,11 @@ void resize_cq(CompletionQueue& cq, int cqe) {
   core.reported = static_cast<int>(depth);
 }
 
+bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
+  auto* w = dynamic_cast<SimMw*>(&mw);
+  if (w == nullptr) return false;
+  w->set_rkey(rkey);
+  return true;
+}
+
 }  // namespace verbsim::sim

@@ -4,6 +4,7 @@
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 using namespace verbsim;
 using namespace verbsim::dropin;
@@ -33,6 +34,8 @@ int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept
   if (mw == nullptr) return EINVAL;
   if (const int err = to_bind_info(info, out.info)) return err;
   out.mw = DMw::from(mw)->impl.get();
+  // The bind names the key the program has in mw->rkey, stale or not (rxe refuses a stale one).
+  sim::set_window_key(*out.mw, mw->rkey);
   return 0;
 }
 
@@ -79,6 +82,7 @@ int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept {
     b.flags = static_cast<SendFlags>(bind->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED));
     if (const int err = to_bind_info(bind->bind_info, b.info)) return err;
     DMw* m = DMw::from(mw);
+    sim::set_window_key(*m->impl, mw->rkey);  // the key this bind names, as in to_bind_mw
     const PostResult r = DQp::from(qp)->impl->bind_mw(*m->impl, b);
     if (r.err == 0) mw->rkey = m->impl->rkey();
     settle();

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "verbsim/completion_queue.hpp"
+#include "verbsim/memory_window.hpp"
 #include "verbsim/memory_region.hpp"
 #include "verbsim/protection_domain.hpp"
 #include "verbsim/types.hpp"
@@ -29,5 +30,12 @@ void rereg_mr(MemoryRegion& mr, const MrChange& change);
 // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded up like
 // create_cq). EINVAL for cqe outside 1..max_cqe or below the completions it holds now.
 void resize_cq(CompletionQueue& cq, int cqe);
+
+// The key a C program believes a memory window has (its ibv_mw.rkey), which the next bind
+// names: the device refuses a bind (MW_BIND_ERR) that names another key than the window's
+// current one, as rxe does. The core API keeps it current itself; libibverbs programs keep it
+// in ibv_mw.rkey, which a type 2 bind (IBV_WR_BIND_MW) does not update. False for a window
+// that is not the simulator's.
+bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept;
 
 }  // namespace verbsim::sim
