@@ -160,8 +160,20 @@ rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
   return out;
 }
 
-std::string too_long(std::size_t size, std::size_t max) {
-  return std::to_string(size) + " bytes of private data, at most " + std::to_string(max);
+// EINVAL naming `verb` for more private data than its message carries (librdmacm's own
+// check; verbsim makes it before anything is sent).
+void check_private_data(const char* verb, std::size_t size, std::size_t max) {
+  if (size > max) {
+    throw_verb_error(
+        verb, EINVAL,
+        std::to_string(size) + " bytes of private data, at most " + std::to_string(max));
+  }
+}
+
+// A QP step of connect or accept failed: the QP back to RESET, as before the call, and the error.
+[[noreturn]] void undo_step(const char* verb, ibv_qp* qp, const StepError& r) {
+  set_state(qp, IBV_QPS_RESET);
+  throw_verb_error(verb, r.err, r.what);
 }
 
 // An rdma_event_channel, destroyed when its handle and the last of its ids are gone: librdmacm
@@ -216,14 +228,11 @@ class IbvCmId final : public CmId {
 
   void connect(QueuePair& qp, const ConnParam& param) override {
     static constexpr const char* verb = "rdma_connect";
-    const std::size_t max = ud() ? kCmUdConnectDataMax : kCmConnectDataMax;
-    if (param.private_data.size() > max) {
-      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), max));
-    }
+    check_private_data(verb, param.private_data.size(),
+                       ud() ? kCmUdConnectDataMax : kCmConnectDataMax);
     ibv_qp* q = usable_qp(verb, qp, "the address is not resolved");
     if (auto r = ud() ? ud_to_rts(id_, q) : modify_by_cm(id_, q, IBV_QPS_INIT); r.err != 0) {
-      set_state(q, IBV_QPS_RESET);
-      throw_verb_error(verb, r.err, r.what);
+      undo_step(verb, q, r);
     }
     rdma_conn_param p = to_rdma(param, q);
     errno = 0;
@@ -241,16 +250,13 @@ class IbvCmId final : public CmId {
 
   void accept(QueuePair& qp, const ConnParam& param) override {
     static constexpr const char* verb = "rdma_accept";
-    const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax;
-    if (param.private_data.size() > max) {
-      throw_verb_error(verb, EINVAL, too_long(param.private_data.size(), max));
-    }
+    check_private_data(verb, param.private_data.size(),
+                       ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax);
     ibv_qp* q = usable_qp(verb, qp, "not the id of a connection request");
     if (auto r = ud() ? ud_to_rts(id_, q)
                       : to_rts(id_, q, param.responder_resources, param.initiator_depth);
         r.err != 0) {
-      set_state(q, IBV_QPS_RESET);
-      throw_verb_error(verb, r.err, r.what);
+      undo_step(verb, q, r);
     }
     rdma_conn_param p = to_rdma(param, q);
     errno = 0;
@@ -264,10 +270,8 @@ class IbvCmId final : public CmId {
   }
 
   void reject(std::span<const std::uint8_t> private_data) override {
-    const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmRejectDataMax;
-    if (private_data.size() > max) {
-      throw_verb_error("rdma_reject", EINVAL, too_long(private_data.size(), max));
-    }
+    check_private_data("rdma_reject", private_data.size(),
+                       ud() ? kCmUdAcceptDataMax : kCmRejectDataMax);
     errno = 0;
     if (::rdma_reject(id_, private_data.empty() ? nullptr : private_data.data(),
                       static_cast<uint8_t>(private_data.size())) != 0) {
