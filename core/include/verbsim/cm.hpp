@@ -1,5 +1,6 @@
-// The RDMA connection manager (librdmacm's rdma_cm): RC connections set up by IP address and
-// port instead of an out-of-band exchange of GIDs, QP numbers and PSNs.
+// The RDMA connection manager (librdmacm's rdma_cm): RC connections (and UD services, see
+// PortSpace) set up by IP address and port instead of an out-of-band exchange of GIDs, QP
+// numbers and PSNs.
 //
 //   active side                              passive side
 //   id = ch->create_id()                     id = ch->create_id()
@@ -64,7 +65,7 @@ enum class CmEventType : int {
   connect_request = 4,  // * event.new_id is the connection's id
   connect_response = 5,
   connect_error = 6,  // *
-  unreachable = 7,    // * status: -ETIMEDOUT (the peer never answered)
+  unreachable = 7,    // * status: -ETIMEDOUT (the peer never answered); UDP: kCmSidr*
   rejected = 8,       // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
   established = 9,    // *
   disconnected = 10,  // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
