@@ -104,7 +104,6 @@ struct CmChannelCore {
     std::vector<std::uint8_t> data;
     ConnParam param;
     std::uint32_t peer_qpn = 0;
-    bool ud = false;  // a UDP id's ESTABLISHED: with the Q_Key and the address of the server
   };
   World::Impl* world = nullptr;
   std::deque<Pending> events;
@@ -183,17 +182,10 @@ struct CmFabric {
     return static_cast<std::uint32_t>(nodes.size() - 1);
   }
 
-  // The device and port whose GID is `ip`, or {-1, 0}.
+  // The device and port whose GID is `a`'s address, or {-1, 0}.
   std::pair<int, std::uint8_t> owner(const SockAddr& a) const {
-    const Gid g = a.gid();
-    for (const auto& dev : w.devs) {
-      for (std::size_t p = 0; p < dev->ports.size(); ++p) {
-        for (const auto& gid : dev->ports[p].gids) {
-          if (gid == g) return {dev->index, static_cast<std::uint8_t>(p + 1)};
-        }
-      }
-    }
-    return {-1, 0};
+    const World::Impl::GidPlace at = w.locate(a.gid());
+    return {at.dev, at.port};
   }
   // On the simulated network (10.0.0.0/16, or an IPv6 link-local address) but nobody's.
   static bool on_network(const SockAddr& a) {
@@ -421,7 +413,6 @@ struct CmFabric {
           ev.type = CmEventType::established;
           ev.data = std::move(m.data);
           ev.peer_qpn = m.qpn;
-          ev.ud = true;
           report(n, std::move(ev));
         } else if (nd.st == St::connecting) {
           answered(n);
@@ -478,6 +469,7 @@ struct CmFabric {
   }
 
   void on_req(Wire m, int dev, std::uint8_t port) {
+    const bool ud = node(m.from).ud;
     // A REQ sent again: answer it as before, or wait for the program's answer.
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       CmNode& c = nodes[i];
@@ -488,14 +480,13 @@ struct CmFabric {
     std::uint32_t l = kNone;
     for (std::uint32_t i = 0; i < nodes.size(); ++i) {
       const CmNode& c = nodes[i];
-      if (c.alive && c.st == St::listening && c.ud == node(m.from).ud &&
+      if (c.alive && c.st == St::listening && c.ud == ud &&
           c.local.port == m.dst.port && (c.local.is_any() || c.local.ip == m.dst.ip)) {
         l = i;
         break;
       }
     }
     if (l == kNone) {  // the device refuses it
-      const bool ud = node(m.from).ud;
       Wire rej;
       rej.kind = Msg::rej;
       rej.to = m.from;
@@ -507,7 +498,7 @@ struct CmFabric {
     const std::uint32_t c = add_node(node(l).ch);
     CmNode& child = node(c);
     child.st = St::req_rcvd;
-    child.ud = node(m.from).ud;
+    child.ud = ud;
     child.dev = dev;
     child.port = port;
     child.local = m.dst;
@@ -564,11 +555,7 @@ struct CmFabric {
   ConnectOptions options(const CmNode& nd) const {
     ConnectOptions o;
     o.port_num = nd.port;
-    o.sgid_index = 0;
-    const auto& gids = w.devs[static_cast<std::size_t>(nd.dev)]->ports[nd.port - 1u].gids;
-    for (std::size_t i = 0; i < gids.size(); ++i) {
-      if (gids[i] == nd.local.gid()) o.sgid_index = static_cast<std::uint8_t>(i);
-    }
+    o.sgid_index = w.locate(nd.local.gid()).gid_index;
     o.path_mtu = Mtu::mtu_1024;
     o.timeout = kLocalAckTimeout;
     o.min_rnr_timer = kMinRnrTimer;
@@ -887,7 +874,7 @@ class SimCmChannel final : public CmEventChannel {
     out.private_data = std::move(ev.data);
     out.param = ev.param;
     out.peer_qp_num = ev.peer_qpn;
-    if (ev.ud) {
+    if (ev.type == CmEventType::established && f_->node(ev.node).ud) {  // the server's address
       out.qkey = kCmUdpQkey;
       out.ah_attr = f_->ah_to_peer(ev.node);
     }

@@ -375,8 +375,16 @@ struct World::Impl {
   SimQp* find_qp(std::uint32_t dev, std::uint32_t qpn) const noexcept {
     return devs[dev]->qps.find(qpn);
   }
-  // (device, port) owning `gid`, or -1.
-  int route(const Gid& gid) const noexcept;
+  // Where `gid` is in the fabric: the device (-1: nowhere), its port number and the GID's
+  // index in that port's table.
+  struct GidPlace {
+    int dev = -1;
+    std::uint8_t port = 0;
+    std::uint8_t gid_index = 0;
+  };
+  GidPlace locate(const Gid& gid) const noexcept;
+  // The device owning `gid`, or -1.
+  int route(const Gid& gid) const noexcept { return locate(gid).dev; }
   // Time a message of `bytes` leaving `port` of `dev` now arrives at the far end.
   std::uint64_t transmit_time(DevCore& dev, std::uint8_t port, std::uint64_t bytes) noexcept {
     return transmit_time(egress(dev, port), bytes);

@@ -419,15 +419,18 @@ bool World::Impl::step() {
   }
 }
 
-int World::Impl::route(const Gid& gid) const noexcept {
+World::Impl::GidPlace World::Impl::locate(const Gid& gid) const noexcept {
   for (const auto& dev : devs) {
-    for (const auto& port : dev->ports) {
-      for (const auto& g : port.gids) {
-        if (g == gid) return dev->index;
+    for (std::size_t p = 0; p < dev->ports.size(); ++p) {
+      const auto& gids = dev->ports[p].gids;
+      for (std::size_t i = 0; i < gids.size(); ++i) {
+        if (gids[i] == gid) {
+          return {dev->index, static_cast<std::uint8_t>(p + 1), static_cast<std::uint8_t>(i)};
+        }
       }
     }
   }
-  return -1;
+  return {};
 }
 
 // ---------------------------------------------------------------------------------------------
