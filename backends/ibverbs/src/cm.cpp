@@ -74,16 +74,8 @@ SockAddr from_sockaddr(const sockaddr* sa) noexcept {
   return out;
 }
 
-const char* state_name(ibv_qp_state s) noexcept {
-  switch (s) {
-    case IBV_QPS_RESET: return "RESET";
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_ERR: return "ERR";
-    default: return "?";
-  }
-}
+// "RTS": the core's name of a QP state.
+std::string state_name(ibv_qp_state s) { return std::string(to_string(from_ibv(s))); }
 
 // A failed step of a QP transition: 0, or the errno and a description of what failed.
 struct StepError {
@@ -107,10 +99,10 @@ StepError modify_by_cm(rdma_cm_id* id, ibv_qp* qp, ibv_qp_state state, int rd_at
     attr.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic);
   if (rd_atomic >= 0 && state == IBV_QPS_RTS) attr.max_rd_atomic = static_cast<uint8_t>(rd_atomic);
   if (const int ret = ::ibv_modify_qp(qp, &attr, mask); ret != 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "ibv_modify_qp(qp 0x%x %s->%s)", qp->qp_num,
-                  state_name(qp->state), state_name(state));
-    return {returned_errno(ret), buf};
+    char qpn[16];
+    std::snprintf(qpn, sizeof qpn, "0x%x", qp->qp_num);
+    return {returned_errno(ret), "ibv_modify_qp(qp " + std::string(qpn) + " " +
+                                     state_name(qp->state) + "->" + state_name(state) + ")"};
   }
   return {};
 }
