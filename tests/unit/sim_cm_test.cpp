@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/sim_pair.hpp"
 #include "verbsim/sim/simulation.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
@@ -24,27 +25,12 @@ std::string kind(const CmEvent& ev) {
   return s.substr(std::strlen("RDMA_CM_EVENT_")) + "/" + std::to_string(ev.status);
 }
 
-// One side of a connection: its device's resources and a QP in RESET.
-struct Side {
-  std::unique_ptr<Context> ctx;
-  std::unique_ptr<ProtectionDomain> pd;
-  std::unique_ptr<CompletionQueue> cq;
-  std::unique_ptr<QueuePair> qp;
-  std::vector<char> buf = std::vector<char>(4096);
-  std::unique_ptr<MemoryRegion> mr;
-
-  Side(Backend& b, std::string_view device) : ctx(b.open(device)) {
-    pd = ctx->alloc_pd();
-    cq = ctx->create_cq(16);
-    mr = pd->reg_mr(buf.data(), buf.size(), Access::local_write | Access::remote_read);
-    QpInitAttr init;
-    init.type = QpType::rc;
-    init.send_cq = cq.get();
-    init.recv_cq = cq.get();
-    init.cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1};
-    qp = pd->create_qp(init);
-  }
-};
+// One side of a connection: its device's resources and a QP in RESET (make_side of
+// tests/support/sim_pair.hpp, not connected).
+using testing::Side;
+std::unique_ptr<Side> side(sim::World& world, const char* device) {
+  return std::make_unique<Side>(testing::make_side(world, device, testing::PairOptions{}));
+}
 
 // A world of two devices: a server listening on sim0's address, port 7471, and a client on
 // sim1. Members are destroyed in reverse order: ids, then channels, then the sides' QPs, then
@@ -57,8 +43,8 @@ class CmSim : public ::testing::Test {
     config.seed = seed;
     if (!faults.empty()) config.faults = sim::FaultPlan::parse(faults);
     world = std::make_unique<sim::World>(config);
-    server = std::make_unique<Side>(*world, "sim0");
-    client = std::make_unique<Side>(*world, "sim1");
+    server = side(*world, "sim0");
+    client = side(*world, "sim1");
     server_ch = world->create_cm_channel();
     client_ch = world->create_cm_channel();
     listener = server_ch->create_id();
