@@ -592,7 +592,9 @@ struct CmFabric {
     return a;
   }
   // A UD QP of a UDP id to RTS with rdma_cm's Q_Key (librdmacm does it in rdma_create_qp).
+  // A UD QP already in RTS (librdmacm's rdma_create_qp takes it there) is left as it is.
   void ud_ready(const CmNode& nd, QueuePair& qp) const {
+    if (qp.state() == QpState::rts) return;
     ConnectOptions o = options(nd);
     o.qkey = kCmUdpQkey;
     verbsim::connect(qp, 0, Endpoint{}, o);

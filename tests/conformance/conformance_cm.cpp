@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "conformance.hpp"
+#include "verbsim/connect.hpp"
 
 namespace verbsim::conformance {
 namespace {
@@ -411,6 +412,30 @@ TEST_P(CmUd, TheServerAnswersWithItsQpQkeyAndAddress) {
   CHECK_OBS("client_qp_after_disconnect", client_qp_->state(), QpState::err);
   server_.reset();
   ah.reset();
+}
+
+// librdmacm's rdma_create_qp takes a UD QP to RTS (Q_Key kCmUdpQkey, send PSN 0) before
+// rdma_connect or rdma_accept, which then leave it alone: so do connect and accept.
+TEST_P(CmUd, AQpAlreadyInRtsIsLeftAsItIs) {
+  listen_ud(7484);
+  resolve_ud(7484);
+  ConnectOptions o;
+  o.qkey = kCmUdpQkey;
+  verbsim::connect(*client_qp_, 0, Endpoint{}, o);
+  client_->connect(*client_qp_);
+  CHECK_OBS("client_qp", client_qp_->state(), QpState::rts);
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  server_ = std::move(req.new_id);
+  server_qp_ = ud_qp();
+  verbsim::connect(*server_qp_, 0, Endpoint{}, o);
+  server_->accept(*server_qp_);
+  CHECK_OBS("server_qp", server_qp_->state(), QpState::rts);
+  CmEvent est;
+  CHECK_OBS("client_event", next(*client_ch_, est), "ESTABLISHED/0");
+  CHECK_OBS("est_peer_qp", est.peer_qp_num == server_qp_->qp_num(), true);
+  server_.reset();
 }
 
 TEST_P(CmUd, ARefusedRequestIsUnreachableAndLeavesTheQpAlone) {

@@ -117,8 +117,11 @@ StepError to_rts(rdma_cm_id* id, ibv_qp* qp, int responder_resources, int initia
 }
 
 // A UD QP of a UDP id to RTS: INIT with rdma_cm's attributes (its Q_Key), then RTR and RTS with
-// send PSN 0, as librdmacm's rdma_create_qp does.
+// send PSN 0, as librdmacm's rdma_create_qp does. A QP already in RTS is left as it is.
 StepError ud_to_rts(rdma_cm_id* id, ibv_qp* qp) {
+  ibv_qp_attr now{};
+  ibv_qp_init_attr init{};
+  if (::ibv_query_qp(qp, &now, IBV_QP_STATE, &init) == 0 && now.qp_state == IBV_QPS_RTS) return {};
   if (auto r = modify_by_cm(id, qp, IBV_QPS_INIT); r.err != 0) return r;
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;

@@ -168,12 +168,13 @@ class CmId {
   // rdma_connect, after ROUTE_RESOLVED: `qp` (RC, in RESET or INIT, on device_name()) goes to INIT
   // and the request is sent; on the server's answer it goes to RTR and RTS and ESTABLISHED is
   // reported (REJECTED, UNREACHABLE or CONNECT_ERROR take it to ERR instead). On a UDP id `qp`
-  // is UD and goes to RTS at once (Q_Key kCmUdpQkey); the answer is ESTABLISHED with the
+  // is UD and goes to RTS at once (Q_Key kCmUdpQkey; a QP already in RTS is left as it is, as
+  // librdmacm leaves rdma_create_qp's); the answer is ESTABLISHED with the
   // server's QP, Q_Key and address, or UNREACHABLE.
   virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the
   // reply is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes to
-  // RTS, Q_Key kCmUdpQkey) and nothing follows. Private data too long is EINVAL and leaves the
+  // RTS, Q_Key kCmUdpQkey, unless it is there already) and nothing follows. Private data too long is EINVAL and leaves the
   // request pending (librdmacm's own rdma_accept would have rejected it).
   virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28 (UDP:
