@@ -501,6 +501,12 @@ std::uint64_t World::run_until_idle(std::uint64_t max_events) {
 }
 
 std::size_t World::pending_events() const noexcept { return impl_->pending(); }
+
+std::uint64_t World::next_event_time() const noexcept {
+  std::uint64_t time = UINT64_MAX;
+  std::uint64_t runner_up = 0;
+  return impl_->next_event(time, runner_up) == Impl::kNoEvent ? UINT64_MAX : time;
+}
 std::uint64_t World::digest() const noexcept { return impl_->digest.value(); }
 
 std::string World::digest_hex() const {

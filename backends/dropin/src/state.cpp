@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +41,17 @@ Global& global() noexcept {
   return *g;
 }
 
+namespace {
+std::atomic<std::uint64_t> g_calls{0};
+}  // namespace
+
 std::unique_lock<std::recursive_mutex> lock() noexcept {
+  note_call();
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  return std::unique_lock<std::recursive_mutex>(global().mu);
+}
+
+std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
   note_call();
   return std::unique_lock<std::recursive_mutex>(global().mu);
 }
@@ -150,6 +162,49 @@ void settle() noexcept {
     }
   } catch (...) {
     // Events do not throw; a failure would show in the next verb.
+  }
+}
+
+int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg) {
+  using Clock = std::chrono::steady_clock;
+  constexpr std::uint64_t kMaxJumpNs = 1'000'000;
+  constexpr std::chrono::milliseconds kQuiet{10};
+  std::uint64_t calls_seen = 0;
+  auto quiet_since = Clock::now();
+  const auto start = quiet_since;
+  bool warned = false;
+  for (;;) {
+    bool idle = false;  // the world has nothing left to run
+    {
+      auto held = lock_waiting();
+      const std::uint64_t calls = g_calls.load(std::memory_order_relaxed);
+      if (calls != calls_seen) quiet_since = Clock::now();  // another thread called in
+      calls_seen = calls;
+      sim::World* w = world();
+      if (w == nullptr) return EINVAL;
+      for (;;) {
+        if (const int err = attempt(arg); err != EAGAIN) return err;
+        if (nonblocking) return EAGAIN;
+        const std::uint64_t next = w->next_event_time();
+        idle = next == UINT64_MAX;
+        const bool jump = next > w->now() + kMaxJumpNs;
+        if (idle || (jump && Clock::now() - quiet_since < kQuiet)) break;
+        w->step();
+        if (jump) {  // the next jump waits for another quiet spell, the lock released meanwhile
+          quiet_since = Clock::now();
+          break;
+        }
+      }
+    }
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 1);
+    if (idle && !warned && Clock::now() - start > std::chrono::seconds(2)) {
+      warned = true;
+      std::fprintf(stderr,
+                   "verbsim drop-in: %s has waited 2 s and the simulated world has nothing left "
+                   "to do; it waits for another thread (a device would block forever too)\n",
+                   verb);
+    }
   }
 }
 

@@ -55,8 +55,12 @@ struct Global {
 
 Global& global() noexcept;
 
-// Takes the world's lock and records the call for the progress thread.
+// Takes the world's lock and records the call for the progress thread (and for shared_wait:
+// another thread is active).
 std::unique_lock<std::recursive_mutex> lock() noexcept;
+// The same for a thread that is waiting (blocking_wait, shared_wait): it keeps the progress
+// thread away but does not count as activity for another thread's shared_wait.
+std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
 
 // The world, created on first use. Null when the configuration is invalid (the reason is
 // printed once; errno is set to EINVAL). Call with the lock held.
@@ -128,7 +132,7 @@ int blocking_wait(const char* verb, int fd, Attempt attempt) {
   for (;;) {
     std::error_code ec;
     {
-      auto held = lock();
+      auto held = lock_waiting();
       ec = attempt(Wait::blocking);
     }
     if (!ec) return 0;
@@ -145,5 +149,17 @@ int blocking_wait(const char* verb, int fd, Attempt attempt) {
     }
   }
 }
+
+// A blocking wait for an event another thread of the program may have to cause (a connection
+// request that a server thread accepts: rdma_get_cm_event). The world runs event by event, as
+// in blocking_wait, until `attempt(arg)` (called with the lock held) returns 0 or an errno other
+// than EAGAIN, which shared_wait returns. The one difference: virtual time jumps more than 1 ms
+// (only timers are that far off, e.g. the CM's 4 s retransmissions) only once no other thread
+// has called into the library for 10 ms of wall time (waiting in blocking_wait or shared_wait
+// does not count); a client waiting for ESTABLISHED must not
+// run its REQ's retransmissions out while the server thread waits for the lock to accept. A
+// single-threaded program runs the same events in the same order either way. With
+// `nonblocking`, one attempt.
+int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg);
 
 }  // namespace verbsim::dropin

@@ -84,6 +84,9 @@ class World final : public Backend {
   // Runs until no event is pending or `max_events` have run; returns the number run.
   std::uint64_t run_until_idle(std::uint64_t max_events = UINT64_MAX);
   std::size_t pending_events() const noexcept;
+  // The time of the earliest pending event (UINT64_MAX if none): how far step() would move the
+  // clock. A timer that step() would drop as idle counts.
+  std::uint64_t next_event_time() const noexcept;
 
   // Hash of everything that happened so far (events and completions, in order). Two runs with
   // the same seed and the same application behaviour have the same digest.

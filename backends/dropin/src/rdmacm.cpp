@@ -1,0 +1,1012 @@
+// The librdmacm drop-in: rdma_cma.h's connection manager over the simulator's (verbsim/cm.hpp),
+// for C programs that connect through rdma_cm. It is a library of its own (librdmacm.so.1),
+// built with the libibverbs drop-in and linked to it: the ids' devices, PDs, CQs and QPs are
+// that library's objects (id->verbs, id->pd, id->qp), and every call holds its lock while it
+// touches the world (state.hpp, exported to this library under VERBSIM_DROPIN_PRIVATE). A call
+// that waits for an event releases it meanwhile (shared_wait): the two ends of a connection
+// are often two threads of one program.
+//
+// Channels. Each rdma_event_channel owns a CmEventChannel of the simulator, and the ids created
+// on it get their events there: channel->fd is that channel's fd, readable while an event is
+// pending. librdmacm moves the connections a synchronous listener accepts (rdma_create_ep,
+// rdma_get_request) to private channels of their own; here such an id keeps getting its events
+// through the listener's channel, and whoever reads one that belongs to another channel parks it
+// in that channel's `parked` queue, where that channel's next rdma_get_cm_event finds it.
+// rdma_migrate_id, which would need the same for any channel, is not supported.
+//
+// Synchronous ids (created without a channel) wait inside the verb for its event, as librdmacm's
+// ucma_complete does: rdma_resolve_addr for ADDR_RESOLVED, rdma_connect and rdma_accept for
+// ESTABLISHED, ... and keep it in id->event until the next call.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "objects.hpp"
+#include "state.hpp"
+#include "translate.hpp"
+#include "verbsim/cm.hpp"
+
+namespace verbsim::dropin {
+namespace {
+
+// One open context and PD per device, opened when an id first lands on it and kept for the
+// life of the process, as librdmacm keeps its cma_devices: id->verbs and id->pd point at them.
+struct CmDevice {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  int max_initiator_depth = 0;      // max_qp_init_rd_atom
+  int max_responder_resources = 0;  // max_qp_rd_atom
+};
+
+struct DCmEvent;
+
+struct DCmChannel : rdma_event_channel {
+  // The simulator's channel; null for the private channel of a connection a synchronous
+  // listener accepted, whose events come through `source` (the listener's channel, which
+  // lives as long as such channels use it: `refs`).
+  std::unique_ptr<CmEventChannel> impl;
+  DCmChannel* source = nullptr;
+  int refs = 1;
+  std::deque<DCmEvent*> parked;  // events read from another channel that belong to this one
+
+  DCmChannel* events_from() noexcept { return impl ? this : source; }
+};
+
+void release(DCmChannel* ch) noexcept {
+  while (ch != nullptr && --ch->refs == 0) {
+    DCmChannel* source = ch->source;
+    delete ch;  // a simulator channel rejects the requests not yet taken
+    ch = source;
+  }
+}
+
+struct DCmId : rdma_cm_id {
+  std::unique_ptr<CmId> impl;
+  bool sync = false;  // created without a channel: `channel` is its own
+  // What CONNECT_REQUEST asked for (rdma_accept's defaults).
+  int req_initiator_depth = 0;
+  int req_responder_resources = 0;
+  // rdma_create_ep on a passive endpoint: the QP rdma_get_request creates for each connection.
+  std::unique_ptr<ibv_qp_init_attr> qp_init_attr;
+  ibv_sa_path_rec path{};
+  CmDevice* dev = nullptr;
+
+  static DCmId* from(rdma_cm_id* id) noexcept { return static_cast<DCmId*>(id); }
+};
+
+struct DCmEvent : rdma_cm_event {
+  std::vector<std::uint8_t> data;  // the private data param points at
+};
+
+struct CmGlobal {
+  std::map<std::string, CmDevice> devices;
+};
+
+CmGlobal& cm_global() {
+  static auto* g = new CmGlobal;  // never freed, like the world (state.hpp)
+  return *g;
+}
+
+// rdma_* verbs return 0, or -1 with errno.
+int result(int err) noexcept {
+  if (err == 0) return 0;
+  errno = err;
+  return -1;
+}
+
+// Runs `body` (returning 0 or an errno) under the drop-in's lock; exceptions become their
+// errno. Returns rdma_cm's 0 or -1 with errno.
+template <class F>
+int call(const char* verb, F&& body) noexcept {
+  return result(with_errno(verb, std::forward<F>(body)));
+}
+
+int refuse(const char* verb, int err, const char* why) {
+  trace(verb, why);
+  return err;
+}
+
+CmDevice& device_named(const std::string& name) {
+  auto& devices = cm_global().devices;
+  if (auto it = devices.find(name); it != devices.end()) return it->second;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr)
+    throw std::system_error(errno, std::generic_category(), "ibv_get_device_list");
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n && ctx == nullptr; ++i) {
+    if (name == ibv_get_device_name(list[i])) ctx = ibv_open_device(list[i]);
+  }
+  ibv_free_device_list(list);
+  if (ctx == nullptr) throw std::system_error(ENODEV, std::generic_category(), name);
+  CmDevice d;
+  d.ctx = ctx;
+  d.pd = ibv_alloc_pd(ctx);
+  if (d.pd == nullptr) throw std::system_error(errno, std::generic_category(), "ibv_alloc_pd");
+  ibv_device_attr attr{};
+  if (ibv_query_device(ctx, &attr) == 0) {
+    d.max_initiator_depth = attr.max_qp_init_rd_atom;
+    d.max_responder_resources = attr.max_qp_rd_atom;
+  }
+  return devices.emplace(name, d).first->second;
+}
+
+bool is_v4_mapped(const SockAddr& a) noexcept {
+  for (int i = 0; i < 10; ++i) {
+    if (a.ip[i] != 0) return false;
+  }
+  return a.ip[10] == 0xff && a.ip[11] == 0xff;
+}
+
+void put(const SockAddr& a, sockaddr_storage& out) noexcept {
+  out = {};
+  if (is_v4_mapped(a)) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&out);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(a.port);
+    std::memcpy(&s->sin_addr, a.ip.data() + 12, 4);
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&out);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(a.port);
+    std::memcpy(&s->sin6_addr, a.ip.data(), 16);
+  }
+}
+
+// AF_INET and AF_INET6; anything else (AF_IB) is EAFNOSUPPORT.
+SockAddr get(const char* verb, const sockaddr* s) {
+  SockAddr a;
+  if (s != nullptr && s->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(s);
+    a.ip[10] = a.ip[11] = 0xff;
+    std::memcpy(a.ip.data() + 12, &in->sin_addr, 4);
+    a.port = ntohs(in->sin_port);
+    return a;
+  }
+  if (s != nullptr && s->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(s);
+    std::memcpy(a.ip.data(), &in6->sin6_addr, 16);
+    a.port = ntohs(in6->sin6_port);
+    return a;
+  }
+  throw std::system_error(s == nullptr ? EINVAL : EAFNOSUPPORT, std::generic_category(),
+                          std::string(verb) + ": not an AF_INET or AF_INET6 address");
+}
+
+bool is_unset(const SockAddr& a) noexcept { return a == SockAddr{}; }
+
+// What the id's fields say: the device once the id has one (librdmacm's id->verbs and id->pd),
+// its port and addresses.
+void refresh(DCmId* id) {
+  if (id->verbs == nullptr) {
+    if (const std::string name = id->impl->device_name(); !name.empty()) {
+      id->dev = &device_named(name);
+      id->verbs = id->dev->ctx;
+      if (id->pd == nullptr) id->pd = id->dev->pd;
+    }
+  }
+  id->port_num = id->impl->port_num();
+  const SockAddr local = id->impl->local_addr();
+  const SockAddr peer = id->impl->peer_addr();
+  if (!is_unset(local)) {
+    put(local, id->route.addr.src_storage);
+    std::memcpy(id->route.addr.addr.ibaddr.sgid.raw, local.ip.data(), 16);
+  }
+  if (!is_unset(peer)) {
+    put(peer, id->route.addr.dst_storage);
+    std::memcpy(id->route.addr.addr.ibaddr.dgid.raw, peer.ip.data(), 16);
+  }
+  id->route.addr.addr.ibaddr.pkey = htons(0xffff);
+}
+
+// The path ROUTE_RESOLVED gives (RoCE: the two GIDs, the default P_Key, MTU 1024).
+void set_route(DCmId* id) {
+  ibv_sa_path_rec& p = id->path;
+  p = {};
+  p.sgid = id->route.addr.addr.ibaddr.sgid;
+  p.dgid = id->route.addr.addr.ibaddr.dgid;
+  p.pkey = htons(0xffff);
+  p.mtu_selector = 2;  // exactly
+  p.mtu = IBV_MTU_1024;
+  p.reversible = 1;
+  p.numb_path = 1;
+  p.hop_limit = 64;
+  id->route.path_rec = &p;
+  id->route.num_paths = 1;
+}
+
+DCmChannel* new_channel() {
+  sim::World* w = world();
+  if (w == nullptr) throw std::system_error(EINVAL, std::generic_category(), "no simulated world");
+  auto ch = std::make_unique<DCmChannel>();
+  ch->impl = static_cast<Backend&>(*w).create_cm_channel();
+  ch->fd = ch->impl->fd();
+  make_blocking(ch->fd);
+  return ch.release();
+}
+
+DCmId* new_id(std::unique_ptr<CmId> impl, DCmChannel* channel, void* context, rdma_port_space ps,
+              bool sync) {
+  auto id = std::make_unique<DCmId>();
+  id->impl = std::move(impl);
+  id->impl->user_data = id.get();
+  id->channel = channel;
+  id->context = context;
+  id->ps = ps;
+  id->qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+  id->sync = sync;
+  return id.release();
+}
+
+// The core event as librdmacm hands it out; a CONNECT_REQUEST's new id becomes the program's
+// (its listener's channel, context and port space; its own channel under a synchronous
+// listener).
+DCmEvent* convert(CmEvent&& ev) {
+  auto out = std::make_unique<DCmEvent>();
+  out->event = static_cast<rdma_cm_event_type>(ev.type);
+  out->status = ev.status;
+  DCmId* id = nullptr;
+  if (ev.type == CmEventType::connect_request) {
+    auto* listener = static_cast<DCmId*>(ev.listen_id->user_data);
+    DCmChannel* channel = static_cast<DCmChannel*>(listener->channel);
+    if (listener->sync) {
+      auto own = std::make_unique<DCmChannel>();
+      own->source = channel->events_from();
+      ++own->source->refs;
+      own->fd = own->source->fd;
+      channel = own.release();
+    }
+    id = new_id(std::move(ev.new_id), channel, listener->context, listener->ps, listener->sync);
+    id->req_initiator_depth = ev.param.initiator_depth;
+    id->req_responder_resources = ev.param.responder_resources;
+    out->listen_id = listener;
+  } else {
+    id = static_cast<DCmId*>(ev.id->user_data);
+  }
+  out->id = id;
+  refresh(id);
+  if (ev.type == CmEventType::route_resolved) set_route(id);
+  out->data = std::move(ev.private_data);
+  const void* data = out->data.empty() ? nullptr : out->data.data();
+  const auto len = static_cast<std::uint8_t>(out->data.size());
+  if (id->qp_type == IBV_QPT_UD) {
+    out->param.ud.private_data = data;
+    out->param.ud.private_data_len = len;
+    out->param.ud.qp_num = ev.peer_qp_num;
+    out->param.ud.qkey = ev.qkey;
+    if (ev.type == CmEventType::established) out->param.ud.ah_attr = ibverbs::to_ibv(ev.ah_attr);
+  } else {
+    out->param.conn.private_data = data;
+    out->param.conn.private_data_len = len;
+    out->param.conn.responder_resources = ev.param.responder_resources;
+    out->param.conn.initiator_depth = ev.param.initiator_depth;
+    out->param.conn.retry_count = ev.param.retry_count;
+    out->param.conn.rnr_retry_count = ev.param.rnr_retry_count;
+    out->param.conn.qp_num = ev.peer_qp_num;
+  }
+  return out.release();
+}
+
+DCmChannel* channel_of(const DCmEvent* e) noexcept {
+  const rdma_cm_id* owner = e->listen_id != nullptr ? e->listen_id : e->id;
+  return static_cast<DCmChannel*>(owner->channel);
+}
+
+bool readable(int fd) noexcept {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// The next event of `ch` if one is there, under the lock: a parked one, else the next one its
+// source has that belongs to it (parking the others where they belong). EAGAIN if none. The
+// simulator's channel is asked only when its fd says it holds an event, so that a fault plan's
+// rule on rdma_get_cm_event counts the program's calls.
+std::error_code take_event(DCmChannel* ch, DCmEvent*& out) {
+  DCmChannel* src = ch->events_from();
+  for (;;) {
+    if (!ch->parked.empty()) {
+      out = ch->parked.front();
+      ch->parked.pop_front();
+      return {};
+    }
+    if (src == nullptr || !src->impl) return std::error_code(ENODEV, std::generic_category());
+    if (!readable(src->fd)) return std::error_code(EAGAIN, std::generic_category());
+    CmEvent ev;
+    if (const std::error_code ec = src->impl->get_event(ev, Wait::nonblocking)) return ec;
+    DCmEvent* e = convert(std::move(ev));
+    channel_of(e)->parked.push_back(e);
+  }
+}
+
+int get_event(const char* verb, DCmChannel* ch, DCmEvent*& out) {
+  struct Arg {
+    DCmChannel* ch;
+    DCmEvent*& out;
+  } arg{ch, out};
+  return shared_wait(
+      verb, ch->fd, is_nonblocking(ch->fd),
+      [](void* p) {
+        auto* a = static_cast<Arg*>(p);
+        return take_event(a->ch, a->out).value();
+      },
+      &arg);
+}
+
+void free_event(DCmEvent* e) noexcept { delete e; }
+
+// librdmacm's ucma_complete: a synchronous id waits for its next event and keeps it in
+// id->event; an error event is the verb's errno (ECONNREFUSED for REJECTED). Called without the
+// lock, so that the program's other threads run while it waits (shared_wait).
+int complete(const char* verb, DCmId* id) noexcept {
+  try {
+    if (!id->sync) return 0;
+    {
+      auto held = lock();
+      if (id->event != nullptr) free_event(static_cast<DCmEvent*>(id->event));
+      id->event = nullptr;
+    }
+    DCmEvent* e = nullptr;
+    if (const int err = get_event(verb, static_cast<DCmChannel*>(id->channel), e)) return err;
+    id->event = e;
+    if (e->status == 0) return 0;
+    if (e->event == RDMA_CM_EVENT_REJECTED) return ECONNREFUSED;
+    return e->status < 0 ? -e->status : e->status;
+  } catch (...) {
+    return errno_of_current_exception(verb);
+  }
+}
+
+// A verb that a synchronous id completes: `body` under the lock, then the wait without it.
+template <class F>
+int call_then_complete(const char* verb, rdma_cm_id* id, F&& body) noexcept {
+  if (const int err = with_errno(verb, std::forward<F>(body))) return result(err);
+  return result(complete(verb, DCmId::from(id)));
+}
+
+// The QP connect and accept take to RTS. Without rdma_create_qp's QP a program names its own
+// in the parameters and moves it itself (rdma_init_qp_attr), which the drop-in does not
+// support; without either it is EINVAL, as librdmacm's ucma_valid_param has it.
+QueuePair& qp_of(const char* verb, DCmId* id, const rdma_conn_param* param) {
+  if (id->qp == nullptr) {
+    if (param == nullptr) {
+      throw std::system_error(EINVAL, std::generic_category(), std::string(verb) + ": no QP");
+    }
+    throw std::system_error(
+        EOPNOTSUPP, std::generic_category(),
+        std::string(verb) + ": the drop-in connects only QPs made with rdma_create_qp");
+  }
+  return *DQp::from(id->qp)->impl;
+}
+
+int clamp_depth(int asked, int from_request, int device_max) {
+  if (asked != RDMA_MAX_INIT_DEPTH) return asked;
+  return from_request >= 0 ? std::min(from_request, device_max) : device_max;
+}
+
+// rdma_conn_param as the core takes it; RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (and no
+// parameters) mean the device's maximum, or on accept the smaller of it and what the request
+// asked for; more than the device allows is EINVAL (librdmacm's ucma_valid_param).
+ConnParam core_param(const char* verb, DCmId* id, const rdma_conn_param* p, bool accepting) {
+  ConnParam c;
+  const int max_init = id->dev != nullptr ? id->dev->max_initiator_depth : 1;
+  const int max_resp = id->dev != nullptr ? id->dev->max_responder_resources : 1;
+  const int init = p != nullptr ? p->initiator_depth : int{RDMA_MAX_INIT_DEPTH};
+  const int resp = p != nullptr ? p->responder_resources : int{RDMA_MAX_RESP_RES};
+  if (id->ps == RDMA_PS_TCP && ((init != RDMA_MAX_INIT_DEPTH && init > max_init) ||
+                                (resp != RDMA_MAX_RESP_RES && resp > max_resp))) {
+    throw std::system_error(EINVAL, std::generic_category(),
+                            std::string(verb) + ": more RDMA READs in flight than the device has");
+  }
+  c.initiator_depth = static_cast<std::uint8_t>(
+      clamp_depth(init, accepting ? id->req_initiator_depth : -1, max_init));
+  c.responder_resources = static_cast<std::uint8_t>(
+      clamp_depth(resp, accepting ? id->req_responder_resources : -1, max_resp));
+  if (p != nullptr) {
+    c.retry_count = p->retry_count;
+    c.rnr_retry_count = p->rnr_retry_count;
+    if (p->private_data != nullptr && p->private_data_len > 0) {
+      const auto* b = static_cast<const std::uint8_t*>(p->private_data);
+      c.private_data.assign(b, b + p->private_data_len);
+    }
+  }
+  return c;
+}
+
+void destroy_cqs(rdma_cm_id* id) noexcept {
+  if (id->recv_cq != nullptr) {
+    ibv_destroy_cq(id->recv_cq);
+    if (id->send_cq != nullptr && id->send_cq != id->recv_cq) ibv_destroy_cq(id->send_cq);
+  }
+  id->recv_cq = id->send_cq = nullptr;
+  if (id->recv_cq_channel != nullptr) {
+    ibv_destroy_comp_channel(id->recv_cq_channel);
+    if (id->send_cq_channel != nullptr && id->send_cq_channel != id->recv_cq_channel) {
+      ibv_destroy_comp_channel(id->send_cq_channel);
+    }
+  }
+  id->recv_cq_channel = id->send_cq_channel = nullptr;
+}
+
+// librdmacm's ucma_create_cqs: a CQ and a completion channel each for the sends and the
+// receives the program gave no CQ for.
+int create_cqs(rdma_cm_id* id, std::uint32_t send_size, std::uint32_t recv_size) {
+  auto make = [&](std::uint32_t size, ibv_comp_channel*& ch, ibv_cq*& cq) {
+    if (size == 0) return true;
+    ch = ibv_create_comp_channel(id->verbs);
+    if (ch == nullptr) return false;
+    cq = ibv_create_cq(id->verbs, static_cast<int>(size), id, ch, 0);
+    return cq != nullptr;
+  };
+  if (make(recv_size, id->recv_cq_channel, id->recv_cq) &&
+      make(send_size, id->send_cq_channel, id->send_cq)) {
+    return 0;
+  }
+  const int err = errno;
+  destroy_cqs(id);
+  return err;
+}
+
+// What librdmacm's rdma_create_qp does once the QP exists: INIT with the id's port (RC: no
+// remote access yet, connect and accept grant it); a UD QP on to RTS at once, Q_Key
+// RDMA_UDP_QKEY and send PSN 0.
+int init_qp(rdma_cm_id* id, ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = id->port_num;
+  if (id->qp_type == IBV_QPT_UD) {
+    a.qkey = RDMA_UDP_QKEY;
+    if (int err =
+            ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) {
+      return err;
+    }
+    a.qp_state = IBV_QPS_RTR;
+    if (int err = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return err;
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  }
+  a.qp_access_flags = 0;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+  if (id->qp != nullptr) return refuse("rdma_create_qp", EINVAL, "the id has a QP already");
+  if (id->verbs == nullptr) return refuse("rdma_create_qp", EINVAL, "the id has no device yet");
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr) {
+    attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+    attr->pd = id->pd;
+  } else if (attr->pd->context != id->verbs) {
+    return refuse("rdma_create_qp", EINVAL, "the PD is not on the id's device");
+  }
+  if ((id->recv_cq != nullptr && attr->recv_cq != nullptr && id->recv_cq != attr->recv_cq) ||
+      (id->send_cq != nullptr && attr->send_cq != nullptr && id->send_cq != attr->send_cq)) {
+    return refuse("rdma_create_qp", EINVAL, "CQs other than the id's");
+  }
+  if (attr->qp_type != id->qp_type) {
+    return refuse("rdma_create_qp", EINVAL, "the QP type is not the id's (RC for TCP, UD for UDP)");
+  }
+  if (int err = create_cqs(id, attr->send_cq || id->send_cq ? 0 : attr->cap.max_send_wr,
+                           attr->recv_cq || id->recv_cq ? 0 : attr->cap.max_recv_wr)) {
+    return err;
+  }
+  if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
+  if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
+  if (id->srq != nullptr && attr->srq == nullptr) attr->srq = id->srq;
+  ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
+  if (qp == nullptr) {
+    const int err = errno;
+    destroy_cqs(id);
+    return err;
+  }
+  if (int err = init_qp(id, qp)) {
+    ibv_destroy_qp(qp);
+    destroy_cqs(id);
+    return err;
+  }
+  id->pd = qp->pd;
+  id->qp = qp;
+  return 0;
+}
+
+// Events queued for `id` that nobody took go with it (a connection request's new id too).
+void drop_parked(DCmChannel* ch, const rdma_cm_id* id);
+
+void destroy_id(DCmId* id) {
+  if (id->event != nullptr) free_event(static_cast<DCmEvent*>(id->event));
+  id->impl.reset();
+  auto* ch = static_cast<DCmChannel*>(id->channel);
+  if (id->sync) {
+    drop_parked(ch, nullptr);
+    release(ch);
+  } else {
+    drop_parked(ch, id);
+  }
+  delete id;
+}
+
+void drop_parked(DCmChannel* ch, const rdma_cm_id* id) {
+  std::erase_if(ch->parked, [&](DCmEvent* e) {
+    if (id != nullptr && e->id != id && e->listen_id != id) return false;
+    if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) destroy_id(DCmId::from(e->id));
+    free_event(e);
+    return true;
+  });
+}
+
+}  // namespace
+}  // namespace verbsim::dropin
+
+using namespace verbsim;
+using namespace verbsim::dropin;
+
+extern "C" {
+
+rdma_event_channel* rdma_create_event_channel(void) {
+  return with_null<rdma_event_channel>(
+      "rdma_create_event_channel", [] { return static_cast<rdma_event_channel*>(new_channel()); });
+}
+
+void rdma_destroy_event_channel(rdma_event_channel* channel) {
+  if (channel == nullptr) return;
+  with_errno("rdma_destroy_event_channel", [&] {
+    auto* ch = static_cast<DCmChannel*>(channel);
+    drop_parked(ch, nullptr);
+    release(ch);
+    return 0;
+  });
+}
+
+int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
+                   rdma_port_space ps) {
+  if (id == nullptr) return result(EINVAL);
+  return call("rdma_create_id", [&] {
+    if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
+      return refuse("rdma_create_id", EOPNOTSUPP, "port spaces other than TCP and UDP");
+    }
+    const bool sync = channel == nullptr;
+    auto* ch = sync ? new_channel() : static_cast<DCmChannel*>(channel);
+    try {
+      auto impl = ch->impl->create_id(ps == RDMA_PS_UDP ? PortSpace::udp : PortSpace::tcp);
+      *id = new_id(std::move(impl), ch, context, ps, sync);
+    } catch (...) {
+      if (sync) release(ch);
+      throw;
+    }
+    return 0;
+  });
+}
+
+int rdma_destroy_id(rdma_cm_id* id) {
+  if (id == nullptr) return result(EINVAL);
+  return call("rdma_destroy_id", [&] {
+    destroy_id(DCmId::from(id));
+    return 0;
+  });
+}
+
+int rdma_bind_addr(rdma_cm_id* id, sockaddr* addr) {
+  return call("rdma_bind_addr", [&] {
+    auto* d = DCmId::from(id);
+    d->impl->bind_addr(get("rdma_bind_addr", addr));
+    refresh(d);
+    return 0;
+  });
+}
+
+int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, int timeout_ms) {
+  return call_then_complete("rdma_resolve_addr", id, [&] {
+    auto* d = DCmId::from(id);
+    const SockAddr dst = get("rdma_resolve_addr", dst_addr);
+    if (src_addr != nullptr) {
+      d->impl->bind_addr(get("rdma_resolve_addr", src_addr));
+      refresh(d);
+    }
+    d->impl->resolve_addr(dst, timeout_ms);
+    put(dst, d->route.addr.dst_storage);
+    return 0;
+  });
+}
+
+int rdma_resolve_route(rdma_cm_id* id, int timeout_ms) {
+  return call_then_complete("rdma_resolve_route", id, [&] {
+    auto* d = DCmId::from(id);
+    d->impl->resolve_route(timeout_ms);
+    return 0;
+  });
+}
+
+int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
+  if (id == nullptr || attr == nullptr) return result(EINVAL);
+  return call("rdma_create_qp", [&] { return create_qp(id, attr); });
+}
+
+int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  if (id == nullptr || qp_init_attr == nullptr) return result(EINVAL);
+  ibv_qp_init_attr_ex ex{};
+  std::memcpy(&ex, qp_init_attr, sizeof *qp_init_attr);
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd != nullptr ? pd : id->pd;
+  const int ret = rdma_create_qp_ex(id, &ex);
+  std::memcpy(qp_init_attr, &ex, sizeof *qp_init_attr);
+  return ret;
+}
+
+void rdma_destroy_qp(rdma_cm_id* id) {
+  with_errno("rdma_destroy_qp", [&] {
+    if (id->qp != nullptr) ibv_destroy_qp(id->qp);
+    id->qp = nullptr;
+    destroy_cqs(id);
+    return 0;
+  });
+}
+
+int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+  return call("rdma_create_srq", [&] {
+    if (id->srq != nullptr) return refuse("rdma_create_srq", EINVAL, "the id has an SRQ already");
+    if (attr->srq_type != IBV_SRQT_BASIC && (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
+      return refuse("rdma_create_srq", EOPNOTSUPP, "only basic SRQs");
+    }
+    ibv_pd* pd =
+        (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) && attr->pd != nullptr ? attr->pd : id->pd;
+    if (pd == nullptr) return refuse("rdma_create_srq", EINVAL, "the id has no device yet");
+    ibv_srq_init_attr basic{};
+    basic.srq_context = attr->srq_context;
+    basic.attr = attr->attr;
+    ibv_srq* srq = ibv_create_srq(pd, &basic);
+    if (srq == nullptr) return errno;
+    attr->attr = basic.attr;
+    id->srq = srq;
+    return 0;
+  });
+}
+
+int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+  ibv_srq_init_attr_ex ex{};
+  ex.srq_context = attr->srq_context;
+  ex.attr = attr->attr;
+  ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+  ex.srq_type = IBV_SRQT_BASIC;
+  ex.pd = pd != nullptr ? pd : id->pd;
+  const int ret = rdma_create_srq_ex(id, &ex);
+  attr->attr = ex.attr;
+  return ret;
+}
+
+void rdma_destroy_srq(rdma_cm_id* id) {
+  with_errno("rdma_destroy_srq", [&] {
+    if (id->srq != nullptr) ibv_destroy_srq(id->srq);
+    id->srq = nullptr;
+    return 0;
+  });
+}
+
+int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  return call_then_complete("rdma_connect", id, [&] {
+    auto* d = DCmId::from(id);
+    QueuePair& qp = qp_of("rdma_connect", d, conn_param);
+    d->impl->connect(qp, core_param("rdma_connect", d, conn_param, false));
+    return 0;
+  });
+}
+
+int rdma_listen(rdma_cm_id* id, int backlog) {
+  return call("rdma_listen", [&] {
+    auto* d = DCmId::from(id);
+    d->impl->listen(backlog);
+    refresh(d);
+    return 0;
+  });
+}
+
+int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
+  auto* l = DCmId::from(listen);
+  if (!l->sync) return result(refuse("rdma_get_request", EINVAL, "the listening id has a channel"));
+  DCmEvent* e = nullptr;
+  try {
+    {
+      auto held = lock();
+      if (l->event != nullptr) free_event(static_cast<DCmEvent*>(l->event));
+      l->event = nullptr;
+    }
+    if (const int err = get_event("rdma_get_request", static_cast<DCmChannel*>(l->channel), e)) {
+      return result(err);
+    }
+  } catch (...) {
+    return result(errno_of_current_exception("rdma_get_request"));
+  }
+  return call("rdma_get_request", [&] {
+    int err = 0;
+    if (e->event == RDMA_CM_EVENT_REJECTED) {
+      err = ECONNREFUSED;
+    } else if (e->status != 0) {
+      err = -e->status;
+    } else if (e->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      err = EINVAL;
+    } else if (l->qp_init_attr) {
+      ibv_qp_init_attr_ex ex{};
+      std::memcpy(&ex, l->qp_init_attr.get(), sizeof(ibv_qp_init_attr));
+      ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+      ex.pd = l->pd != nullptr ? l->pd : e->id->pd;
+      err = create_qp(e->id, &ex);
+    }
+    if (err != 0) {
+      l->event = e;
+      return err;
+    }
+    *id = e->id;
+    e->id->event = e;
+    return 0;
+  });
+}
+
+int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
+  auto* d = DCmId::from(id);
+  const int err = with_errno("rdma_accept", [&] {
+    QueuePair& qp = qp_of("rdma_accept", d, conn_param);
+    d->impl->accept(qp, core_param("rdma_accept", d, conn_param, true));
+    if (d->qp_type == IBV_QPT_UD && d->sync && d->event != nullptr) {
+      free_event(static_cast<DCmEvent*>(d->event));
+      d->event = nullptr;
+    }
+    return 0;
+  });
+  if (err != 0) return result(err);
+  if (d->qp_type == IBV_QPT_UD) return 0;  // nothing follows a SIDR reply
+  return result(complete("rdma_accept", d));
+}
+
+int rdma_reject(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  return call("rdma_reject", [&] {
+    const auto* b = static_cast<const std::uint8_t*>(private_data);
+    DCmId::from(id)->impl->reject(
+        std::span<const std::uint8_t>(b, private_data != nullptr ? private_data_len : 0));
+    return 0;
+  });
+}
+
+// The consumer-defined rejection: the simulator has no vendor options to tell apart.
+int rdma_reject_ece(rdma_cm_id* id, const void* private_data, uint8_t private_data_len) {
+  return rdma_reject(id, private_data, private_data_len);
+}
+
+int rdma_disconnect(rdma_cm_id* id) {
+  return call_then_complete("rdma_disconnect", id, [&] {
+    auto* d = DCmId::from(id);
+    if (d->verbs == nullptr) return refuse("rdma_disconnect", EINVAL, "the id has no device");
+    d->impl->disconnect();
+    return 0;
+  });
+}
+
+// librdmacm tells the kernel of communication established seen on the QP; here the CM knows.
+int rdma_notify(rdma_cm_id*, ibv_event_type) { return 0; }
+
+// For QPs the program made itself, which the drop-in does not connect (see qp_of).
+int rdma_establish(rdma_cm_id*) { return result(EINVAL); }
+
+int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) {
+  trace("rdma_init_qp_attr", "QPs not made with rdma_create_qp are not supported");
+  return result(EOPNOTSUPP);
+}
+
+int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
+  if (channel == nullptr || event == nullptr) return result(EINVAL);
+  try {
+    DCmEvent* e = nullptr;
+    if (const int err = get_event("rdma_get_cm_event", static_cast<DCmChannel*>(channel), e)) {
+      return result(err);
+    }
+    *event = e;
+    return 0;
+  } catch (...) {
+    return result(errno_of_current_exception("rdma_get_cm_event"));
+  }
+}
+
+int rdma_ack_cm_event(rdma_cm_event* event) {
+  if (event == nullptr) return result(EINVAL);
+  auto held = lock();
+  free_event(static_cast<DCmEvent*>(event));
+  return 0;
+}
+
+__be16 rdma_get_src_port(rdma_cm_id* id) {
+  const sockaddr* s = &id->route.addr.src_addr;
+  if (s->sa_family == AF_INET) return id->route.addr.src_sin.sin_port;
+  if (s->sa_family == AF_INET6) return id->route.addr.src_sin6.sin6_port;
+  return 0;
+}
+
+__be16 rdma_get_dst_port(rdma_cm_id* id) {
+  const sockaddr* s = &id->route.addr.dst_addr;
+  if (s->sa_family == AF_INET) return id->route.addr.dst_sin.sin_port;
+  if (s->sa_family == AF_INET6) return id->route.addr.dst_sin6.sin6_port;
+  return 0;
+}
+
+ibv_context** rdma_get_devices(int* num_devices) {
+  return with_null<ibv_context*>("rdma_get_devices", [&]() -> ibv_context** {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr) return nullptr;
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) names.emplace_back(ibv_get_device_name(list[i]));
+    ibv_free_device_list(list);
+    auto** out = static_cast<ibv_context**>(std::calloc(names.size() + 1, sizeof(ibv_context*)));
+    if (out == nullptr) throw std::bad_alloc();
+    for (std::size_t i = 0; i < names.size(); ++i) out[i] = device_named(names[i]).ctx;
+    if (num_devices != nullptr) *num_devices = static_cast<int>(names.size());
+    return out;
+  });
+}
+
+void rdma_free_devices(ibv_context** list) { std::free(list); }
+
+const char* rdma_event_str(rdma_cm_event_type event) {
+  static constexpr const char* names[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
+      "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
+      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
+      "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
+      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
+      "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+  };
+  const auto i = static_cast<std::size_t>(event);
+  return i < std::size(names) ? names[i] : "UNKNOWN EVENT";
+}
+
+// Options change nothing the simulator models (type of service, address reuse, IPv6 only, the
+// ACK timeout and path records): accepted and ignored, as long as they are rdma_cm's.
+int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
+  if (id == nullptr || optval == nullptr || optlen == 0) return result(EINVAL);
+  if (level != RDMA_OPTION_ID && level != RDMA_OPTION_IB) return result(ENOSYS);
+  (void)optname;
+  return 0;
+}
+
+int rdma_migrate_id(rdma_cm_id*, rdma_event_channel*) {
+  trace("rdma_migrate_id", "moving an id to another channel is not supported");
+  return result(EOPNOTSUPP);
+}
+
+int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
+                   ibv_qp_init_attr* qp_init_attr) {
+  if (id == nullptr || res == nullptr) return result(EINVAL);
+  rdma_cm_id* cm_id = nullptr;
+  if (rdma_create_id(nullptr, &cm_id, nullptr, static_cast<rdma_port_space>(res->ai_port_space)) !=
+      0) {
+    return -1;
+  }
+  int ret = 0;
+  if (res->ai_flags & RAI_PASSIVE) {
+    ret = rdma_bind_addr(cm_id, res->ai_src_addr);
+    if (ret == 0) {
+      if (pd != nullptr) cm_id->pd = pd;
+      if (qp_init_attr != nullptr) {
+        auto* d = DCmId::from(cm_id);
+        d->qp_init_attr = std::make_unique<ibv_qp_init_attr>(*qp_init_attr);
+        d->qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
+      }
+    }
+  } else {
+    ret = rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000);
+    if (ret == 0) ret = rdma_resolve_route(cm_id, 2000);
+    if (ret == 0 && qp_init_attr != nullptr) {
+      qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
+      ret = rdma_create_qp(cm_id, pd, qp_init_attr);
+    }
+  }
+  if (ret != 0) {
+    const int err = errno;
+    rdma_destroy_ep(cm_id);
+    errno = err;
+    return -1;
+  }
+  *id = cm_id;
+  return 0;
+}
+
+void rdma_destroy_ep(rdma_cm_id* id) {
+  if (id->qp != nullptr) rdma_destroy_qp(id);
+  if (id->srq != nullptr) rdma_destroy_srq(id);
+  rdma_destroy_id(id);
+}
+
+// Names resolved by the C library's getaddrinfo; IB service lookups (RAI_SA) and AF_IB are
+// not supported.
+int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                     rdma_addrinfo** res) {
+  if (res == nullptr || (node == nullptr && service == nullptr && hints == nullptr)) {
+    return result(EINVAL);
+  }
+  static const rdma_addrinfo no_hints{};
+  const rdma_addrinfo& h = hints != nullptr ? *hints : no_hints;
+  if (h.ai_family == AF_IB) return result(EOPNOTSUPP);
+  auto* rai = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
+  if (rai == nullptr) return result(ENOMEM);
+  auto copy = [](sockaddr*& dst, socklen_t& dst_len, const void* src, socklen_t len) {
+    dst = static_cast<sockaddr*>(std::malloc(len));
+    if (dst == nullptr) return false;
+    std::memcpy(dst, src, len);
+    dst_len = len;
+    return true;
+  };
+  int err = 0;
+  rai->ai_flags = h.ai_flags;
+  rai->ai_family = h.ai_family;
+  rai->ai_qp_type = h.ai_qp_type != 0 ? h.ai_qp_type : IBV_QPT_RC;
+  rai->ai_port_space = h.ai_port_space != 0            ? h.ai_port_space
+                       : rai->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP
+                                                       : RDMA_PS_TCP;
+  if (node != nullptr || service != nullptr) {
+    addrinfo ai_hints{};
+    ai_hints.ai_flags = ((h.ai_flags & RAI_PASSIVE) ? AI_PASSIVE : 0) |
+                        ((h.ai_flags & RAI_NUMERICHOST) ? AI_NUMERICHOST : 0);
+    ai_hints.ai_family = h.ai_family;
+    ai_hints.ai_socktype = rai->ai_qp_type == IBV_QPT_UD ? SOCK_DGRAM : SOCK_STREAM;
+    addrinfo* ai = nullptr;
+    const int gai = ::getaddrinfo(node, service, &ai_hints, &ai);
+    if (gai != 0) {
+      err = gai == EAI_SYSTEM ? errno : gai == EAI_MEMORY ? ENOMEM : EADDRNOTAVAIL;
+    } else {
+      rai->ai_family = ai->ai_family;
+      const bool ok = (h.ai_flags & RAI_PASSIVE)
+                          ? copy(rai->ai_src_addr, rai->ai_src_len, ai->ai_addr, ai->ai_addrlen)
+                          : copy(rai->ai_dst_addr, rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
+      ::freeaddrinfo(ai);
+      if (!ok) err = ENOMEM;
+    }
+  } else if (h.ai_dst_len != 0 &&
+             !copy(rai->ai_dst_addr, rai->ai_dst_len, h.ai_dst_addr, h.ai_dst_len)) {
+    err = ENOMEM;
+  }
+  if (err == 0 && rai->ai_src_len == 0 && h.ai_src_len != 0 &&
+      !copy(rai->ai_src_addr, rai->ai_src_len, h.ai_src_addr, h.ai_src_len)) {
+    err = ENOMEM;
+  }
+  if (err != 0) {
+    rdma_freeaddrinfo(rai);
+    return result(err);
+  }
+  *res = rai;
+  return 0;
+}
+
+void rdma_freeaddrinfo(rdma_addrinfo* res) {
+  while (res != nullptr) {
+    rdma_addrinfo* next = res->ai_next;
+    std::free(res->ai_src_addr);
+    std::free(res->ai_dst_addr);
+    std::free(res->ai_src_canonname);
+    std::free(res->ai_dst_canonname);
+    std::free(res->ai_route);
+    std::free(res->ai_connect);
+    std::free(res);
+    res = next;
+  }
+}
+
+// Multicast and ECE are not simulated.
+int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return result(EOPNOTSUPP); }
+int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
+  return result(EOPNOTSUPP);
+}
+int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return result(EOPNOTSUPP); }
+int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return result(EOPNOTSUPP); }
+int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return result(EOPNOTSUPP); }
+
+}  // extern "C"
