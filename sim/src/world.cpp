@@ -378,11 +378,15 @@ inline int World::Impl::next_source(std::uint64_t& time, std::uint64_t& runner_u
   return from;
 }
 
-bool World::Impl::step() {
+bool World::Impl::step(std::uint64_t limit) {
   std::uint64_t t = 0;
   std::uint64_t runner_up = 0;  // no other source has an event before this
   int from = next_source(t, runner_up);
   if (from == kNoEvent) return false;
+  if (t > limit) [[unlikely]] {
+    hint_wire = kNoEvent;  // next_source may have spent what its shortcut relies on
+    return false;
+  }
   if (t > now) now = t;
   for (;;) {
     // The event goes straight into the history ring and runs from there (no handler steps
@@ -477,6 +481,7 @@ const Config& World::config() const noexcept { return impl_->config; }
 std::uint64_t World::seed() const noexcept { return impl_->config.seed; }
 std::uint64_t World::now() const noexcept { return impl_->now; }
 bool World::step() { return impl_->step(); }
+bool World::step_until(std::uint64_t deadline_ns) { return impl_->step(deadline_ns); }
 
 void World::run_until(std::uint64_t deadline_ns) {
   for (;;) {
@@ -501,12 +506,6 @@ std::uint64_t World::run_until_idle(std::uint64_t max_events) {
 }
 
 std::size_t World::pending_events() const noexcept { return impl_->pending(); }
-
-std::uint64_t World::next_event_time() const noexcept {
-  std::uint64_t time = UINT64_MAX;
-  std::uint64_t runner_up = 0;
-  return impl_->next_event(time, runner_up) == Impl::kNoEvent ? UINT64_MAX : time;
-}
 std::uint64_t World::digest() const noexcept { return impl_->digest.value(); }
 
 std::string World::digest_hex() const {

@@ -3,7 +3,8 @@
  * and rdma_verbs.h, linked -lrdmacm -libverbs. Both ends run in this process.
  *
  *   1. rping's shape: an event channel per side, the server's events taken by a thread of its
- *      own; rdma_create_qp makes the CQs and their completion channels; private data both ways
+ *      own, its completions by another from the moment the QP exists; rdma_create_qp makes the
+ *      CQs and their completion channels; private data both ways
  *      (the server's buffer address and rkey in the accept), an RDMA WRITE and a SEND; both
  *      sides disconnect.
  *   2. A rejection with private data (REJECTED, status 28) and no listener (status 8).
@@ -158,6 +159,16 @@ struct server_args {
   struct rdma_cm_id *listen_id;
 };
 
+/* rping's cq_thread: waits on the completion channel from the moment the QP exists, while
+ * the server thread goes on to accept. */
+static void *completion_thread(void *p) {
+  struct rdma_cm_id *id = p;
+  struct ibv_wc wc = wait_completion(id->recv_cq, id->recv_cq_channel);
+  CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 && wc.opcode == IBV_WC_RECV,
+        "receive: %s", ibv_wc_status_str(wc.status));
+  return NULL;
+}
+
 static void *rping_server(void *p) {
   struct server_args *args = p;
   struct rdma_cm_event *e = expect_event(args->ch, RDMA_CM_EVENT_CONNECT_REQUEST);
@@ -181,6 +192,8 @@ static void *rping_server(void *p) {
   ack(e);
 
   make_qp(id, IBV_QPT_RC);
+  pthread_t cq_thread;
+  CHECK(pthread_create(&cq_thread, NULL, completion_thread, id) == 0, "pthread_create");
   struct ibv_mr *mr = ibv_reg_mr(id->pd, server_buf, sizeof server_buf,
                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   struct ibv_mr *rmr = ibv_reg_mr(id->pd, server_recv, sizeof server_recv, IBV_ACCESS_LOCAL_WRITE);
@@ -209,9 +222,7 @@ static void *rping_server(void *p) {
         rdma_event_str(est->event));
   ack(est);
 
-  struct ibv_wc wc = wait_completion(id->recv_cq, id->recv_cq_channel);
-  CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 && wc.opcode == IBV_WC_RECV,
-        "receive: %s", ibv_wc_status_str(wc.status));
+  CHECK(pthread_join(cq_thread, NULL) == 0, "pthread_join");
   CHECK(strcmp(server_recv, "sent") == 0, "received '%s'", server_recv);
   CHECK(strcmp(server_buf, "written") == 0, "the RDMA WRITE left '%s'", server_buf);
 

@@ -312,6 +312,34 @@ TEST_P(Ops, AnEmptyPollDoesNotWaitForTheAckTimerOfAnIdleQp) {
   EXPECT_TRUE(led.balanced());
 }
 
+// World::step_until runs an instant only if it is due by the deadline; refusing leaves the
+// clock and what runs next as they were (the drop-in's waits ask for one instant at a time).
+TEST_P(Ops, StepUntilRunsOnlyWhatIsDueAndChangesNothingWhenItRefuses) {
+  auto run = [&](bool refuse_first) {
+    SimPair p(config());
+    Ledger led;
+    const Sge ss = p.a.sge(0, 8);
+    for (std::uint64_t i = 0; i < 4; ++i) {
+      EXPECT_TRUE(led.post_recv(*p.b.qp, recv_wr(100 + i, p.b.sge(8 * i, 8))));
+      EXPECT_TRUE(led.post_send(*p.a.qp, send_wr(i, ss)));
+    }
+    while (p.world.pending_events() != 0) {
+      const std::uint64_t t0 = p.world.now();
+      if (refuse_first) {
+        EXPECT_FALSE(p.world.step_until(t0)) << "nothing is due at the current instant";
+        EXPECT_EQ(p.world.now(), t0);
+      }
+      if (!p.world.step_until(UINT64_MAX)) break;  // only idle timers were left
+      EXPECT_GT(p.world.now(), t0);
+    }
+    EXPECT_EQ(led.poll_n(p.world, *p.a.cq, 4).size(), 4u);
+    EXPECT_EQ(led.poll_n(p.world, *p.b.cq, 4).size(), 4u);
+    EXPECT_TRUE(led.balanced());
+    return p.world.digest();
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
 // A message whose ACK was left to the next one is still acknowledged when the responder drops
 // that next one (here: it went to ERR in between): only the dropped message fails.
 TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {

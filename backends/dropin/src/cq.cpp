@@ -220,23 +220,23 @@ VERBSIM_SAME_TYPE(ibv_destroy_cq);
 // Reads one event from the channel: blocks unless the program set O_NONBLOCK on channel->fd
 // (then -1 with errno EAGAIN when none is pending). 0, or -1 with errno.
 int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
-  DChannel* ch = DChannel::from(channel);
-  CompletionQueue* got = nullptr;
-  auto attempt = [&](Wait wait) { return ch->impl->get_cq_event(got, wait); };
+  struct Attempt {
+    DChannel* ch;
+    CompletionQueue* got = nullptr;
+  } a{DChannel::from(channel)};
   int err = 0;
   try {
-    if (is_nonblocking(channel->fd)) {
-      auto held = lock();
-      err = attempt(Wait::nonblocking).value();
-    } else {
-      err = blocking_wait("ibv_get_cq_event", channel->fd, attempt);
-    }
+    err = shared_wait("ibv_get_cq_event", channel->fd, is_nonblocking(channel->fd), [](void* p) {
+      auto* at = static_cast<Attempt*>(p);
+      if (!readable(at->ch->fd)) return EAGAIN;
+      return at->ch->impl->get_cq_event(at->got, Wait::nonblocking).value();
+    }, &a);
   } catch (...) {
     err = errno_of_current_exception("ibv_get_cq_event");
   }
   if (err == 0) {
     auto held = lock();
-    DCq* c = wrapper_of<DCq>(got);
+    DCq* c = wrapper_of<DCq>(a.got);
     if (c == nullptr) {
       err = EAGAIN;  // the CQ was destroyed after its event was queued
     } else {

@@ -417,36 +417,38 @@ int ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
   DContext* c = DContext::from(context);
   int err = 0;
   for (;;) {
-    AsyncEvent ev;
-    auto attempt = [&](Wait wait) { return c->impl->get_async_event(ev, wait); };
+    struct Attempt {
+      DContext* c;
+      int fd;
+      AsyncEvent ev;
+    } a{c, context->async_fd, {}};
     try {
-      if (is_nonblocking(context->async_fd)) {
-        auto held = lock();
-        err = attempt(Wait::nonblocking).value();
-      } else {
-        err = blocking_wait("ibv_get_async_event", context->async_fd, attempt);
-      }
+      err = shared_wait("ibv_get_async_event", a.fd, is_nonblocking(a.fd), [](void* p) {
+        auto* at = static_cast<Attempt*>(p);
+        if (!readable(at->fd)) return EAGAIN;
+        return at->c->impl->get_async_event(at->ev, Wait::nonblocking).value();
+      }, &a);
     } catch (...) {
       err = errno_of_current_exception("ibv_get_async_event");
     }
     if (err != 0) break;
     auto held = lock();
     *event = {};
-    event->event_type = static_cast<ibv_event_type>(ev.type);
-    if (ev.qp != nullptr) {
-      auto* q = wrapper_of<DQp>(ev.qp);
+    event->event_type = static_cast<ibv_event_type>(a.ev.type);
+    if (a.ev.qp != nullptr) {
+      auto* q = wrapper_of<DQp>(a.ev.qp);
       if (q == nullptr) continue;  // destroyed since: the event is stale
       event->element.qp = q->ibv();
-    } else if (ev.cq != nullptr) {
-      auto* q = wrapper_of<DCq>(ev.cq);
+    } else if (a.ev.cq != nullptr) {
+      auto* q = wrapper_of<DCq>(a.ev.cq);
       if (q == nullptr) continue;
       event->element.cq = q->ibv();
-    } else if (ev.srq != nullptr) {
-      auto* s = wrapper_of<DSrq>(ev.srq);
+    } else if (a.ev.srq != nullptr) {
+      auto* s = wrapper_of<DSrq>(a.ev.srq);
       if (s == nullptr) continue;
       event->element.srq = s;
     } else {
-      event->element.port_num = ev.port_num;
+      event->element.port_num = a.ev.port_num;
     }
     return 0;
   }

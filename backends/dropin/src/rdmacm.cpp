@@ -302,11 +302,6 @@ DCmChannel* channel_of(const DCmEvent* e) noexcept {
   return static_cast<DCmChannel*>(owner->channel);
 }
 
-bool readable(int fd) noexcept {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) == 1;
-}
-
 // The next event of `ch` if one is there, under the lock: a parked one, else the next one its
 // source has that belongs to it (parking the others where they belong). EAGAIN if none. The
 // simulator's channel is asked only when its fd says it holds an event, so that a fault plan's

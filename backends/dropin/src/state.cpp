@@ -51,10 +51,14 @@ std::unique_lock<std::recursive_mutex> lock() noexcept {
   return std::unique_lock<std::recursive_mutex>(global().mu);
 }
 
+namespace {
+// lock() for a thread waiting in shared_wait: it keeps the progress thread away but is not
+// activity for another thread's shared_wait.
 std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
   note_call();
   return std::unique_lock<std::recursive_mutex>(global().mu);
 }
+}  // namespace
 
 sim::World* world() noexcept {
   Global& g = global();
@@ -169,6 +173,12 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
   using Clock = std::chrono::steady_clock;
   constexpr std::uint64_t kMaxJumpNs = 1'000'000;
   constexpr std::chrono::milliseconds kQuiet{10};
+  if (nonblocking) {  // one instant of the world, as a poll of an empty CQ
+    auto held = lock();
+    if (const int err = attempt(arg); err != EAGAIN) return err;
+    if (sim::World* w = world()) w->step();
+    return attempt(arg);
+  }
   std::uint64_t calls_seen = 0;
   auto quiet_since = Clock::now();
   const auto start = quiet_since;
@@ -184,16 +194,17 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
       if (w == nullptr) return EINVAL;
       for (;;) {
         if (const int err = attempt(arg); err != EAGAIN) return err;
-        if (nonblocking) return EAGAIN;
-        const std::uint64_t next = w->next_event_time();
-        idle = next == UINT64_MAX;
-        const bool jump = next > w->now() + kMaxJumpNs;
-        if (idle || (jump && Clock::now() - quiet_since < kQuiet)) break;
-        w->step();
-        if (jump) {  // the next jump waits for another quiet spell, the lock released meanwhile
-          quiet_since = Clock::now();
+        if (w->step_until(w->now() + kMaxJumpNs)) continue;
+        // What is left is a timer's jump: only after the other threads have been quiet.
+        if (w->pending_events() == 0 || Clock::now() - quiet_since < kQuiet) {
+          idle = w->pending_events() == 0;
           break;
         }
+        if (!w->step()) {  // only idle timers were left, and are gone
+          idle = true;
+          break;
+        }
+        quiet_since = Clock::now();  // the next jump waits for another quiet spell
       }
     }
     pollfd p{fd, POLLIN, 0};
@@ -202,7 +213,8 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
       warned = true;
       std::fprintf(stderr,
                    "verbsim drop-in: %s has waited 2 s and the simulated world has nothing left "
-                   "to do; it waits for another thread (a device would block forever too)\n",
+                   "to do; it waits for another thread to post work (a device would block "
+                   "forever too)\n",
                    verb);
     }
   }

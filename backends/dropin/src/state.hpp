@@ -56,11 +56,8 @@ struct Global {
 Global& global() noexcept;
 
 // Takes the world's lock and records the call for the progress thread (and for shared_wait:
-// another thread is active).
+// a thread is active).
 std::unique_lock<std::recursive_mutex> lock() noexcept;
-// The same for a thread that is waiting (blocking_wait, shared_wait): it keeps the progress
-// thread away but does not count as activity for another thread's shared_wait.
-std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
 
 // The world, created on first use. Null when the configuration is invalid (the reason is
 // printed once; errno is set to EINVAL). Call with the lock held.
@@ -119,47 +116,28 @@ W* wrapper_of(const void* core) noexcept {
 // program sets O_NONBLOCK itself, and ibv_get_cq_event / ibv_get_async_event read the flag.
 void make_blocking(int fd) noexcept;
 bool is_nonblocking(int fd) noexcept;
-
-// A blocking ibv_get_cq_event / ibv_get_async_event. `attempt(Wait::blocking)` runs the
-// simulator's own wait, which runs the world until the event comes (deterministic). When the
-// world has nothing left to run (EDEADLK) a real device would block until another thread posts
-// work: wait on the fd with the lock released, and say once why a single-threaded program now
-// hangs. Returns 0 or an errno.
-template <class Attempt>
-int blocking_wait(const char* verb, int fd, Attempt attempt) {
-  bool warned = false;
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    std::error_code ec;
-    {
-      auto held = lock_waiting();
-      ec = attempt(Wait::blocking);
-    }
-    if (!ec) return 0;
-    if (ec.value() != EDEADLK) return ec.value();
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, 10);
-    if (!warned && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
-      warned = true;
-      std::fprintf(stderr,
-                   "verbsim drop-in: %s has waited 2 s and the simulated world has nothing left "
-                   "to do; it waits for another thread to post work (a device would block "
-                   "forever too)\n",
-                   verb);
-    }
-  }
+// Whether an event fd has an event pending (the simulator's and the drop-in's fds are readable
+// exactly then).
+inline bool readable(int fd) noexcept {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
 }
 
-// A blocking wait for an event another thread of the program may have to cause (a connection
-// request that a server thread accepts: rdma_get_cm_event). The world runs event by event, as
-// in blocking_wait, until `attempt(arg)` (called with the lock held) returns 0 or an errno other
-// than EAGAIN, which shared_wait returns. The one difference: virtual time jumps more than 1 ms
-// (only timers are that far off, e.g. the CM's 4 s retransmissions) only once no other thread
-// has called into the library for 10 ms of wall time (waiting in blocking_wait or shared_wait
-// does not count); a client waiting for ESTABLISHED must not
-// run its REQ's retransmissions out while the server thread waits for the lock to accept. A
-// single-threaded program runs the same events in the same order either way. With
-// `nonblocking`, one attempt.
+// The blocking waits: ibv_get_cq_event, ibv_get_async_event, rdma_get_cm_event (and the
+// librdmacm verbs of a synchronous id). Until `attempt(arg)` (called with the lock held; it
+// must not move the world) returns 0 or an errno other than EAGAIN, which is returned, the
+// world runs one instant at a time, as the simulator's own blocking waits run it: the same
+// events in the same order, so a single-threaded program stays deterministic. Two rules are
+// for programs whose other threads cause the event (rping's server thread accepts while its
+// client waits; a completion thread waits while the main thread connects):
+//   - the lock is released between attempts whenever the world has nothing due within 1 ms,
+//     and the thread polls `fd` meanwhile;
+//   - virtual time jumps more than 1 ms ahead (only timers are that far off: a CM or transport
+//     retransmission, an RNR wait) only once no other thread has called into the library for
+//     10 ms of wall time (threads waiting here do not count), one jump per quiet spell.
+// When nothing is left to run it waits for another thread to post work, as a device would, and
+// says so on stderr after 2 s. With `nonblocking`: one attempt, one instant of the world (as a
+// poll of an empty CQ), one more attempt.
 int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg);
 
 }  // namespace verbsim::dropin

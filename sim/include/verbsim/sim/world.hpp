@@ -79,14 +79,13 @@ class World final : public Backend {
 
   // Runs the events at the earliest pending time (jumping the clock there). False if none.
   bool step();
+  // The same if that time is at or before `deadline_ns`; otherwise false, the clock unmoved.
+  bool step_until(std::uint64_t deadline_ns);
   // Runs every event due at or before `deadline_ns`, then sets the clock to it.
   void run_until(std::uint64_t deadline_ns);
   // Runs until no event is pending or `max_events` have run; returns the number run.
   std::uint64_t run_until_idle(std::uint64_t max_events = UINT64_MAX);
   std::size_t pending_events() const noexcept;
-  // The time of the earliest pending event (UINT64_MAX if none): how far step() would move the
-  // clock. A timer that step() would drop as idle counts.
-  std::uint64_t next_event_time() const noexcept;
 
   // Hash of everything that happened so far (events and completions, in order). Two runs with
   // the same seed and the same application behaviour have the same digest.
