@@ -358,8 +358,11 @@ struct World::Impl {
   // `undo`: the end of a link_down ... for=.
   void run_timed_fault(const TimedFault& f, bool undo);
   bool port_up(std::uint32_t dev, std::uint8_t port) const noexcept;
-  // Runs the events of the earliest pending instant, if it is at or before `limit`.
-  bool step(std::uint64_t limit = UINT64_MAX);
+  bool step();
+  // step() if the earliest pending instant is at or before `limit`.
+  bool step_until(std::uint64_t limit);
+  template <bool kLimited>
+  bool step_impl(std::uint64_t limit);
   // Where the earliest pending event is: kHeapEvent, a wire's index, or kNoEvent; `time` is
   // its time, `runner_up` the earliest time among the other sources' first events.
   static constexpr int kNoEvent = -2;

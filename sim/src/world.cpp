@@ -378,12 +378,16 @@ inline int World::Impl::next_source(std::uint64_t& time, std::uint64_t& runner_u
   return from;
 }
 
-bool World::Impl::step(std::uint64_t limit) {
+bool World::Impl::step() { return step_impl<false>(UINT64_MAX); }
+bool World::Impl::step_until(std::uint64_t limit) { return step_impl<true>(limit); }
+
+template <bool kLimited>
+bool World::Impl::step_impl(std::uint64_t limit) {
   std::uint64_t t = 0;
   std::uint64_t runner_up = 0;  // no other source has an event before this
   int from = next_source(t, runner_up);
   if (from == kNoEvent) return false;
-  if (t > limit) [[unlikely]] {
+  if (kLimited && t > limit) {
     hint_wire = kNoEvent;  // next_source may have spent what its shortcut relies on
     return false;
   }
@@ -481,7 +485,7 @@ const Config& World::config() const noexcept { return impl_->config; }
 std::uint64_t World::seed() const noexcept { return impl_->config.seed; }
 std::uint64_t World::now() const noexcept { return impl_->now; }
 bool World::step() { return impl_->step(); }
-bool World::step_until(std::uint64_t deadline_ns) { return impl_->step(deadline_ns); }
+bool World::step_until(std::uint64_t deadline_ns) { return impl_->step_until(deadline_ns); }
 
 void World::run_until(std::uint64_t deadline_ns) {
   for (;;) {
