@@ -723,16 +723,31 @@ class SimCmId final : public CmId {
     CmNode& nd = node();
     if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
     if (nd.ud) {  // the SIDR reply: the QP's number and Q_Key, nothing to wait for
-      check_data("rdma_accept", param.private_data, kCmUdAcceptDataMax);
       f_->check_qp("rdma_accept", nd, qp);
+      if (param.private_data.size() > kCmUdAcceptDataMax) {  // refused, as the kernel does
+        nd.st = St::closed;
+        f_->send_rej(n_, kCmSidrRejected);
+        check_data("rdma_accept", param.private_data, kCmUdAcceptDataMax);
+      }
       f_->ud_ready(nd, qp);
       nd.st = St::rep_sent;  // kept to answer a repeated request again
       nd.unanswered = offer(Msg::rep, qp, param, kCmUdAcceptDataMax);
       f_->send_to_node(nd.unanswered);
       return;
     }
-    check_data("rdma_accept", param.private_data, kCmAcceptDataMax);
     f_->check_qp("rdma_accept", nd, qp);
+    if (param.private_data.size() > kCmAcceptDataMax) {
+      // The REP cannot carry it: as the kernel's rdma_accept, the request is rejected and the
+      // QP goes to ERR (measured on rxe; from RESET it cannot, and stays there).
+      nd.st = St::closed;
+      f_->send_rej(n_, kCmRejectByConsumer);
+      if (qp.state() != QpState::reset) {
+        QpAttr a;
+        a.qp_state = QpState::err;
+        qp.modify(a, QpAttrMask::state);
+      }
+      check_data("rdma_accept", param.private_data, kCmAcceptDataMax);
+    }
     ConnectOptions o = f_->options(nd);
     o.access = CmFabric::access(param);
     o.max_dest_rd_atomic = param.responder_resources;

@@ -319,13 +319,33 @@ TEST_P(Cm, ControlPathErrors) {
   CHECK_ERR("connect_56", verb_errno([&] { client_->connect(*client_qp_, big); }), 0);
   take_request();
   ASSERT_NE(server_, nullptr);
-  ConnParam huge;
-  huge.private_data.assign(kCmAcceptDataMax + 1, 'y');
-  CHECK_ERR("accept_197", verb_errno([&] { server_->accept(*server_qp_, huge); }), EINVAL);
   const std::vector<std::uint8_t> long_rej(kCmRejectDataMax + 1, 'z');
   CHECK_ERR("reject_149", verb_errno([&] { server_->reject(long_rej); }), EINVAL);
   CHECK_ERR("reject", verb_errno([&] { server_->reject(); }), 0);
   CHECK_OBS("event", next(*client_ch_), "REJECTED/" + std::to_string(kCmRejectByConsumer));
+}
+
+// More private data than a REP carries: rdma_accept fails with EINVAL, and the kernel rejects the
+// request (the client's REJECTED, 28) and librdmacm takes the server's QP to ERR.
+TEST_P(Cm, AnAcceptWithTooMuchPrivateDataRejectsTheRequest) {
+  listen(7479);
+  client_ = client_ch_->create_id();
+  client_->resolve_addr(addr(7479));
+  CHECK_OBS("addr", next(*client_ch_), "ADDR_RESOLVED/0");
+  client_->resolve_route();
+  CHECK_OBS("route", next(*client_ch_), "ROUTE_RESOLVED/0");
+  client_qp_ = make_qp(*cq_, *cq_);
+  client_->connect(*client_qp_);
+  take_request();
+  ASSERT_NE(server_, nullptr);
+  modify_to_init(*server_qp_);  // as rdma_create_qp leaves it (from RESET it could not go to ERR)
+  ConnParam huge;
+  huge.private_data.assign(kCmAcceptDataMax + 1, 'y');
+  CHECK_ERR("accept_197", verb_errno([&] { server_->accept(*server_qp_, huge); }), EINVAL);
+  CHECK_OBS("server_qp", server_qp_->state(), QpState::err);
+  CHECK_OBS("event", next(*client_ch_), "REJECTED/" + std::to_string(kCmRejectByConsumer));
+  CHECK_OBS("client_qp", client_qp_->state(), QpState::err);
+  CHECK_ERR("accept_again", verb_errno([&] { server_->accept(*server_qp_); }), EINVAL);
 }
 
 // UD services (PortSpace::udp, SIDR): the client learns the server's QP number, Q_Key and
@@ -499,8 +519,9 @@ TEST_P(CmUd, ErrorsAndPortSpaces) {
   ConnParam huge;
   huge.private_data.assign(kCmUdAcceptDataMax + 1, 'y');
   CHECK_ERR("accept_137", verb_errno([&] { server_->accept(*server_qp_, huge); }), EINVAL);
-  CHECK_ERR("accept", verb_errno([&] { server_->accept(*server_qp_); }), 0);
-  CHECK_OBS("client_event", next(*client_ch_), "ESTABLISHED/0");
+  // The kernel refused the request with it (SIDR status 2), as a rejection.
+  CHECK_OBS("client_event", next(*client_ch_), "UNREACHABLE/" + std::to_string(kCmSidrRejected));
+  CHECK_ERR("accept_after", verb_errno([&] { server_->accept(*server_qp_); }), EINVAL);
   client_.reset();
   server_.reset();
 }

@@ -7,7 +7,8 @@
  *      CQs and their completion channels; private data both ways
  *      (the server's buffer address and rkey in the accept), an RDMA WRITE and a SEND; both
  *      sides disconnect.
- *   2. A rejection with private data (REJECTED, status 28) and no listener (status 8).
+ *   2. A rejection with private data (REJECTED, status 28), an accept with more private data
+ *      than the REP carries (EINVAL, and the request rejected), no listener (status 8).
  *   3. rdma_server/rdma_client's shape: synchronous endpoints (rdma_getaddrinfo,
  *      rdma_create_ep, rdma_get_request), rdma_verbs.h's post and completion helpers.
  *   4. udaddy's shape: a UD service (RDMA_PS_UDP): ESTABLISHED brings the server's QP number,
@@ -343,6 +344,32 @@ static void test_reject(void) {
   rdma_destroy_id(id);
   rdma_destroy_id(req);
 
+  /* An accept with more private data than the REP carries fails, and rejects the request. */
+  id = resolved_client(ch, 7472, RDMA_PS_TCP);
+  make_qp(id, IBV_QPT_RC);
+  CHECK(rdma_connect(id, NULL) == 0, "rdma_connect: %s", strerror(errno));
+  e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  req = e->id;
+  ack(e);
+  make_qp(req, IBV_QPT_RC);
+  static char big[197];
+  struct rdma_conn_param param;
+  memset(&param, 0, sizeof param);
+  param.private_data = big;
+  param.private_data_len = sizeof big;
+  errno = 0;
+  CHECK(rdma_accept(req, &param) == -1 && errno == EINVAL,
+        "rdma_accept with 197 bytes of private data: errno %d, want EINVAL", errno);
+  CHECK(qp_state(req->qp) == IBV_QPS_ERR, "the server's QP after the failed accept: %d",
+        qp_state(req->qp));
+  e = expect_event(ch, RDMA_CM_EVENT_REJECTED);
+  CHECK(e->status == 28, "REJECTED status %d after a failed accept, want 28", e->status);
+  ack(e);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_qp(req);
+  rdma_destroy_id(req);
+
   /* Nobody listens on 7473. */
   id = resolved_client(ch, 7473, RDMA_PS_TCP);
   make_qp(id, IBV_QPT_RC);
@@ -355,7 +382,8 @@ static void test_reject(void) {
   rdma_destroy_id(l);
   rdma_destroy_event_channel(ch);
   rdma_destroy_event_channel(sch);
-  printf("rejections: by the server with private data (28), without a listener (8)\n");
+  printf("rejections: by the server with private data (28), by an accept with too much private "
+         "data (28), without a listener (8)\n");
 }
 
 /* ---- 3. rdma_server / rdma_client ------------------------------------------------------ */

@@ -245,9 +245,16 @@ class IbvCmId final : public CmId {
 
   void accept(QueuePair& qp, const ConnParam& param) override {
     static constexpr const char* verb = "rdma_accept";
-    check_private_data(verb, param.private_data.size(),
-                       ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax);
     ibv_qp* q = usable_qp(verb, qp, "not the id of a connection request");
+    if (const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax;
+        param.private_data.size() > max) {
+      // What the kernel's rdma_accept does when the reply cannot carry it (and a length past
+      // rdma_conn_param's 255 could not even be given): the request rejected, an RC QP to ERR
+      // (unless in RESET, which cannot go there).
+      if (!ud()) set_state(q, IBV_QPS_ERR);
+      ::rdma_reject(id_, nullptr, 0);
+      check_private_data(verb, param.private_data.size(), max);
+    }
     if (auto r = ud() ? ud_to_rts(id_, q)
                       : to_rts(id_, q, param.responder_resources, param.initiator_depth);
         r.err != 0) {

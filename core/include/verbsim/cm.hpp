@@ -173,9 +173,11 @@ class CmId {
   // server's QP, Q_Key and address, or UNREACHABLE.
   virtual void connect(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_accept, on the id of a CONNECT_REQUEST: `qp` (RC, in RESET or INIT) goes to RTS and the
-  // reply is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes to
-  // RTS, Q_Key kCmUdpQkey, unless it is there already) and nothing follows. Private data too long is EINVAL and leaves the
-  // request pending (librdmacm's own rdma_accept would have rejected it).
+  // reply is sent; ESTABLISHED follows when the client confirms. On a UDP id `qp` is UD (it goes
+  // to RTS, Q_Key kCmUdpQkey, unless it is there already) and nothing follows. Private data too
+  // long for the reply is EINVAL and, as with librdmacm, ends the request: the client gets
+  // REJECTED (28; UDP: UNREACHABLE, kCmSidrRejected) and an RC `qp` goes to ERR (unless it is
+  // in RESET, which cannot).
   virtual void accept(QueuePair& qp, const ConnParam& param = {}) = 0;
   // rdma_reject, on the id of a CONNECT_REQUEST: the client gets REJECTED, status 28 (UDP:
   // UNREACHABLE, status kCmSidrRejected).
