@@ -88,7 +88,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
     if (fibers_running(w)) {
       spin_wait(w);  // other fibers run first; the world moves once they all wait on it
     } else {
-      w.step();
+      w.poll_step();
     }
     if (c.count == 0) return {0, 0};
   }

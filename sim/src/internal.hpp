@@ -361,6 +361,12 @@ struct World::Impl {
   bool step();
   // step() if the earliest pending instant is at or before `limit`.
   bool step_until(std::uint64_t limit);
+  // What an empty poll or a non-blocking wait runs: the next instant, if it is at most
+  // poll_horizon away (World::set_poll_horizon).
+  bool poll_step() {
+    return poll_horizon == UINT64_MAX ? step() : step_until(now + poll_horizon);
+  }
+  std::uint64_t poll_horizon = UINT64_MAX;
   template <bool kLimited>
   bool step_impl(std::uint64_t limit);
   // Where the earliest pending event is: kHeapEvent, a wire's index, or kNoEvent; `time` is

@@ -42,8 +42,11 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
       spin_wait(w);
       return errno_code(EAGAIN);
     }
-    if (!w.step()) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
-    if (wait == Wait::nonblocking) return take() ? std::error_code{} : errno_code(EAGAIN);
+    if (wait == Wait::nonblocking) {
+      w.poll_step();
+      return take() ? std::error_code{} : errno_code(EAGAIN);
+    }
+    if (!w.step()) return errno_code(EDEADLK);
   }
 }
 

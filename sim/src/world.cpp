@@ -486,6 +486,7 @@ std::uint64_t World::seed() const noexcept { return impl_->config.seed; }
 std::uint64_t World::now() const noexcept { return impl_->now; }
 bool World::step() { return impl_->step(); }
 bool World::step_until(std::uint64_t deadline_ns) { return impl_->step_until(deadline_ns); }
+void World::set_poll_horizon(std::uint64_t ns) noexcept { impl_->poll_horizon = ns; }
 
 void World::run_until(std::uint64_t deadline_ns) {
   for (;;) {

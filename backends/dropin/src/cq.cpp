@@ -44,18 +44,20 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
   if (n < 0) return -EINVAL;
   DCq* c = DCq::from(cq);
   try {
-    auto held = lock();
+    auto held = lock_waiting();
     constexpr int kChunk = 32;
     WorkCompletion buf[kChunk];
     int total = 0;
     while (total < n) {
       const int want = std::min(kChunk, n - total);
-      const PollResult r = c->impl->poll(std::span(buf, static_cast<std::size_t>(want)));
+      const PollResult r =
+          polling([&] { return c->impl->poll(std::span(buf, static_cast<std::size_t>(want))); });
       if (r.err != 0) return total > 0 ? total : -r.err;
       for (std::uint32_t i = 0; i < r.count; ++i) to_ibv_wc(buf[i], wc[total + static_cast<int>(i)]);
       total += static_cast<int>(r.count);
       if (static_cast<int>(r.count) < want) break;
     }
+    if (total > 0) note_activity();
     return total;
   } catch (...) {
     return -errno_of_current_exception("ibv_poll_cq");
@@ -74,10 +76,11 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
 
 int poll_one(DCq* c) noexcept {
   try {
-    auto held = lock();
-    const PollResult r = c->impl->poll(std::span(&c->cur, 1));
+    auto held = lock_waiting();
+    const PollResult r = polling([&] { return c->impl->poll(std::span(&c->cur, 1)); });
     if (r.err != 0) return r.err;
     if (r.count == 0) return ENOENT;
+    note_activity();
     c->status = static_cast<ibv_wc_status>(c->cur.status);
     c->wr_id = c->cur.wr_id;
     return 0;

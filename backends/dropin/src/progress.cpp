@@ -72,4 +72,6 @@ void start_progress() noexcept {
 
 void progress_after_fork() noexcept { g_started = false; }
 
+bool progress_running() noexcept { return g_started.load(std::memory_order_relaxed); }
+
 }  // namespace verbsim::dropin

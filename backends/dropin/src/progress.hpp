@@ -14,5 +14,7 @@ void note_call() noexcept;
 // Starts the thread (once per process; again in a forked child).
 void start_progress() noexcept;
 void progress_after_fork() noexcept;
+// Whether the thread exists.
+bool progress_running() noexcept;
 
 }  // namespace verbsim::dropin

@@ -1,5 +1,6 @@
 #include "state.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 
@@ -41,24 +42,57 @@ Global& global() noexcept {
   return *g;
 }
 
+// Who is active: every call that may change what happens next counts (lock()); waiting and
+// polling that finds nothing do not (lock_waiting()). Per thread, so that a thread can tell
+// whether the others are.
 namespace {
-std::atomic<std::uint64_t> g_calls{0};
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kQuiet{10};
+std::atomic<std::uint64_t> g_activity{0};
+thread_local std::uint64_t t_mine = 0;          // this thread's share of g_activity
+thread_local std::uint64_t t_others_seen = 0;   // g_activity - t_mine when last looked
+thread_local Clock::time_point t_quiet_since{};  // since when the others have done nothing
+
+// Whether the process has no thread but this one (and the progress thread): /proc/self/task.
+// A thread just created has not called in yet, so counting callers would not do.
+bool only_thread() noexcept {
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return false;
+  int n = 0;
+  while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n - (progress_running() ? 1 : 0) <= 1;
+}
 }  // namespace
 
 std::unique_lock<std::recursive_mutex> lock() noexcept {
-  note_call();
-  g_calls.fetch_add(1, std::memory_order_relaxed);
-  return std::unique_lock<std::recursive_mutex>(global().mu);
+  note_activity();
+  return lock_waiting();
 }
 
-namespace {
-// lock() for a thread waiting in shared_wait: it keeps the progress thread away but is not
-// activity for another thread's shared_wait.
 std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
   note_call();
   return std::unique_lock<std::recursive_mutex>(global().mu);
 }
-}  // namespace
+
+void note_activity() noexcept {
+  g_activity.fetch_add(1, std::memory_order_relaxed);
+  ++t_mine;
+}
+
+bool others_quiet() noexcept {
+  if (only_thread()) return true;
+  const std::uint64_t others = g_activity.load(std::memory_order_relaxed) - t_mine;
+  const auto now = Clock::now();
+  if (others != t_others_seen || t_quiet_since == Clock::time_point{}) {
+    t_others_seen = others;
+    t_quiet_since = now;
+    return false;
+  }
+  return now - t_quiet_since >= kQuiet;
+}
+
+void jumped() noexcept { t_quiet_since = Clock::now(); }
 
 sim::World* world() noexcept {
   Global& g = global();
@@ -70,6 +104,7 @@ sim::World* world() noexcept {
   g.tried = true;
   try {
     g.world = std::make_unique<sim::World>(sim::Config::from_env());
+    g.world->set_poll_horizon(kNearNs);  // farther only as polling() and shared_wait decide
     const auto infos = g.world->devices();
     for (std::size_t i = 0; i < infos.size(); ++i) {
       auto* d = new DDevice{};  // devices live as long as the process, like the world
@@ -154,15 +189,12 @@ void destroy_sync(pthread_mutex_t& m, pthread_cond_t& c) noexcept {
 namespace verbsim::dropin {
 
 void settle() noexcept {
-  constexpr std::uint64_t kHorizonNs = 1'000'000;  // 1 ms of virtual time
   constexpr int kMaxInstants = 100'000;
   sim::World* w = global().world.get();
   if (w == nullptr) return;
-  const std::uint64_t start = w->now();
+  const std::uint64_t deadline = w->now() + kNearNs;
   try {
-    for (int n = 0; n < kMaxInstants && w->pending_events() > 0 && w->now() - start <= kHorizonNs;
-         ++n) {
-      w->step();
+    for (int n = 0; n < kMaxInstants && w->step_until(deadline); ++n) {
     }
   } catch (...) {
     // Events do not throw; a failure would show in the next verb.
@@ -170,41 +202,43 @@ void settle() noexcept {
 }
 
 int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg) {
-  using Clock = std::chrono::steady_clock;
-  constexpr std::uint64_t kMaxJumpNs = 1'000'000;
-  constexpr std::chrono::milliseconds kQuiet{10};
-  if (nonblocking) {  // one instant of the world, as a poll of an empty CQ
-    auto held = lock();
-    if (const int err = attempt(arg); err != EAGAIN) return err;
-    if (sim::World* w = world()) w->step();
-    return attempt(arg);
+  if (nonblocking) {  // one instant of the world, as an empty poll
+    auto held = lock_waiting();
+    int err = attempt(arg);
+    if (sim::World* w = world(); err == EAGAIN && w != nullptr) {
+      const std::uint64_t before = w->now();
+      if (others_quiet()) {
+        w->step();
+        if (w->now() - before > kNearNs) jumped();
+      } else {
+        w->step_until(before + kNearNs);
+      }
+      err = attempt(arg);
+    }
+    if (err == 0) note_activity();
+    return err;
   }
-  std::uint64_t calls_seen = 0;
-  auto quiet_since = Clock::now();
-  const auto start = quiet_since;
+  const auto start = Clock::now();
   bool warned = false;
   for (;;) {
     bool idle = false;  // the world has nothing left to run
     {
       auto held = lock_waiting();
-      const std::uint64_t calls = g_calls.load(std::memory_order_relaxed);
-      if (calls != calls_seen) quiet_since = Clock::now();  // another thread called in
-      calls_seen = calls;
       sim::World* w = world();
       if (w == nullptr) return EINVAL;
       for (;;) {
-        if (const int err = attempt(arg); err != EAGAIN) return err;
-        if (w->step_until(w->now() + kMaxJumpNs)) continue;
-        // What is left is a timer's jump: only after the other threads have been quiet.
-        if (w->pending_events() == 0 || Clock::now() - quiet_since < kQuiet) {
-          idle = w->pending_events() == 0;
-          break;
+        if (const int err = attempt(arg); err != EAGAIN) {
+          if (err == 0) note_activity();  // the thread goes on with what came
+          return err;
         }
+        if (w->step_until(w->now() + kNearNs)) continue;
+        idle = w->pending_events() == 0;
+        if (idle || !others_quiet()) break;  // a timer's jump waits for the others
         if (!w->step()) {  // only idle timers were left, and are gone
           idle = true;
           break;
         }
-        quiet_since = Clock::now();  // the next jump waits for another quiet spell
+        jumped();
       }
     }
     pollfd p{fd, POLLIN, 0};

@@ -55,9 +55,45 @@ struct Global {
 
 Global& global() noexcept;
 
-// Takes the world's lock and records the call for the progress thread (and for shared_wait:
-// a thread is active).
+// Takes the world's lock and records the call for the progress thread, and as activity of
+// this thread (note_activity).
 std::unique_lock<std::recursive_mutex> lock() noexcept;
+
+// Threads. The simulator runs one event at a time under the lock, and an empty poll or a wait
+// would move virtual time to the next event however far off: right for a program with one
+// thread (it has nothing else to do), wrong for one whose other threads are busy (the server
+// thread about to accept, while the client waits: the client's retransmissions would run out
+// in no time). So the clock moves at most kNearNs at a time, except once the other threads
+// have been quiet for 10 ms of wall time, one such jump per quiet spell. Calls that may change
+// what happens next are activity (lock(); a poll or event read that found something);
+// waiting, and polls that find nothing, are not (lock_waiting()). A program of one thread
+// never waits for that.
+inline constexpr std::uint64_t kNearNs = 1'000'000;
+std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
+void note_activity() noexcept;
+// Whether no other thread has been active for 10 ms (true at once when no other thread ever
+// called in).
+bool others_quiet() noexcept;
+// The clock just jumped: the next jump waits for another quiet spell.
+void jumped() noexcept;
+
+// Runs `poll` (an ibv_poll_cq that runs the world's next instant if it is within kNearNs
+// when it finds nothing: sim::World::set_poll_horizon; the lock held). If it found nothing
+// and the next instant is farther, and others_quiet(), the clock jumps there and `poll` runs
+// again (without moving the clock): for a program of one thread, what one poll of the
+// simulator does.
+template <class F>
+PollResult polling(F&& poll) {
+  sim::World& w = *global().world;
+  PollResult r = poll();
+  if (r.count != 0 || r.err != 0 || w.pending_events() == 0 || !others_quiet()) return r;
+  if (!w.step()) return r;  // only idle timers were left
+  jumped();
+  w.set_poll_horizon(0);
+  r = poll();
+  w.set_poll_horizon(kNearNs);
+  return r;
+}
 
 // The world, created on first use. Null when the configuration is invalid (the reason is
 // printed once; errno is set to EINVAL). Call with the lock held.

@@ -81,6 +81,11 @@ class World final : public Backend {
   bool step();
   // The same if that time is at or before `deadline_ns`; otherwise false, the clock unmoved.
   bool step_until(std::uint64_t deadline_ns);
+  // How far an empty poll (or a non-blocking wait that finds nothing) may move the clock: it
+  // runs the world's next instant only if that is at most `ns` away. The default, no limit,
+  // is right for a program with one thread, whose empty poll means it waits; a host whose
+  // threads share the world (the C drop-in) limits it and decides the longer jumps itself.
+  void set_poll_horizon(std::uint64_t ns) noexcept;
   // Runs every event due at or before `deadline_ns`, then sets the clock to it.
   void run_until(std::uint64_t deadline_ns);
   // Runs until no event is pending or `max_events` have run; returns the number run.
