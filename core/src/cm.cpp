@@ -99,20 +99,6 @@ std::string SockAddr::to_string() const {
   return out + ":" + std::to_string(port);
 }
 
-std::string_view to_string(CmEventType type) noexcept {
-  static constexpr std::string_view names[] = {
-      "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
-      "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
-      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
-      "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
-      "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
-      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
-      "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
-      "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
-  const auto i = static_cast<std::size_t>(type);
-  return i < std::size(names) ? names[i] : "RDMA_CM_EVENT_UNKNOWN";
-}
-
 std::unique_ptr<CmEventChannel> Backend::create_cm_channel() {
   throw_verb_error("rdma_create_event_channel", EOPNOTSUPP,
                    "the " + std::string(name()) + " backend has no connection manager");

@@ -39,15 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      exit(1);                                             \
-    }                                                      \
-  } while (0)
+#include "check.h"
 
 static const char *server_ip;
 static const char *client_ip;

@@ -21,15 +21,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      exit(1);                                             \
-    }                                                      \
-  } while (0)
+#include "check.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;

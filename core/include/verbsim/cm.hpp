@@ -76,7 +76,20 @@ enum class CmEventType : int {
   timewait_exit = 15,
 };
 
-std::string_view to_string(CmEventType type) noexcept;  // "RDMA_CM_EVENT_ESTABLISHED"
+// "RDMA_CM_EVENT_ESTABLISHED": librdmacm's rdma_event_str (null-terminated).
+constexpr std::string_view to_string(CmEventType type) noexcept {
+  constexpr std::string_view names[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
+      "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
+      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
+      "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
+      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
+      "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  const auto i = static_cast<std::size_t>(type);
+  return i < std::size(names) ? names[i] : "RDMA_CM_EVENT_UNKNOWN";
+}
 
 // CM rejection reasons seen in CmEventType::rejected's status (IB CM REJ reasons).
 inline constexpr int kCmRejectNoListener = 8;   // IB_CM_REJ_INVALID_SERVICE_ID
