@@ -99,6 +99,19 @@ std::string SockAddr::to_string() const {
   return out + ":" + std::to_string(port);
 }
 
+void CmId::connect_own_qp(std::uint32_t, const ConnParam&) {
+  throw_verb_error("rdma_connect", EOPNOTSUPP, "connections of the program's own QPs");
+}
+void CmId::accept_own_qp(std::uint32_t, const ConnParam&) {
+  throw_verb_error("rdma_accept", EOPNOTSUPP, "connections of the program's own QPs");
+}
+QpAttrMask CmId::init_qp_attr(QpState, QpAttr&) const {
+  throw_verb_error("rdma_init_qp_attr", EOPNOTSUPP, "connections of the program's own QPs");
+}
+void CmId::establish() {
+  throw_verb_error("rdma_establish", EOPNOTSUPP, "connections of the program's own QPs");
+}
+
 std::unique_ptr<CmEventChannel> Backend::create_cm_channel() {
   throw_verb_error("rdma_create_event_channel", EOPNOTSUPP,
                    "the " + std::string(name()) + " backend has no connection manager");

@@ -60,6 +60,7 @@ enum class St : std::uint8_t {
   connecting,  // REQ sent
   req_rcvd,    // server: CONNECT_REQUEST reported, not answered yet
   rep_sent,    // server: accepted, waiting for the RTU (UD: the reply, kept to send again)
+  rep_rcvd,    // client of its own QP: CONNECT_RESPONSE reported, waiting for establish()
   established,
   dreq_sent,
   dreq_rcvd,
@@ -131,6 +132,8 @@ struct CmNode {
   std::uint32_t listener = kNone;
   bool has_qp = false;             // connect or accept gave it QP `qpn` (looked up, never kept: the
                                    // program may destroy it first)
+  bool own_qp = false;             // connect_own_qp / accept_own_qp: `qpn` is the program's to move
+  bool psn_drawn = false;          // `psn` is chosen (a server of its own QP draws it when asked)
   std::uint32_t qpn = 0, psn = 0;  // this side's, as sent
   std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
   ConnParam mine;                            // private data not kept
@@ -420,7 +423,18 @@ struct CmFabric {
           nd.peer_qpn = m.qpn;
           nd.peer_psn = m.psn;
           nd.theirs = m.param;
-          establish(n, std::move(m.data));
+          if (nd.own_qp) {  // the program moves its QP, then establish() sends the RTU
+            nd.st = St::rep_rcvd;
+            CmChannelCore::Pending ev;
+            ev.type = CmEventType::connect_response;
+            ev.data = std::move(m.data);
+            ev.param = m.param;  // from this side's point of view, as rdma_cm reports them
+            std::swap(ev.param.responder_resources, ev.param.initiator_depth);
+            ev.peer_qpn = m.qpn;
+            report(n, std::move(ev));
+          } else {
+            establish(n, std::move(m.data));
+          }
         } else if (nd.st == St::established) {
           send_to_node(reply(n, Msg::rtu));  // our RTU was lost
         }
@@ -533,6 +547,7 @@ struct CmFabric {
       case St::rep_sent:
         if (!nd.ud) send_rej(n, kCmRejectByConsumer);  // a SIDR reply is final
         break;
+      case St::rep_rcvd: send_rej(n, kCmRejectByConsumer); break;
       case St::established: send_to_node(reply(n, Msg::dreq)); break;
       case St::dreq_rcvd: send_to_node(reply(n, Msg::drep)); break;
       default: break;
@@ -608,8 +623,8 @@ const char* state_name(St s) {
   static constexpr const char* names[] = {
       "idle",           "bound",     "resolving address", "address resolved",
       "route resolved", "listening", "connecting",        "connection request",
-      "accepted",       "connected", "disconnecting",     "disconnecting",
-      "closed"};
+      "accepted",       "answered",  "connected",         "disconnecting",
+      "disconnecting",  "closed"};
   return names[static_cast<int>(s)];
 }
 
@@ -711,7 +726,7 @@ class SimCmId final : public CmId {
       ConnectOptions o = f_->options(nd);
       o.access = CmFabric::access(param);
       modify_to_init(qp, o);
-      nd.psn = f_->initial_psn();
+      draw_psn(nd);
     }
     nd.st = St::connecting;
     const auto [dev, port] = f_->owner(nd.peer);
@@ -754,12 +769,94 @@ class SimCmId final : public CmId {
     o.max_rd_atomic = param.initiator_depth;
     o.retry_cnt = nd.theirs.retry_count;
     o.rnr_retry = nd.theirs.rnr_retry_count;
-    nd.psn = f_->initial_psn();
+    draw_psn(nd);
     verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
     nd.st = St::rep_sent;
     const CmNode& client = f_->node(nd.peer_node);
     f_->send_expecting_answer(n_, offer(Msg::rep, qp, param, kCmAcceptDataMax), client.dev,
                               client.port);
+  }
+
+  void connect_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
+    injected(Verb::rdma_connect, "rdma_connect");
+    CmNode& nd = node();
+    if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
+    const std::size_t max = nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax;
+    check_data("rdma_connect", param.private_data, max);
+    nd.own_qp = true;
+    nd.mine = param;
+    if (!nd.ud) draw_psn(nd);
+    nd.st = St::connecting;
+    const auto [dev, port] = f_->owner(nd.peer);
+    f_->send_expecting_answer(n_, offer(Msg::req, qp_num, param, max), dev, port);
+  }
+
+  void accept_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
+    injected(Verb::rdma_accept, "rdma_accept");
+    CmNode& nd = node();
+    if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
+    const std::size_t max = nd.ud ? kCmUdAcceptDataMax : kCmAcceptDataMax;
+    nd.own_qp = true;
+    if (param.private_data.size() > max) {  // the kernel's rdma_accept rejects the request
+      nd.st = St::closed;
+      f_->send_rej(n_, nd.ud ? kCmSidrRejected : kCmRejectByConsumer);
+      check_data("rdma_accept", param.private_data, max);
+    }
+    if (nd.ud) {
+      nd.st = St::rep_sent;  // kept to answer a repeated request again
+      nd.unanswered = offer(Msg::rep, qp_num, param, max);
+      f_->send_to_node(nd.unanswered);
+      return;
+    }
+    draw_psn(nd);
+    nd.st = St::rep_sent;
+    const CmNode& client = f_->node(nd.peer_node);
+    f_->send_expecting_answer(n_, offer(Msg::rep, qp_num, param, max), client.dev, client.port);
+  }
+
+  // What rdma_cm gives (measured on rxe): INIT with the port and, once connect or a request
+  // says whether this side serves RDMA READs, remote rights; RTR and RTS with the values
+  // connect() and accept() use: the peer's QP, PSN and RDMA READ depths, the retry count of the
+  // request, the RNR retry count the peer asked for. A UD QP: the Q_Key, then state and PSN 0.
+  QpAttrMask init_qp_attr(QpState state, QpAttr& attr) const override {
+    CmNode& nd = f_->node(n_);
+    if (nd.dev < 0) throw_verb_error("rdma_init_qp_attr", EINVAL, "the id has no device yet");
+    const bool server = nd.listener != kNone;
+    ConnectOptions o = f_->options(nd);
+    attr = QpAttr{};
+    if (nd.ud) {
+      o.qkey = kCmUdpQkey;
+      if (state == QpState::init) return init_attr(QpType::ud, o, attr);
+      if (state == QpState::rtr) return rtr_attr(QpType::ud, Endpoint{}, o, attr);
+      if (state == QpState::rts) return rts_attr(QpType::ud, 0, o, attr);
+    } else if (state == QpState::init) {
+      o.access = server                   ? CmFabric::access(swapped(nd.theirs))
+                 : nd.own_qp || nd.has_qp ? CmFabric::access(nd.mine)
+                                          : Access::none;
+      return init_attr(QpType::rc, o, attr);
+    } else if (state == QpState::rtr || state == QpState::rts) {
+      if (!server && nd.st != St::rep_rcvd && nd.st != St::established) {
+        throw_verb_error("rdma_init_qp_attr", EINVAL,
+                         std::string("the peer is not known yet: the id is ") + state_name(nd.st));
+      }
+      o.max_dest_rd_atomic = nd.theirs.initiator_depth;
+      o.max_rd_atomic = nd.theirs.responder_resources;
+      o.retry_cnt = server ? nd.theirs.retry_count : nd.mine.retry_count;
+      o.rnr_retry = nd.theirs.rnr_retry_count;
+      if (state == QpState::rtr) {
+        return rtr_attr(QpType::rc, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o, attr);
+      }
+      draw_psn(nd);
+      return rts_attr(QpType::rc, nd.psn, o, attr);
+    }
+    throw_verb_error("rdma_init_qp_attr", EINVAL, "only INIT, RTR and RTS");
+  }
+
+  void establish() override {
+    CmNode& nd = node();
+    if (nd.st != St::rep_rcvd) bad_state("rdma_establish", nd.st);
+    nd.st = St::established;
+    f_->send_to_node(f_->reply(n_, Msg::rtu));
   }
 
   void reject(std::span<const std::uint8_t> data) override {
@@ -823,11 +920,14 @@ class SimCmId final : public CmId {
   // Keeps `qp` and `param` (less its private data) as this side's, and makes the REQ or REP that
   // carries them, with the private data padded to the message's `size`.
   Wire offer(Msg kind, QueuePair& qp, const ConnParam& param, std::size_t size) {
+    node().has_qp = true;
+    return offer(kind, qp.qp_num(), param, size);
+  }
+  Wire offer(Msg kind, std::uint32_t qpn, const ConnParam& param, std::size_t size) {
     CmNode& nd = node();
-    nd.has_qp = true;
     nd.mine = param;
     nd.mine.private_data.clear();
-    nd.qpn = qp.qp_num();
+    nd.qpn = qpn;
     Wire m = f_->reply(n_, kind);  // a REQ's peer is found by its address: m.dst
     m.dst = nd.peer;
     m.data = padded(param.private_data, size);
@@ -835,6 +935,16 @@ class SimCmId final : public CmId {
     m.qpn = nd.qpn;
     m.psn = nd.psn;
     return m;
+  }
+
+  // This side's PSN, drawn once (a server of its own QP when init_qp_attr(RTS) or accept asks).
+  void draw_psn(CmNode& nd) const {
+    if (!nd.psn_drawn) nd.psn = f_->initial_psn();
+    nd.psn_drawn = true;
+  }
+  static ConnParam swapped(ConnParam p) {
+    std::swap(p.responder_resources, p.initiator_depth);
+    return p;
   }
 
   std::shared_ptr<CmFabric> f_;

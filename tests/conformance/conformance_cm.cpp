@@ -348,6 +348,108 @@ TEST_P(Cm, AnAcceptWithTooMuchPrivateDataRejectsTheRequest) {
   CHECK_ERR("accept_again", verb_errno([&] { server_->accept(*server_qp_); }), EINVAL);
 }
 
+// A connection of QPs the programs move themselves (librdmacm without rdma_create_qp):
+// init_qp_attr gives each step's attributes, the reply comes as CONNECT_RESPONSE, establish()
+// sends the RTU. Values as rdma_cm gives them on rxe; the PSNs are checked against each other.
+TEST_P(Cm, AProgramsOwnQpConnectsThroughInitQpAttr) {
+  listen(7480);
+  resolve(7480);
+  auto step = [](CmId& id, QueuePair& qp, QpState state, QpAttr& a) {
+    const QpAttrMask m = id.init_qp_attr(state, a);
+    qp.modify(a, m);
+    return std::to_string(static_cast<std::uint32_t>(m));
+  };
+  QpAttr a;
+  std::string mask;  // step()'s, taken before the observation reads `a`
+  mask = step(*client_, *client_qp_, QpState::init, a);
+  CHECK_OBS("client_init",
+            mask + "," + std::to_string(a.port_num) + "," +
+                std::to_string(static_cast<unsigned>(a.qp_access_flags)),
+            "57,1,0");
+  ConnParam c;
+  c.private_data = bytes("hi");
+  c.responder_resources = 2;
+  c.initiator_depth = 3;
+  c.retry_count = 5;
+  c.rnr_retry_count = 6;
+  client_->connect_own_qp(client_qp_->qp_num(), c);
+  CHECK_OBS("client_qp_untouched", client_qp_->state(), QpState::init);
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  server_ = std::move(req.new_id);
+  server_qp_ = make_qp(*cq_, *cq_);
+  CHECK_OBS("req_peer_qp", req.peer_qp_num == client_qp_->qp_num(), true);
+  mask = step(*server_, *server_qp_, QpState::init, a);
+  CHECK_OBS("server_init", mask + "," + std::to_string(static_cast<unsigned>(a.qp_access_flags)),
+            "57,14");
+  mask = step(*server_, *server_qp_, QpState::rtr, a);
+  CHECK_OBS("server_rtr",
+            mask + "," + std::to_string(static_cast<int>(a.path_mtu)) + "," +
+                std::to_string(a.dest_qp_num == client_qp_->qp_num()) + "," +
+                std::to_string(a.max_dest_rd_atomic) + "," + std::to_string(a.min_rnr_timer) + "," +
+                std::to_string(a.ah_attr.is_global) + "," +
+                std::to_string(a.ah_attr.grh.dgid == gid()) + "," +
+                std::to_string(a.ah_attr.grh.hop_limit),
+            "1216897,3,1,3,0,1,1,64");
+  const std::uint32_t server_rq_psn = a.rq_psn;
+  mask = step(*server_, *server_qp_, QpState::rts, a);
+  CHECK_OBS("server_rts",
+            mask + "," + std::to_string(a.timeout) + "," + std::to_string(a.retry_cnt) + "," +
+                std::to_string(a.rnr_retry) + "," + std::to_string(a.max_rd_atomic),
+            "77313,19,5,6,2");
+  const std::uint32_t server_sq_psn = a.sq_psn;
+  ConnParam sp;
+  sp.private_data = bytes("ok");
+  sp.responder_resources = 3;
+  sp.initiator_depth = 2;
+  server_->accept_own_qp(server_qp_->qp_num(), sp);
+
+  CmEvent resp;
+  CHECK_OBS("response", next(*client_ch_, resp), "CONNECT_RESPONSE/0");
+  CHECK_OBS("resp_data",
+            std::to_string(resp.private_data.size()) + "," + prefix(resp.private_data, 2),
+            "196,ok");
+  CHECK_OBS("resp_peer_qp", resp.peer_qp_num == server_qp_->qp_num(), true);
+  CHECK_OBS("resp_depths",
+            std::to_string(resp.param.responder_resources) + "," +
+                std::to_string(resp.param.initiator_depth),
+            "2,3");
+  mask = step(*client_, *client_qp_, QpState::rtr, a);
+  CHECK_OBS("client_rtr",
+            mask + "," + std::to_string(a.dest_qp_num == server_qp_->qp_num()) + "," +
+                std::to_string(a.rq_psn == server_sq_psn) + "," +
+                std::to_string(a.max_dest_rd_atomic),
+            "1216897,1,1,2");
+  mask = step(*client_, *client_qp_, QpState::rts, a);
+  CHECK_OBS("client_rts",
+            mask + "," + std::to_string(a.sq_psn == server_rq_psn) + "," +
+                std::to_string(a.timeout) + "," + std::to_string(a.retry_cnt) + "," +
+                std::to_string(a.rnr_retry) + "," + std::to_string(a.max_rd_atomic),
+            "77313,1,19,5,7,3");
+  pass_time(std::chrono::milliseconds(50));
+  CmEvent none;
+  CHECK_OBS("server_event_before_establish", !server_ch_->get_event(none, Wait::nonblocking),
+            false);
+  client_->establish();
+  CHECK_OBS("server_event", next(*server_ch_), "ESTABLISHED/0");
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_OBS("client_event_after_establish", !client_ch_->get_event(none, Wait::nonblocking), false);
+
+  const Sge rs = sge(4096, 64);
+  CHECK_ERR("recv", server_qp_->post_recv(recv_wr(1, &rs)).error(), 0);
+  const Sge ss = sge(0, 64);
+  CHECK_ERR("send", client_qp_->post_send(send_wr(2, &ss)).error(), 0);
+  CHECK_OBS("wcs", summary(poll_n(*cq_, 2)), "2*SUCCESS");
+
+  client_->disconnect();
+  CHECK_OBS("client_qp_after_disconnect", client_qp_->state(), QpState::rts);
+  CHECK_OBS("server_disconnected", next(*server_ch_), "DISCONNECTED/0");
+  server_->disconnect();
+  CHECK_OBS("client_disconnected", next(*client_ch_), "DISCONNECTED/0");
+  CHECK_OBS("server_qp_after_disconnect", server_qp_->state(), QpState::rts);
+}
+
 // UD services (PortSpace::udp, SIDR): the client learns the server's QP number, Q_Key and
 // address; nothing is connected.
 class CmUd : public Cm {

@@ -4,8 +4,9 @@
 // The ids are created without rdma_create_qp (id->qp stays NULL): the QP is the program's own
 // verbsim QueuePair, and this file does what librdmacm does for an id's QP: INIT before the request
 // is sent, RTR and RTS from rdma_init_qp_attr when the reply comes (librdmacm reports a
-// CONNECT_RESPONSE for an id without a QP: it is answered here with rdma_establish and reported as
-// ESTABLISHED), ERR on REJECTED, UNREACHABLE, CONNECT_ERROR and before rdma_disconnect.
+// CONNECT_RESPONSE for an id without a QP: it is answered here with rdma_establish and reported
+// as ESTABLISHED), ERR on REJECTED, UNREACHABLE, CONNECT_ERROR and before rdma_disconnect.
+// connect_own_qp and accept_own_qp leave all that to the program (init_qp_attr, establish).
 #include "verbsim/cm.hpp"
 
 #include <infiniband/verbs.h>
@@ -142,7 +143,7 @@ int set_state(ibv_qp* qp, ibv_qp_state state) noexcept {
   return returned_errno(::ibv_modify_qp(qp, &attr, IBV_QP_STATE));
 }
 
-rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
+rdma_conn_param to_rdma(const ConnParam& p, std::uint32_t qp_num) noexcept {
   rdma_conn_param out{};
   out.private_data = p.private_data.empty() ? nullptr : p.private_data.data();
   out.private_data_len = static_cast<uint8_t>(p.private_data.size());
@@ -150,8 +151,13 @@ rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
   out.initiator_depth = p.initiator_depth;
   out.retry_count = p.retry_count;
   out.rnr_retry_count = p.rnr_retry_count;
+  out.qp_num = qp_num;
+  return out;
+}
+
+rdma_conn_param to_rdma(const ConnParam& p, const ibv_qp* qp) noexcept {
+  rdma_conn_param out = to_rdma(p, qp->qp_num);
   out.srq = qp->srq != nullptr ? 1 : 0;
-  out.qp_num = qp->qp_num;
   return out;
 }
 
@@ -281,6 +287,49 @@ class IbvCmId final : public CmId {
     }
   }
 
+  // The program's own QP: librdmacm with conn_param.qp_num and no QP on the id.
+  void connect_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_connect";
+    check_private_data(verb, param.private_data.size(),
+                       ud() ? kCmUdConnectDataMax : kCmConnectDataMax);
+    if (qp_ != nullptr) throw_verb_error(verb, EINVAL, "the id already has a QP");
+    rdma_conn_param p = to_rdma(param, qp_num);
+    errno = 0;
+    if (::rdma_connect(id_, &p) != 0) throw_verb_error(verb, cm_errno());
+    own_qp_ = true;
+  }
+
+  void accept_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
+    static constexpr const char* verb = "rdma_accept";
+    if (qp_ != nullptr) throw_verb_error(verb, EINVAL, "the id already has a QP");
+    if (const std::size_t max = ud() ? kCmUdAcceptDataMax : kCmAcceptDataMax;
+        param.private_data.size() > max) {
+      ::rdma_reject(id_, nullptr, 0);  // as the kernel's rdma_accept does (see accept)
+      check_private_data(verb, param.private_data.size(), max);
+    }
+    rdma_conn_param p = to_rdma(param, qp_num);
+    errno = 0;
+    if (::rdma_accept(id_, &p) != 0) throw_verb_error(verb, cm_errno());
+    own_qp_ = true;
+  }
+
+  QpAttrMask init_qp_attr(QpState state, QpAttr& attr) const override {
+    ibv_qp_attr a{};
+    a.qp_state = static_cast<ibv_qp_state>(state);
+    int mask = 0;
+    errno = 0;
+    if (::rdma_init_qp_attr(id_, &a, &mask) != 0) {
+      throw_verb_error("rdma_init_qp_attr", cm_errno());
+    }
+    attr = from_ibv(a);
+    return static_cast<QpAttrMask>(mask & kModifyMask);
+  }
+
+  void establish() override {
+    errno = 0;
+    if (::rdma_establish(id_) != 0) throw_verb_error("rdma_establish", cm_errno());
+  }
+
   void disconnect() override {
     if (native_qp_ != nullptr) {
       if (const int err = set_state(native_qp_, IBV_QPS_ERR); err != 0) {
@@ -331,7 +380,7 @@ class IbvCmId final : public CmId {
 
   // The reply to our request came: RTR, RTS, then the RTU (rdma_establish). On failure the QP goes
   // to ERR and the connection is rejected. Returns 0 or errno.
-  int establish() noexcept {
+  int finish_connect() noexcept {
     if (native_qp_ == nullptr) return EINVAL;
     if (auto r = to_rts(id_, native_qp_, -1, -1); r.err != 0) {
       set_state(native_qp_, IBV_QPS_ERR);
@@ -351,6 +400,7 @@ class IbvCmId final : public CmId {
   std::shared_ptr<ChannelHolder> channel_;  // outlives id_
   QueuePair* qp_ = nullptr;
   ibv_qp* native_qp_ = nullptr;
+  bool own_qp_ = false;            // connect_own_qp / accept_own_qp: the program moves its QP
   std::uint32_t peer_qp_num_ = 0;  // from the CONNECT_REQUEST or the reply
 };
 
@@ -381,7 +431,15 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
       break;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
       peer_qp_num_ = conn.qp_num;
-      if (const int err = establish(); err != 0) {
+      if (own_qp_) {  // the program takes its QP to RTS, then calls establish()
+        e.peer_qp_num = conn.qp_num;
+        e.param.responder_resources = conn.responder_resources;
+        e.param.initiator_depth = conn.initiator_depth;
+        e.param.retry_count = conn.retry_count;
+        e.param.rnr_retry_count = conn.rnr_retry_count;
+        break;
+      }
+      if (const int err = finish_connect(); err != 0) {
         e.type = CmEventType::connect_error;
         e.status = -err;
       } else {

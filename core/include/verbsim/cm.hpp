@@ -58,17 +58,17 @@ struct SockAddr {
 // report the ones marked *; a CONNECT_RESPONSE is answered inside get_event (the QP goes to
 // RTS and the connection is established) and reported as ESTABLISHED.
 enum class CmEventType : int {
-  addr_resolved = 0,    // *
-  addr_error = 1,       // * status: -ETIMEDOUT, -EHOSTUNREACH, ...
-  route_resolved = 2,   // *
-  route_error = 3,      // *
-  connect_request = 4,  // * event.new_id is the connection's id
-  connect_response = 5,
-  connect_error = 6,  // *
-  unreachable = 7,    // * status: -ETIMEDOUT (the peer never answered); UDP: kCmSidr*
-  rejected = 8,       // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
-  established = 9,    // *
-  disconnected = 10,  // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
+  addr_resolved = 0,     // *
+  addr_error = 1,        // * status: -ETIMEDOUT, -EHOSTUNREACH, ...
+  route_resolved = 2,    // *
+  route_error = 3,       // *
+  connect_request = 4,   // * event.new_id is the connection's id
+  connect_response = 5,  // * only for connect_own_qp(): establish() answers it
+  connect_error = 6,     // *
+  unreachable = 7,       // * status: -ETIMEDOUT (the peer never answered); UDP: kCmSidr*
+  rejected = 8,          // * status: the IB CM reason, 8 (no listener), 28 (rejected by the peer)
+  established = 9,       // *
+  disconnected = 10,     // * status: 0, or -ETIMEDOUT when the peer never answered the DREQ
   device_removal = 11,
   multicast_join = 12,
   multicast_error = 13,
@@ -138,8 +138,8 @@ struct CmEvent {
   // connect_request only: the new connection's id, now the program's (accept or reject it;
   // destroying it without either rejects the connection).
   std::unique_ptr<CmId> new_id;
-  // connect_request (56 bytes), established on the active side (196), rejected (148): the
-  // peer's private data, zero-padded to the message's size.
+  // connect_request (56 bytes), established or connect_response on the active side (196),
+  // rejected (148): the peer's private data, zero-padded to the message's size.
   std::vector<std::uint8_t> private_data;
   // connect_request: the request's parameters as rdma_cm gives them, from this side's point of
   // view: responder_resources is the peer's initiator depth and initiator_depth its responder
@@ -199,6 +199,25 @@ class CmId {
   // DISCONNECTED; when the peer disconnects in turn this side gets DISCONNECTED. On a UDP id
   // only the QP goes to ERR.
   virtual void disconnect() = 0;
+
+  // Connections whose QP the program moves itself (librdmacm's rdma_connect and rdma_accept on
+  // an id without rdma_create_qp's QP, rdma_init_qp_attr, rdma_establish). The request or the
+  // reply names `qp_num`, and nothing here touches that QP (disconnect and rejections neither):
+  // the program takes it to INIT, RTR and RTS with init_qp_attr(). Active side: the server's
+  // reply comes as CONNECT_RESPONSE (its private data, QP number and parameters); take the QP
+  // to RTR and RTS, then establish(): the server gets ESTABLISHED, this side no event. Passive
+  // side: take the QP to RTS before accept_own_qp(); ESTABLISHED follows as with accept().
+  // Backends without them throw EOPNOTSUPP.
+  virtual void connect_own_qp(std::uint32_t qp_num, const ConnParam& param = {});
+  virtual void accept_own_qp(std::uint32_t qp_num, const ConnParam& param = {});
+  // rdma_init_qp_attr: fills `attr` with what takes this connection's QP to `state` (INIT,
+  // RTR, RTS) and returns the mask to modify() it with. INIT as soon as the id has a device
+  // (remote access rights once connect or a request says whether RDMA READs are served); RTR
+  // and RTS once the peer is known (its request, or CONNECT_RESPONSE); EINVAL before.
+  virtual QpAttrMask init_qp_attr(QpState state, QpAttr& attr) const;
+  // rdma_establish, after CONNECT_RESPONSE, with the QP in RTS: the RTU that completes the
+  // connection. EINVAL otherwise (on rxe a second call has also been seen to give ENOENT).
+  virtual void establish();
 
   // The device and port the id is bound to (after bind_addr to a local address, resolve_addr
   // or a connection request); empty and 0 before.

@@ -36,6 +36,12 @@ struct ConnectOptions {
 // there is none (InfiniBand). Entries the device cannot report are skipped.
 std::uint8_t roce_v2_gid_index(const Context& ctx, std::uint8_t port_num = 1);
 
+// The attributes and mask each step below gives a QP of `type` (for rdma_init_qp_attr-style
+// callers that hand them on).
+QpAttrMask init_attr(QpType type, const ConnectOptions& opt, QpAttr& a);
+QpAttrMask rtr_attr(QpType type, const Endpoint& remote, const ConnectOptions& opt, QpAttr& a);
+QpAttrMask rts_attr(QpType type, std::uint32_t sq_psn, const ConnectOptions& opt, QpAttr& a);
+
 // Each throws VerbError (ibv_modify_qp) like QueuePair::modify.
 void modify_to_init(QueuePair& qp, const ConnectOptions& opt = {});
 void modify_to_rtr(QueuePair& qp, const Endpoint& remote, const ConnectOptions& opt = {});
