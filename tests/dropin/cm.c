@@ -13,14 +13,16 @@
  *      rdma_create_ep, rdma_get_request), rdma_verbs.h's post and completion helpers.
  *   4. udaddy's shape: a UD service (RDMA_PS_UDP): ESTABLISHED brings the server's QP number,
  *      Q_Key and address; a datagram reaches it.
- *   5. Many clients, one server loop: 8 synchronous clients on threads of their own, one server
+ *   5. QPs the program makes and moves itself: rdma_init_qp_attr, CONNECT_RESPONSE,
+ *      rdma_establish (as UCX-style programs do).
+ *   6. Many clients, one server loop: 8 synchronous clients on threads of their own, one server
  *      thread serving them all from poll() over its non-blocking CM channel and a shared CQ's
  *      completion channel.
- *   6. The channel fd: poll() says when an event is pending; O_NONBLOCK gives EAGAIN.
- *   7. Errors: an address already bound, connecting before the route, rdma_get_request on an
+ *   7. The channel fd: poll() says when an event is pending; O_NONBLOCK gives EAGAIN.
+ *   8. Errors: an address already bound, connecting before the route, rdma_get_request on an
  *      id with a channel.
  *
- *   dropin_cm [--server IP] [--client IP] [--only errors|fd|rping|reject|endpoints|ud|many]
+ *   dropin_cm [--server IP] [--client IP] [--only errors|fd|rping|reject|endpoints|ud|own|many]
  * The server listens on --server and the client binds to --client: by default 10.0.1.1 and
  * 10.0.0.1 (the simulator's sim1 and sim0) when there is a device named sim1, else 10.0.0.1 for
  * both (rxe0 in the rxe VM). Exit status 0 and "PASS" when every check passed. Under a fault
@@ -535,7 +537,123 @@ static void test_ud(void) {
   printf("UD service: the server's QP, Q_Key and address from ESTABLISHED, a datagram sent\n");
 }
 
-/* ---- 5. many clients, one event loop ---------------------------------------------------- */
+/* ---- 5. QPs the program moves itself --------------------------------------------------- */
+
+/* rdma_init_qp_attr's attributes for `state`, applied to `qp`. */
+static void move_qp(struct rdma_cm_id *id, struct ibv_qp *qp, enum ibv_qp_state state) {
+  struct ibv_qp_attr attr;
+  int mask = 0;
+  memset(&attr, 0, sizeof attr);
+  attr.qp_state = state;
+  CHECK(rdma_init_qp_attr(id, &attr, &mask) == 0, "rdma_init_qp_attr(%d): %s", state,
+        strerror(errno));
+  CHECK(ibv_modify_qp(qp, &attr, mask) == 0, "ibv_modify_qp to %d with rdma_init_qp_attr's", state);
+}
+
+static int pending(struct rdma_event_channel *ch, int ms) {
+  struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+  return poll(&p, 1, ms);
+}
+
+/* Both sides make their QPs with ibv_create_qp and take them through INIT, RTR and RTS with
+ * rdma_init_qp_attr; the client answers CONNECT_RESPONSE with rdma_establish. */
+static void test_own_qp(void) {
+  struct rdma_event_channel *sch = rdma_create_event_channel();
+  struct rdma_cm_id *l = listener(sch, 7481, RDMA_PS_TCP);
+  struct rdma_event_channel *ch = rdma_create_event_channel();
+  struct rdma_cm_id *id = resolved_client(ch, 7481, RDMA_PS_TCP);
+  struct ibv_cq *cq = ibv_create_cq(id->verbs, 16, NULL, NULL, 0);
+  struct ibv_qp_init_attr init;
+  memset(&init, 0, sizeof init);
+  init.send_cq = init.recv_cq = cq;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  init.qp_type = IBV_QPT_RC;
+  struct ibv_qp *cqp = ibv_create_qp(id->pd, &init);
+  CHECK(cq && cqp, "ibv_create_qp: %s", strerror(errno));
+  move_qp(id, cqp, IBV_QPS_INIT);
+  struct rdma_conn_param param;
+  memset(&param, 0, sizeof param);
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  param.qp_num = cqp->qp_num;
+  CHECK(rdma_connect(id, &param) == 0, "rdma_connect with qp_num: %s", strerror(errno));
+
+  struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  struct rdma_cm_id *req = e->id;
+  CHECK(e->param.conn.qp_num == cqp->qp_num, "the request names QP %u", e->param.conn.qp_num);
+  ack(e);
+  struct ibv_cq *scq = ibv_create_cq(req->verbs, 16, NULL, NULL, 0); /* the server's device */
+  init.send_cq = init.recv_cq = scq;
+  struct ibv_qp *sqp = ibv_create_qp(req->pd, &init);
+  CHECK(scq && sqp, "ibv_create_qp: %s", strerror(errno));
+  move_qp(req, sqp, IBV_QPS_INIT);
+  move_qp(req, sqp, IBV_QPS_RTR);
+  move_qp(req, sqp, IBV_QPS_RTS);
+  param.qp_num = sqp->qp_num;
+  CHECK(rdma_accept(req, &param) == 0, "rdma_accept with qp_num: %s", strerror(errno));
+
+  e = expect_event(ch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+  CHECK(e->param.conn.qp_num == sqp->qp_num && e->param.conn.private_data_len == 196,
+        "CONNECT_RESPONSE names QP %u, %u bytes of private data", e->param.conn.qp_num,
+        e->param.conn.private_data_len);
+  ack(e);
+  move_qp(id, cqp, IBV_QPS_RTR);
+  move_qp(id, cqp, IBV_QPS_RTS);
+  CHECK(pending(sch, 0) == 0, "the server has an event before rdma_establish");
+  CHECK(rdma_establish(id) == 0, "rdma_establish: %s", strerror(errno));
+  ack(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+  CHECK(pending(ch, 0) == 0, "the client has an event after rdma_establish");
+
+  static char buf[64] = "own";
+  struct ibv_mr *mr = ibv_reg_mr(id->pd, buf, 32, IBV_ACCESS_LOCAL_WRITE);
+  struct ibv_mr *rmr = ibv_reg_mr(req->pd, buf + 32, 32, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(mr && rmr, "ibv_reg_mr: %s", strerror(errno));
+  struct ibv_sge rsge = {(uintptr_t)buf + 32, 32, rmr->lkey}, ssge = {(uintptr_t)buf, 4, mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rsge, .num_sge = 1}, *bad_r;
+  CHECK(ibv_post_recv(sqp, &rwr, &bad_r) == 0, "ibv_post_recv");
+  struct ibv_send_wr swr, *bad_s;
+  memset(&swr, 0, sizeof swr);
+  swr.wr_id = 2;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  CHECK(ibv_post_send(cqp, &swr, &bad_s) == 0, "ibv_post_send");
+  int got = 0;
+  for (int spins = 0; got < 2 && spins < 1000000; ++spins) {
+    struct ibv_wc wc;
+    const int n = ibv_poll_cq(spins % 2 ? cq : scq, 1, &wc);
+    CHECK(n >= 0 && (n == 0 || wc.status == IBV_WC_SUCCESS), "completion: %s",
+          ibv_wc_status_str(wc.status));
+    got += n;
+  }
+  CHECK(got == 2 && strcmp(buf + 32, "own") == 0, "%d completions, received '%s'", got, buf + 32);
+
+  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect: %s", strerror(errno));
+  ack(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+  CHECK(rdma_disconnect(req) == 0, "rdma_disconnect: %s", strerror(errno));
+  ack(expect_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+  CHECK(qp_state(cqp) == IBV_QPS_RTS && qp_state(sqp) == IBV_QPS_RTS,
+        "the program's QPs are its own: states %d and %d after the disconnects", qp_state(cqp),
+        qp_state(sqp));
+  rdma_destroy_id(id);
+  rdma_destroy_id(req);
+  ibv_destroy_qp(cqp);
+  ibv_destroy_qp(sqp);
+  ibv_dereg_mr(mr);
+  ibv_dereg_mr(rmr);
+  ibv_destroy_cq(cq);
+  ibv_destroy_cq(scq);
+  rdma_destroy_id(l);
+  rdma_destroy_event_channel(ch);
+  rdma_destroy_event_channel(sch);
+  printf("own QPs: rdma_init_qp_attr, CONNECT_RESPONSE, rdma_establish, a SEND\n");
+}
+
+/* ---- 6. many clients, one event loop ---------------------------------------------------- */
 
 #define CLIENTS 8
 
@@ -680,7 +798,7 @@ static void test_many(void) {
   printf("many: one server loop, %d synchronous clients on threads of their own\n", CLIENTS);
 }
 
-/* ---- 6. the channel fd ------------------------------------------------------------------ */
+/* ---- 7. the channel fd ------------------------------------------------------------------ */
 
 static void test_fd(void) {
   struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -705,7 +823,7 @@ static void test_fd(void) {
   printf("channel fd: EAGAIN when empty and non-blocking, readable under poll()\n");
 }
 
-/* ---- 7. errors ------------------------------------------------------------------------- */
+/* ---- 8. errors ------------------------------------------------------------------------- */
 
 static void test_errors(void) {
   struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -752,7 +870,7 @@ int main(int argc, char **argv) {
     void (*run)(void);
   } tests[] = {{"errors", test_errors}, {"fd", test_fd},         {"rping", test_rping},
                {"reject", test_reject}, {"endpoints", test_endpoints}, {"ud", test_ud},
-               {"many", test_many}};
+               {"own", test_own_qp}, {"many", test_many}};
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; ++i) {
     if (!only || strcmp(only, tests[i].name) == 0) tests[i].run();
   }

@@ -368,19 +368,12 @@ int call_then_complete(const char* verb, rdma_cm_id* id, F&& body) noexcept {
   return result(complete(verb, DCmId::from(id)));
 }
 
-// The QP connect and accept take to RTS. Without rdma_create_qp's QP a program names its own
-// in the parameters and moves it itself (rdma_init_qp_attr), which the drop-in does not
-// support; without either it is EINVAL, as librdmacm's ucma_valid_param has it.
-QueuePair& qp_of(const char* verb, DCmId* id, const rdma_conn_param* param) {
-  if (id->qp == nullptr) {
-    if (param == nullptr) {
-      throw std::system_error(EINVAL, std::generic_category(), std::string(verb) + ": no QP");
-    }
-    throw std::system_error(
-        EOPNOTSUPP, std::generic_category(),
-        std::string(verb) + ": the drop-in connects only QPs made with rdma_create_qp");
+// Without rdma_create_qp's QP a program names its own in the parameters and moves it itself
+// (rdma_init_qp_attr); without either it is EINVAL, as librdmacm's ucma_valid_param has it.
+void check_qp_or_param(const char* verb, const rdma_cm_id* id, const rdma_conn_param* param) {
+  if (id->qp == nullptr && param == nullptr) {
+    throw std::system_error(EINVAL, std::generic_category(), std::string(verb) + ": no QP");
   }
-  return *DQp::from(id->qp)->impl;
 }
 
 int clamp_depth(int asked, int from_request, int device_max) {
@@ -454,26 +447,18 @@ int create_cqs(rdma_cm_id* id, std::uint32_t send_size, std::uint32_t recv_size)
 // What librdmacm's rdma_create_qp does once the QP exists: INIT with the id's port (RC: no
 // remote access yet, connect and accept grant it); a UD QP on to RTS at once, Q_Key
 // RDMA_UDP_QKEY and send PSN 0.
-int init_qp(rdma_cm_id* id, ibv_qp* qp) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = id->port_num;
-  if (id->qp_type == IBV_QPT_UD) {
-    a.qkey = RDMA_UDP_QKEY;
-    if (int err =
-            ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) {
-      return err;
-    }
-    a.qp_state = IBV_QPS_RTR;
-    if (int err = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return err;
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-  }
-  a.qp_access_flags = 0;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+int init_qp(DCmId* id, ibv_qp* qp) {
+  QpAttr core;
+  const QpAttrMask mask = id->impl->init_qp_attr(QpState::init, core);
+  ibv_qp_attr a = ibverbs::to_ibv(core);
+  if (int err = ibv_modify_qp(qp, &a, static_cast<int>(mask))) return err;
+  if (id->qp_type != IBV_QPT_UD) return 0;
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  if (int err = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return err;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
 int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
@@ -505,7 +490,7 @@ int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     destroy_cqs(id);
     return err;
   }
-  if (int err = init_qp(id, qp)) {
+  if (int err = init_qp(DCmId::from(id), qp)) {
     ibv_destroy_qp(qp);
     destroy_cqs(id);
     return err;
@@ -690,8 +675,13 @@ void rdma_destroy_srq(rdma_cm_id* id) {
 int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   return call_then_complete("rdma_connect", id, [&] {
     auto* d = DCmId::from(id);
-    QueuePair& qp = qp_of("rdma_connect", d, conn_param);
-    d->impl->connect(qp, core_param("rdma_connect", d, conn_param, false));
+    check_qp_or_param("rdma_connect", id, conn_param);
+    const ConnParam param = core_param("rdma_connect", d, conn_param, false);
+    if (id->qp != nullptr) {
+      d->impl->connect(*DQp::from(id->qp)->impl, param);
+    } else {
+      d->impl->connect_own_qp(conn_param->qp_num, param);
+    }
     return 0;
   });
 }
@@ -749,8 +739,13 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
 int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
   auto* d = DCmId::from(id);
   const int err = with_errno("rdma_accept", [&] {
-    QueuePair& qp = qp_of("rdma_accept", d, conn_param);
-    d->impl->accept(qp, core_param("rdma_accept", d, conn_param, true));
+    check_qp_or_param("rdma_accept", id, conn_param);
+    const ConnParam param = core_param("rdma_accept", d, conn_param, true);
+    if (id->qp != nullptr) {
+      d->impl->accept(*DQp::from(id->qp)->impl, param);
+    } else {
+      d->impl->accept_own_qp(conn_param->qp_num, param);
+    }
     if (d->qp_type == IBV_QPT_UD && d->sync && d->event != nullptr) {
       free_event(static_cast<DCmEvent*>(d->event));
       d->event = nullptr;
@@ -788,12 +783,26 @@ int rdma_disconnect(rdma_cm_id* id) {
 // librdmacm tells the kernel of communication established seen on the QP; here the CM knows.
 int rdma_notify(rdma_cm_id*, ibv_event_type) { return 0; }
 
-// For QPs the program made itself, which the drop-in does not connect (see qp_of).
-int rdma_establish(rdma_cm_id*) { return result(EINVAL); }
+// For QPs the program made itself: after CONNECT_RESPONSE, the RTU.
+int rdma_establish(rdma_cm_id* id) {
+  if (id == nullptr) return result(EINVAL);
+  return call("rdma_establish", [&] {
+    if (id->qp != nullptr) return refuse("rdma_establish", EINVAL, "the id has rdma_create_qp's QP");
+    DCmId::from(id)->impl->establish();
+    return 0;
+  });
+}
 
-int rdma_init_qp_attr(rdma_cm_id*, ibv_qp_attr*, int*) {
-  trace("rdma_init_qp_attr", "QPs not made with rdma_create_qp are not supported");
-  return result(EOPNOTSUPP);
+int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  if (id == nullptr || qp_attr == nullptr || qp_attr_mask == nullptr) return result(EINVAL);
+  return call("rdma_init_qp_attr", [&] {
+    QpAttr core;
+    const QpAttrMask mask =
+        DCmId::from(id)->impl->init_qp_attr(static_cast<QpState>(qp_attr->qp_state), core);
+    *qp_attr = ibverbs::to_ibv(core);
+    *qp_attr_mask = static_cast<int>(mask);
+    return 0;
+  });
 }
 
 int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
