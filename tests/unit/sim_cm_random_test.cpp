@@ -1,10 +1,12 @@
 // Random connection manager sequences on the simulator, under lost CM messages: clients connect
 // (RC connections, and UD services through the UDP port space) to listeners, to ports nobody
 // listens on and to addresses nobody has; servers accept, reject or drop requests; either side
-// disconnects or destroys its id at any moment. Whatever happens: every connect() ends in exactly
-// one of ESTABLISHED, REJECTED, UNREACHABLE or CONNECT_ERROR (unless its id went first), the QP's
-// state agrees with it, a disconnect() of a connection ends in exactly one DISCONNECTED, no event
-// names an id that is gone, and the world runs dry.
+// disconnects or destroys its id at any moment; a third of the connections are of QPs the
+// programs move themselves (connect_own_qp, init_qp_attr, CONNECT_RESPONSE, establish).
+// Whatever happens: every connect() ends in exactly one of ESTABLISHED (CONNECT_RESPONSE for an
+// own QP), REJECTED, UNREACHABLE or CONNECT_ERROR (unless its id went first), the QP's state
+// agrees with it (an own QP's is the program's alone), a disconnect() of a connection ends in
+// exactly one DISCONNECTED, no event names an id that is gone, and the world runs dry.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@ struct Conn {
   std::unique_ptr<QueuePair> qp;
   bool client = false;
   bool ud = false;             // PortSpace::udp: SIDR, no connection
+  bool own = false;            // the program moves its QP (connect_own_qp / accept_own_qp)
   bool connecting = false;     // connect() called, no outcome yet
   bool connected = false;      // ESTABLISHED
   bool disconnecting = false;  // disconnect() called, DISCONNECTED not yet taken
@@ -54,6 +57,15 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
     init.recv_cq = init.send_cq;
     init.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1};
     return (on_sim0 ? pd0 : pd1)->create_qp(init);
+  };
+
+  // An own QP through the states init_qp_attr gives.
+  auto move = [](CmId& id, QueuePair& qp, std::initializer_list<QpState> states) {
+    for (QpState s : states) {
+      QpAttr a;
+      const QpAttrMask m = id.init_qp_attr(s, a);
+      qp.modify(a, m);
+    }
   };
 
   auto server_ch = world.create_cm_channel();
@@ -102,7 +114,13 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         default: {
           Conn& c = *conns.back();
           c.qp = make_qp(true, c.ud);
-          id->accept(*c.qp);
+          c.own = rng.below(3) == 0;
+          if (c.own) {
+            move(*id, *c.qp, {QpState::init, QpState::rtr, QpState::rts});
+            id->accept_own_qp(c.qp->qp_num());
+          } else {
+            id->accept(*c.qp);
+          }
           c.connecting = !c.ud;  // a UD service's reply is final
         }
       }
@@ -119,8 +137,26 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
       case CmEventType::addr_error: break;
       case CmEventType::route_resolved:
         c.qp = make_qp(false, c.ud);
-        ev.id->connect(*c.qp);
+        c.own = rng.below(3) == 0;
+        if (c.own) {
+          if (c.ud) {
+            move(*ev.id, *c.qp, {QpState::init, QpState::rtr, QpState::rts});
+          } else {
+            move(*ev.id, *c.qp, {QpState::init});
+          }
+          ev.id->connect_own_qp(c.qp->qp_num());
+        } else {
+          ev.id->connect(*c.qp);
+        }
         c.connecting = true;
+        break;
+      case CmEventType::connect_response:  // an own QP's client: RTR, RTS, then the RTU
+        EXPECT_TRUE(c.own && c.client && c.connecting) << "CONNECT_RESPONSE without connect_own_qp";
+        move(*ev.id, *c.qp, {QpState::rtr, QpState::rts});
+        ev.id->establish();
+        c.connecting = false;
+        c.connected = true;
+        ++c.outcomes;
         break;
       case CmEventType::established:
         EXPECT_TRUE(c.connecting) << "ESTABLISHED without a connect or accept";
@@ -138,7 +174,11 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         EXPECT_TRUE(c.connecting) << to_string(ev.type) << " without a connect or accept";
         c.connecting = false;
         ++c.outcomes;
-        EXPECT_EQ(c.qp->state(), c.ud ? QpState::rts : QpState::err);
+        if (c.own) {  // left where the program put it
+          EXPECT_EQ(c.qp->state(), c.ud || !c.client ? QpState::rts : QpState::init);
+        } else {
+          EXPECT_EQ(c.qp->state(), c.ud ? QpState::rts : QpState::err);
+        }
         break;
       case CmEventType::disconnected:
         ++c.disconnects;
@@ -168,7 +208,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         if (Conn* c = pick([](const Conn& x) { return x.connected && !x.disconnecting; })) {
           c->id->disconnect();
           c->disconnecting = true;
-          EXPECT_EQ(c->qp->state(), QpState::err);
+          EXPECT_EQ(c->qp->state(), c->own ? QpState::rts : QpState::err);
         }
         break;
       case 2:
