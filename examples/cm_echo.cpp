@@ -185,6 +185,7 @@ int run(int argc, char** argv) {
           std::printf("  client: disconnected (status %d)\n", ev.status);
           client.done = true;
           break;
+        case CmEventType::timewait_exit: break;  // 2 s after a disconnect: the QP may be reused
         default: unexpected(client, ev);
       }
     }
@@ -216,6 +217,7 @@ int run(int argc, char** argv) {
                       static_cast<unsigned long long>(echoed));
           server.done = true;
           break;
+        case CmEventType::timewait_exit: break;
         default: unexpected(server, ev);
       }
     }

@@ -48,7 +48,11 @@ constexpr std::uint8_t kMinRnrTimer = 0;       // ditto (655 ms)
 // In the order of sim::CmMessage (the fault plan's names), which starts with `any`.
 enum class Msg : std::uint8_t { req, rep, rtu, rej, dreq, drep };
 static_assert(static_cast<int>(CmMessage::drep) == static_cast<int>(Msg::drep) + 1);
-enum class Code : std::uint8_t { message, timer, addr_timeout };
+enum class Code : std::uint8_t { message, timer, addr_timeout, timewait };
+// How long a connection's id stays in timewait after its disconnect completed, then
+// TIMEWAIT_EXIT: the IB CM's 1 << (timeout - 8) ms for the timeout 19 of RoCE's paths (2.26 s
+// in the rxe VM).
+constexpr std::uint64_t kTimewaitNs = 2'048'000'000;
 
 enum class St : std::uint8_t {
   idle,
@@ -289,6 +293,8 @@ struct CmFabric {
     w.schedule(e);
   }
   void answered(std::uint32_t n) { ++node(n).timer_gen; }
+  // The disconnect of node `n` is complete (DREP sent or taken, or the DREQ unanswered).
+  void enter_timewait(std::uint32_t n) { arm(n, Code::timewait, kTimewaitNs); }
 
   // The QP connect or accept gave node `n`, if it still exists.
   QueuePair* qp_of(std::uint32_t n) const noexcept {
@@ -358,6 +364,10 @@ struct CmFabric {
   void on_timer(const Event& e) {
     CmNode& nd = node(e.index);
     if (e.value != nd.timer_gen) return;  // answered, or re-armed since
+    if (static_cast<Code>(e.code) == Code::timewait) {
+      report(e.index, CmEventType::timewait_exit);
+      return;
+    }
     if (static_cast<Code>(e.code) == Code::addr_timeout) {
       if (nd.st == St::addr_query) {
         nd.st = St::idle;
@@ -389,6 +399,7 @@ struct CmFabric {
       case St::dreq_sent:
         nd.st = St::closed;
         report(e.index, CmEventType::disconnected, -ETIMEDOUT);
+        enter_timewait(e.index);
         break;
       default: break;
     }
@@ -476,6 +487,7 @@ struct CmFabric {
           answered(n);
           nd.st = St::closed;
           report(n, CmEventType::disconnected, 0);
+          enter_timewait(n);
         }
         break;
       case Msg::req: break;
@@ -886,6 +898,7 @@ class SimCmId final : public CmId {
         f_->to_error(n_);
         nd.st = St::closed;
         f_->send_to_node(f_->reply(n_, Msg::drep));
+        f_->enter_timewait(n_);
         return;
       case St::dreq_sent:
       case St::closed:

@@ -348,6 +348,18 @@ TEST_P(Cm, AnAcceptWithTooMuchPrivateDataRejectsTheRequest) {
   CHECK_ERR("accept_again", verb_errno([&] { server_->accept(*server_qp_); }), EINVAL);
 }
 
+// When a disconnect has completed, each side's id stays in timewait (2 s on RoCE, so that late
+// packets of the connection die out) and then gets TIMEWAIT_EXIT.
+TEST_P(Cm, ADisconnectEndsInTimewaitExitOnBothSides) {
+  establish(7485);
+  client_->disconnect();
+  CHECK_OBS("server", next(*server_ch_), "DISCONNECTED/0");
+  server_->disconnect();
+  CHECK_OBS("client", next(*client_ch_), "DISCONNECTED/0");
+  CHECK_OBS("client_timewait", next(*client_ch_), "TIMEWAIT_EXIT/0");
+  CHECK_OBS("server_timewait", next(*server_ch_), "TIMEWAIT_EXIT/0");
+}
+
 // A connection of QPs the programs move themselves (librdmacm without rdma_create_qp):
 // init_qp_attr gives each step's attributes, the reply comes as CONNECT_RESPONSE, establish()
 // sends the RTU. Values as rdma_cm gives them on rxe; the PSNs are checked against each other.

@@ -6,7 +6,8 @@
 // Whatever happens: every connect() ends in exactly one of ESTABLISHED (CONNECT_RESPONSE for an
 // own QP), REJECTED, UNREACHABLE or CONNECT_ERROR (unless its id went first), the QP's state
 // agrees with it (an own QP's is the program's alone), a disconnect() of a connection ends in
-// exactly one DISCONNECTED, no event names an id that is gone, and the world runs dry.
+// exactly one DISCONNECTED and then one TIMEWAIT_EXIT, no event names an id that is gone, and
+// the world runs dry.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@ struct Conn {
   bool disconnecting = false;  // disconnect() called, DISCONNECTED not yet taken
   int outcomes = 0;            // of connect()
   int disconnects = 0;         // DISCONNECTED taken
+  int timewaits = 0;           // TIMEWAIT_EXIT taken
 };
 
 class RandomCm : public ::testing::TestWithParam<std::uint64_t> {};
@@ -187,6 +189,10 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
         if (!c.disconnecting) ev.id->disconnect();  // the peer's: answer it
         c.disconnecting = false;
         break;
+      case CmEventType::timewait_exit:  // the disconnect completed, 2 s ago
+        EXPECT_EQ(c.disconnects, 1) << "TIMEWAIT_EXIT without a disconnect";
+        ++c.timewaits;
+        break;
       default: ADD_FAILURE() << "unexpected " << to_string(ev.type);
     }
     return true;
@@ -234,6 +240,7 @@ TEST_P(RandomCm, EveryConnectEndsOnceAndNothingCrashes) {
                                 << id->peer_addr().to_string();
     }
     EXPECT_LE(c->disconnects, 1);
+    EXPECT_EQ(c->timewaits, c->disconnects) << "a disconnect without its TIMEWAIT_EXIT";
     EXPECT_FALSE(c->disconnecting) << "a disconnect() that never ended";
   }
   conns.clear();

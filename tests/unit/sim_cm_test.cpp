@@ -183,6 +183,44 @@ TEST_F(CmSim, AnUnansweredDisconnectTimesOut) {
   EXPECT_EQ(server->qp->state(), QpState::rts);
 }
 
+// Each side's TIMEWAIT_EXIT comes 2048 ms after its disconnect completed (the IB CM's timewait
+// of a RoCE path).
+TEST_F(CmSim, TimewaitExitComesTwoSecondsAfterTheDisconnect) {
+  make();
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  client_id->disconnect();
+  EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
+  server_id->disconnect();  // the DREP: the server's disconnect is complete
+  const std::uint64_t server_done = world->now();
+  EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/0");
+  const std::uint64_t client_done = world->now();
+  EXPECT_EQ(kind(next(*server_ch)), "TIMEWAIT_EXIT/0");
+  EXPECT_EQ(world->now() - server_done, 2'048'000'000u);
+  EXPECT_EQ(kind(next(*client_ch)), "TIMEWAIT_EXIT/0");
+  EXPECT_EQ(world->now() - client_done, 2'048'000'000u);
+}
+
+// A DREQ nobody answers: DISCONNECTED -ETIMEDOUT, then TIMEWAIT_EXIT; a destroyed id: none.
+TEST_F(CmSim, TimewaitExitFollowsAnUnansweredDisconnectButNotADestroyedId) {
+  make();
+  connect();
+  accept();
+  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  client_id->disconnect();
+  EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
+  EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/" + std::to_string(-ETIMEDOUT));
+  EXPECT_EQ(kind(next(*client_ch)), "TIMEWAIT_EXIT/0");
+  server_id->disconnect();
+  server_id.reset();
+  world->run_until_idle();
+  CmEvent ev;
+  EXPECT_EQ(server_ch->get_event(ev, Wait::nonblocking), std::errc::resource_unavailable_try_again);
+}
+
 TEST_F(CmSim, DestroyingAConnectedIdDisconnectsThePeer) {
   make();
   connect();

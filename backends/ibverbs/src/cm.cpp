@@ -354,7 +354,7 @@ class IbvCmId final : public CmId {
   bool ud() const noexcept { return id_->ps == RDMA_PS_UDP; }
 
   // Turns one librdmacm event about this id into `out`, answering what librdmacm leaves to the
-  // owner of a QP. Returns false for an event the program does not see (TIMEWAIT_EXIT).
+  // owner of a QP. Returns false for an event the program does not see.
   bool translate(const rdma_cm_event& ev, CmEvent& out);
 
  private:
@@ -462,7 +462,6 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
       // A connection's QP goes to ERR; a UD QP stays as it is (measured on rxe).
       if (native_qp_ != nullptr && !ud()) set_state(native_qp_, IBV_QPS_ERR);
       break;
-    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return false;
     default: break;
   }
   out = std::move(e);

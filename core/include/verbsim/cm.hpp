@@ -73,7 +73,7 @@ enum class CmEventType : int {
   multicast_join = 12,
   multicast_error = 13,
   addr_change = 14,
-  timewait_exit = 15,
+  timewait_exit = 15,  // * 2 s after this side's disconnect completed: the QP may be reused
 };
 
 // "RDMA_CM_EVENT_ESTABLISHED": librdmacm's rdma_event_str (null-terminated).
