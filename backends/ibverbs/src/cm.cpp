@@ -396,6 +396,17 @@ class IbvCmId final : public CmId {
     return 0;
   }
 
+  // The peer's QP and parameters of a request or reply, as rdma_cm gives them: from this
+  // side's point of view (cm.hpp).
+  void take_peer_param(const rdma_conn_param& conn, CmEvent& e) {
+    peer_qp_num_ = conn.qp_num;
+    e.peer_qp_num = conn.qp_num;
+    e.param.responder_resources = conn.responder_resources;
+    e.param.initiator_depth = conn.initiator_depth;
+    e.param.retry_count = conn.retry_count;
+    e.param.rnr_retry_count = conn.rnr_retry_count;
+  }
+
   rdma_cm_id* id_;
   std::shared_ptr<ChannelHolder> channel_;  // outlives id_
   QueuePair* qp_ = nullptr;
@@ -421,24 +432,14 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
         e.param.retry_count = e.param.rnr_retry_count = 0;
         break;
       }
-      peer_qp_num_ = conn.qp_num;
-      e.peer_qp_num = conn.qp_num;
-      // As rdma_cm gives them: from this side's point of view (cm.hpp).
-      e.param.responder_resources = conn.responder_resources;
-      e.param.initiator_depth = conn.initiator_depth;
-      e.param.retry_count = conn.retry_count;
-      e.param.rnr_retry_count = conn.rnr_retry_count;
+      take_peer_param(conn, e);
       break;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
-      peer_qp_num_ = conn.qp_num;
       if (own_qp_) {  // the program takes its QP to RTS, then calls establish()
-        e.peer_qp_num = conn.qp_num;
-        e.param.responder_resources = conn.responder_resources;
-        e.param.initiator_depth = conn.initiator_depth;
-        e.param.retry_count = conn.retry_count;
-        e.param.rnr_retry_count = conn.rnr_retry_count;
+        take_peer_param(conn, e);
         break;
       }
+      peer_qp_num_ = conn.qp_num;
       if (const int err = finish_connect(); err != 0) {
         e.type = CmEventType::connect_error;
         e.status = -err;
