@@ -67,6 +67,14 @@ class CmSim : public ::testing::Test {
     EXPECT_EQ(kind(next(*client_ch)), "ROUTE_RESOLVED/0");
     client_id->connect(*client->qp);
   }
+  // make(), connect() and accept(), and both sides' ESTABLISHED.
+  void make_connected() {
+    make();
+    connect();
+    accept();
+    EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
+    EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  }
   void accept() {
     CmEvent req = next(*server_ch);
     ASSERT_EQ(kind(req), "CONNECT_REQUEST/0");
@@ -171,11 +179,7 @@ TEST_F(CmSim, EveryRequestLostIsUnreachable) {
 }
 
 TEST_F(CmSim, AnUnansweredDisconnectTimesOut) {
-  make();
-  connect();
-  accept();
-  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
-  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  make_connected();
   client_id->disconnect();
   EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
   // The server never disconnects in turn.
@@ -186,11 +190,7 @@ TEST_F(CmSim, AnUnansweredDisconnectTimesOut) {
 // Each side's TIMEWAIT_EXIT comes 2048 ms after its disconnect completed (the IB CM's timewait
 // of a RoCE path).
 TEST_F(CmSim, TimewaitExitComesTwoSecondsAfterTheDisconnect) {
-  make();
-  connect();
-  accept();
-  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
-  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  make_connected();
   client_id->disconnect();
   EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
   server_id->disconnect();  // the DREP: the server's disconnect is complete
@@ -205,11 +205,7 @@ TEST_F(CmSim, TimewaitExitComesTwoSecondsAfterTheDisconnect) {
 
 // A DREQ nobody answers: DISCONNECTED -ETIMEDOUT, then TIMEWAIT_EXIT; a destroyed id: none.
 TEST_F(CmSim, TimewaitExitFollowsAnUnansweredDisconnectButNotADestroyedId) {
-  make();
-  connect();
-  accept();
-  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
-  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  make_connected();
   client_id->disconnect();
   EXPECT_EQ(kind(next(*server_ch)), "DISCONNECTED/0");
   EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/" + std::to_string(-ETIMEDOUT));
@@ -222,11 +218,7 @@ TEST_F(CmSim, TimewaitExitFollowsAnUnansweredDisconnectButNotADestroyedId) {
 }
 
 TEST_F(CmSim, DestroyingAConnectedIdDisconnectsThePeer) {
-  make();
-  connect();
-  accept();
-  EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
-  EXPECT_EQ(kind(next(*server_ch)), "ESTABLISHED/0");
+  make_connected();
   server_id.reset();
   EXPECT_EQ(kind(next(*client_ch)), "DISCONNECTED/0");
   client_id->disconnect();
