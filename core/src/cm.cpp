@@ -108,6 +108,9 @@ void CmId::accept_own_qp(std::uint32_t, const ConnParam&) {
 QpAttrMask CmId::init_qp_attr(QpState, QpAttr&) const {
   throw_verb_error("rdma_init_qp_attr", EOPNOTSUPP, "connections of the program's own QPs");
 }
+void CmId::migrate(CmEventChannel&) {
+  throw_verb_error("rdma_migrate_id", EOPNOTSUPP, "moving ids between channels");
+}
 void CmId::establish() {
   throw_verb_error("rdma_establish", EOPNOTSUPP, "connections of the program's own QPs");
 }

@@ -293,6 +293,25 @@ struct CmFabric {
     w.schedule(e);
   }
   void answered(std::uint32_t n) { ++node(n).timer_gen; }
+  // rdma_migrate_id: node `n`'s events (the pending ones, and a listener's requests not yet
+  // taken) go to channel `to`.
+  void migrate(std::uint32_t n, const std::shared_ptr<CmChannelCore>& to) {
+    CmNode& nd = node(n);
+    if (nd.ch == to) return;
+    CmChannelCore& from = *nd.ch;
+    for (auto it = from.events.begin(); it != from.events.end();) {
+      if (it->node == n || (it->type == CmEventType::connect_request && it->listener == n)) {
+        to->events.push_back(std::move(*it));
+        it = from.events.erase(it);
+        drain_fd(from.efd);
+        signal_fd(to->efd);
+      } else {
+        ++it;
+      }
+    }
+    nd.ch = to;
+    notify_all(to->waiters);
+  }
   // The disconnect of node `n` is complete (DREP sent or taken, or the DREQ unanswered).
   void enter_timewait(std::uint32_t n) { arm(n, Code::timewait, kTimewaitNs); }
 
@@ -864,6 +883,8 @@ class SimCmId final : public CmId {
     throw_verb_error("rdma_init_qp_attr", EINVAL, "only INIT, RTR and RTS");
   }
 
+  void migrate(CmEventChannel& to) override;
+
   void establish() override {
     CmNode& nd = node();
     if (nd.st != St::rep_rcvd) bad_state("rdma_establish", nd.st);
@@ -1005,6 +1026,7 @@ class SimCmChannel final : public CmEventChannel {
   }
 
   int fd() const noexcept override { return core_->efd; }
+  const std::shared_ptr<CmChannelCore>& core() const noexcept { return core_; }
 
  private:
   void take(CmChannelCore::Pending& ev, CmEvent& out) {
@@ -1019,6 +1041,7 @@ class SimCmChannel final : public CmEventChannel {
       out.ah_attr = f_->ah_to_peer(ev.node);
     }
     if (ev.type == CmEventType::connect_request) {
+      f_->node(ev.node).ch = core_;  // the new id belongs to the channel that took it
       auto id = std::make_unique<SimCmId>(f_, ev.node);
       out.id = id.get();
       out.new_id = std::move(id);
@@ -1050,6 +1073,12 @@ void World::Impl::run_cm_event(const Event& e) {
   } else {
     cm->on_timer(e);
   }
+}
+
+void SimCmId::migrate(CmEventChannel& to) {
+  auto* ch = dynamic_cast<SimCmChannel*>(&to);
+  if (ch == nullptr) throw_verb_error("rdma_migrate_id", EINVAL, "not the simulator's channel");
+  f_->migrate(n_, ch->core());
 }
 
 bool World::Impl::cm_timer_is_stale(const Event& e) const noexcept {

@@ -348,6 +348,41 @@ TEST_P(Cm, AnAcceptWithTooMuchPrivateDataRejectsTheRequest) {
   CHECK_ERR("accept_again", verb_errno([&] { server_->accept(*server_qp_); }), EINVAL);
 }
 
+// rdma_migrate_id: a migrated id's events, the one already pending included, come on its new
+// channel; a migrated listener's requests too, and the connection's id belongs to the channel
+// that took the request.
+TEST_P(Cm, AMigratedIdGetsItsEventsOnItsNewChannel) {
+  listen(7486);
+  auto client_ch2 = backend().create_cm_channel();
+  auto server_ch2 = backend().create_cm_channel();
+  listener_->migrate(*server_ch2);
+  client_ = client_ch_->create_id();
+  client_->resolve_addr(addr(7486));
+  CHECK_OBS("addr", next(*client_ch_), "ADDR_RESOLVED/0");
+  client_->resolve_route();
+  pass_time(std::chrono::milliseconds(50));  // ROUTE_RESOLVED is pending on the old channel
+  client_->migrate(*client_ch2);
+  CHECK_OBS("route", next(*client_ch2), "ROUTE_RESOLVED/0");
+  client_qp_ = make_qp(*cq_, *cq_);
+  client_->connect(*client_qp_);
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch2, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  server_ = std::move(req.new_id);
+  server_qp_ = make_qp(*cq_, *cq_);
+  server_->accept(*server_qp_);
+  CHECK_OBS("client", next(*client_ch2), "ESTABLISHED/0");
+  CHECK_OBS("server", next(*server_ch2), "ESTABLISHED/0");
+  CmEvent none;
+  CHECK_OBS("old_channels_empty",
+            !client_ch_->get_event(none, Wait::nonblocking) ||
+                !server_ch_->get_event(none, Wait::nonblocking),
+            false);
+  server_.reset();
+  client_.reset();
+  listener_.reset();
+}
+
 // When a disconnect has completed, each side's id stays in timewait (2 s on RoCE, so that late
 // packets of the connection die out) and then gets TIMEWAIT_EXIT.
 TEST_P(Cm, ADisconnectEndsInTimewaitExitOnBothSides) {

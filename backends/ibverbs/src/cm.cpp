@@ -190,7 +190,6 @@ struct ChannelHolder {
 
 class IbvCmId final : public CmId {
  public:
-  // Adopts `id` (destroyed with this wrapper) and points its context here.
   // Adopts `id` (destroyed with this wrapper), of the channel `channel`; points its context here.
   IbvCmId(rdma_cm_id* id, std::shared_ptr<ChannelHolder> channel) noexcept
       : id_(id), channel_(std::move(channel)) {
@@ -329,6 +328,8 @@ class IbvCmId final : public CmId {
     errno = 0;
     if (::rdma_establish(id_) != 0) throw_verb_error("rdma_establish", cm_errno());
   }
+
+  void migrate(CmEventChannel& to) override;
 
   void disconnect() override {
     if (native_qp_ != nullptr) {
@@ -520,6 +521,7 @@ class IbvCmChannel final : public CmEventChannel {
   int fd() const noexcept override { return channel_->fd; }
 
   rdma_event_channel* native() const noexcept { return channel_; }
+  const std::shared_ptr<ChannelHolder>& holder() const noexcept { return holder_; }
 
  private:
   // Copies `ev` into `out` and acks it. Returns false for an event not reported.
@@ -556,6 +558,14 @@ class IbvCmChannel final : public CmEventChannel {
 };
 
 }  // namespace
+
+void IbvCmId::migrate(CmEventChannel& to) {
+  auto* ch = dynamic_cast<IbvCmChannel*>(&to);
+  if (ch == nullptr) throw_verb_error("rdma_migrate_id", EINVAL, "not an ibverbs channel");
+  errno = 0;
+  if (::rdma_migrate_id(id_, ch->native()) != 0) throw_verb_error("rdma_migrate_id", cm_errno());
+  channel_ = ch->holder();  // librdmacm needs the new channel to destroy the id
+}
 
 std::unique_ptr<CmEventChannel> make_cm_channel() { return std::make_unique<IbvCmChannel>(); }
 

@@ -33,6 +33,7 @@
 
 namespace verbsim {
 
+class CmEventChannel;
 class QueuePair;
 
 // An IPv4 or IPv6 address and a port: what rdma_cm takes as a sockaddr_in or sockaddr_in6.
@@ -218,6 +219,10 @@ class CmId {
   // rdma_establish, after CONNECT_RESPONSE, with the QP in RTS: the RTU that completes the
   // connection. EINVAL otherwise (on rxe a second call has also been seen to give ENOENT).
   virtual void establish();
+
+  // rdma_migrate_id: this id's events, those pending included (and a listener's requests not
+  // yet taken), come to `to` from now on. EINVAL for another backend's channel.
+  virtual void migrate(CmEventChannel& to);
 
   // The device and port the id is bound to (after bind_addr to a local address, resolve_addr
   // or a connection request); empty and 0 before.

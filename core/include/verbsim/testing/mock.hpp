@@ -115,6 +115,7 @@ class MockCmId : public CmId {
   MOCK_METHOD(void, accept_own_qp, (std::uint32_t qp_num, const ConnParam& param), (override));
   MOCK_METHOD(QpAttrMask, init_qp_attr, (QpState state, QpAttr& attr), (const, override));
   MOCK_METHOD(void, establish, (), (override));
+  MOCK_METHOD(void, migrate, (CmEventChannel & to), (override));
   MOCK_METHOD(std::string, device_name, (), (const, override));
   MOCK_METHOD(std::uint8_t, port_num, (), (const, noexcept, override));
   MOCK_METHOD(SockAddr, local_addr, (), (const, override));
