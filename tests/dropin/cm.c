@@ -18,11 +18,12 @@
  *   6. Many clients, one server loop: 8 synchronous clients on threads of their own, one server
  *      thread serving them all from poll() over its non-blocking CM channel and a shared CQ's
  *      completion channel.
- *   7. The channel fd: poll() says when an event is pending; O_NONBLOCK gives EAGAIN.
+ *   7. The channel fd: poll() says when an event is pending; O_NONBLOCK gives EAGAIN;
+ *      rdma_migrate_id to another channel and to a private one.
  *   8. Errors: an address already bound, connecting before the route, rdma_get_request on an
  *      id with a channel.
  *
- *   dropin_cm [--server IP] [--client IP] [--only errors|fd|rping|reject|endpoints|ud|own|many]
+ *   dropin_cm [--server IP] [--client IP] [--only errors|fd|rping|reject|endpoints|ud|own|many|migrate]
  * The server listens on --server and the client binds to --client: by default 10.0.1.1 and
  * 10.0.0.1 (the simulator's sim1 and sim0) when there is a device named sim1, else 10.0.0.1 for
  * both (rxe0 in the rxe VM). Exit status 0 and "PASS" when every check passed. Under a fault
@@ -825,6 +826,33 @@ static void test_fd(void) {
   printf("channel fd: EAGAIN when empty and non-blocking, readable under poll()\n");
 }
 
+/* rdma_migrate_id: to another channel, with the event already pending; then to a private
+ * one (NULL), after which the id is synchronous: rdma_resolve_route waits for its event. */
+static void test_migrate(void) {
+  struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel();
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_id(a, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  struct sockaddr_in src = addr_of(client_ip, 0), dst = addr_of(server_ip, 7487);
+  CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0,
+        "rdma_resolve_addr: %s", strerror(errno));
+  struct pollfd p = {.fd = a->fd, .events = POLLIN};
+  CHECK(poll(&p, 1, 5000) == 1, "ADDR_RESOLVED never came");
+  CHECK(rdma_migrate_id(id, b) == 0, "rdma_migrate_id: %s", strerror(errno));
+  CHECK(id->channel == b, "the id's channel");
+  ack(expect_event(b, RDMA_CM_EVENT_ADDR_RESOLVED));
+  CHECK(rdma_migrate_id(id, NULL) == 0, "rdma_migrate_id(NULL): %s", strerror(errno));
+  CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route (synchronous): %s",
+        strerror(errno));
+  CHECK(id->event && id->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED, "id->event");
+  errno = 0;
+  CHECK(rdma_migrate_id(id, NULL) == -1 && errno == EINVAL,
+        "a synchronous id to a private channel again: errno %d, want EINVAL", errno);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(a);
+  rdma_destroy_event_channel(b);
+  printf("migrate: an id and its pending event to another channel, then to a private one\n");
+}
+
 /* ---- 8. errors ------------------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -872,7 +900,7 @@ int main(int argc, char **argv) {
     void (*run)(void);
   } tests[] = {{"errors", test_errors}, {"fd", test_fd},         {"rping", test_rping},
                {"reject", test_reject}, {"endpoints", test_endpoints}, {"ud", test_ud},
-               {"own", test_own_qp}, {"many", test_many}};
+               {"own", test_own_qp}, {"many", test_many}, {"migrate", test_migrate}};
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; ++i) {
     if (!only || strcmp(only, tests[i].name) == 0) tests[i].run();
   }

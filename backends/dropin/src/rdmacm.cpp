@@ -6,13 +6,10 @@
 // that waits for an event releases it meanwhile (shared_wait): the two ends of a connection
 // are often two threads of one program.
 //
-// Channels. Each rdma_event_channel owns a CmEventChannel of the simulator, and the ids created
-// on it get their events there: channel->fd is that channel's fd, readable while an event is
-// pending. librdmacm moves the connections a synchronous listener accepts (rdma_create_ep,
-// rdma_get_request) to private channels of their own; here such an id keeps getting its events
-// through the listener's channel, and whoever reads one that belongs to another channel parks it
-// in that channel's `parked` queue, where that channel's next rdma_get_cm_event finds it.
-// rdma_migrate_id, which would need the same for any channel, is not supported.
+// Channels. Each rdma_event_channel owns a CmEventChannel of the simulator, and the ids on it
+// get their events there: channel->fd is that channel's fd, readable while an event is pending.
+// rdma_migrate_id moves an id (CmId::migrate); so does a synchronous listener (rdma_create_ep,
+// rdma_get_request) with each connection it takes, to a private channel, as librdmacm does.
 //
 // Synchronous ids (created without a channel) wait inside the verb for its event, as librdmacm's
 // ucma_complete does: rdma_resolve_addr for ADDR_RESOLVED, rdma_connect and rdma_accept for
@@ -25,7 +22,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,24 +47,8 @@ struct CmDevice {
 struct DCmEvent;
 
 struct DCmChannel : rdma_event_channel {
-  // The simulator's channel; null for the private channel of a connection a synchronous
-  // listener accepted, whose events come through `source` (the listener's channel, which
-  // lives as long as such channels use it: `refs`).
-  std::unique_ptr<CmEventChannel> impl;
-  DCmChannel* source = nullptr;
-  int refs = 1;
-  std::deque<DCmEvent*> parked;  // events read from another channel that belong to this one
-
-  DCmChannel* events_from() noexcept { return impl ? this : source; }
+  std::unique_ptr<CmEventChannel> impl;  // the simulator's channel
 };
-
-void release(DCmChannel* ch) noexcept {
-  while (ch != nullptr && --ch->refs == 0) {
-    DCmChannel* source = ch->source;
-    delete ch;  // a simulator channel rejects the requests not yet taken
-    ch = source;
-  }
-}
 
 struct DCmId : rdma_cm_id {
   std::unique_ptr<CmId> impl;
@@ -259,11 +239,9 @@ DCmEvent* convert(CmEvent&& ev) {
   if (ev.type == CmEventType::connect_request) {
     auto* listener = static_cast<DCmId*>(ev.listen_id->user_data);
     DCmChannel* channel = static_cast<DCmChannel*>(listener->channel);
-    if (listener->sync) {
-      auto own = std::make_unique<DCmChannel>();
-      own->source = channel->events_from();
-      ++own->source->refs;
-      own->fd = own->source->fd;
+    if (listener->sync) {  // the connection gets a channel of its own
+      std::unique_ptr<DCmChannel> own(new_channel());
+      ev.new_id->migrate(*own->impl);
       channel = own.release();
     }
     id = new_id(std::move(ev.new_id), channel, listener->context, listener->ps, listener->sync);
@@ -297,30 +275,15 @@ DCmEvent* convert(CmEvent&& ev) {
   return out.release();
 }
 
-DCmChannel* channel_of(const DCmEvent* e) noexcept {
-  const rdma_cm_id* owner = e->listen_id != nullptr ? e->listen_id : e->id;
-  return static_cast<DCmChannel*>(owner->channel);
-}
-
-// The next event of `ch` if one is there, under the lock: a parked one, else the next one its
-// source has that belongs to it (parking the others where they belong). EAGAIN if none. The
-// simulator's channel is asked only when its fd says it holds an event, so that a fault plan's
-// rule on rdma_get_cm_event counts the program's calls.
+// The next event of `ch` if one is there (EAGAIN if none), under the lock. The simulator's
+// channel is asked only when its fd says it holds an event, so that a fault plan's rule on
+// rdma_get_cm_event counts the program's calls.
 std::error_code take_event(DCmChannel* ch, DCmEvent*& out) {
-  DCmChannel* src = ch->events_from();
-  for (;;) {
-    if (!ch->parked.empty()) {
-      out = ch->parked.front();
-      ch->parked.pop_front();
-      return {};
-    }
-    if (src == nullptr || !src->impl) return std::error_code(ENODEV, std::generic_category());
-    if (!readable(src->fd)) return std::error_code(EAGAIN, std::generic_category());
-    CmEvent ev;
-    if (const std::error_code ec = src->impl->get_event(ev, Wait::nonblocking)) return ec;
-    DCmEvent* e = convert(std::move(ev));
-    channel_of(e)->parked.push_back(e);
-  }
+  if (!readable(ch->fd)) return std::error_code(EAGAIN, std::generic_category());
+  CmEvent ev;
+  if (const std::error_code ec = ch->impl->get_event(ev, Wait::nonblocking)) return ec;
+  out = convert(std::move(ev));
+  return {};
 }
 
 int get_event(const char* verb, DCmChannel* ch, DCmEvent*& out) {
@@ -500,29 +463,11 @@ int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   return 0;
 }
 
-// Events queued for `id` that nobody took go with it (a connection request's new id too).
-void drop_parked(DCmChannel* ch, const rdma_cm_id* id);
-
 void destroy_id(DCmId* id) {
   if (id->event != nullptr) free_event(static_cast<DCmEvent*>(id->event));
-  id->impl.reset();
-  auto* ch = static_cast<DCmChannel*>(id->channel);
-  if (id->sync) {
-    drop_parked(ch, nullptr);
-    release(ch);
-  } else {
-    drop_parked(ch, id);
-  }
+  id->impl.reset();  // its events not yet taken go with it
+  if (id->sync) delete static_cast<DCmChannel*>(id->channel);
   delete id;
-}
-
-void drop_parked(DCmChannel* ch, const rdma_cm_id* id) {
-  std::erase_if(ch->parked, [&](DCmEvent* e) {
-    if (id != nullptr && e->id != id && e->listen_id != id) return false;
-    if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) destroy_id(DCmId::from(e->id));
-    free_event(e);
-    return true;
-  });
 }
 
 }  // namespace
@@ -541,9 +486,7 @@ rdma_event_channel* rdma_create_event_channel(void) {
 void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (channel == nullptr) return;
   with_errno("rdma_destroy_event_channel", [&] {
-    auto* ch = static_cast<DCmChannel*>(channel);
-    drop_parked(ch, nullptr);
-    release(ch);
+    delete static_cast<DCmChannel*>(channel);  // its requests not yet taken are rejected
     return 0;
   });
 }
@@ -561,7 +504,7 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context,
       auto impl = ch->impl->create_id(ps == RDMA_PS_UDP ? PortSpace::udp : PortSpace::tcp);
       *id = new_id(std::move(impl), ch, context, ps, sync);
     } catch (...) {
-      if (sync) release(ch);
+      if (sync) delete ch;
       throw;
     }
     return 0;
@@ -872,9 +815,27 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
   return 0;
 }
 
-int rdma_migrate_id(rdma_cm_id*, rdma_event_channel*) {
-  trace("rdma_migrate_id", "moving an id to another channel is not supported");
-  return result(EOPNOTSUPP);
+// To `channel`, or (NULL) to a private channel: the id becomes synchronous.
+int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
+  if (id == nullptr) return result(EINVAL);
+  return call("rdma_migrate_id", [&] {
+    auto* d = DCmId::from(id);
+    if (d->sync && channel == nullptr) {
+      return refuse("rdma_migrate_id", EINVAL, "the id is synchronous already");
+    }
+    std::unique_ptr<DCmChannel> own(channel == nullptr ? new_channel() : nullptr);
+    auto* to = own ? own.get() : static_cast<DCmChannel*>(channel);
+    d->impl->migrate(*to->impl);
+    if (d->sync) {
+      if (d->event != nullptr) free_event(static_cast<DCmEvent*>(d->event));
+      d->event = nullptr;
+      delete static_cast<DCmChannel*>(d->channel);
+    }
+    d->channel = to;
+    d->sync = own != nullptr;
+    own.release();
+    return 0;
+  });
 }
 
 int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd,
