@@ -745,11 +745,8 @@ class SimCmId final : public CmId {
   }
 
   void connect(QueuePair& qp, const ConnParam& param) override {
-    injected(Verb::rdma_connect, "rdma_connect");
+    check_connect(param);
     CmNode& nd = node();
-    if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
-    const std::size_t max = nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax;
-    check_data("rdma_connect", param.private_data, max);
     f_->check_qp("rdma_connect", nd, qp);
     if (nd.ud) {
       f_->ud_ready(nd, qp);
@@ -759,90 +756,59 @@ class SimCmId final : public CmId {
       modify_to_init(qp, o);
       draw_psn(nd);
     }
-    nd.st = St::connecting;
-    const auto [dev, port] = f_->owner(nd.peer);
-    f_->send_expecting_answer(n_, offer(Msg::req, qp, param, max), dev, port);
+    nd.has_qp = true;
+    send_request(qp.qp_num(), param);
   }
 
   void accept(QueuePair& qp, const ConnParam& param) override {
-    injected(Verb::rdma_accept, "rdma_accept");
+    check_accept();
     CmNode& nd = node();
-    if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
-    if (nd.ud) {  // the SIDR reply: the QP's number and Q_Key, nothing to wait for
-      f_->check_qp("rdma_accept", nd, qp);
-      if (param.private_data.size() > kCmUdAcceptDataMax) {  // refused, as the kernel does
-        nd.st = St::closed;
-        f_->send_rej(n_, kCmSidrRejected);
-        check_data("rdma_accept", param.private_data, kCmUdAcceptDataMax);
-      }
-      f_->ud_ready(nd, qp);
-      nd.st = St::rep_sent;  // kept to answer a repeated request again
-      nd.unanswered = offer(Msg::rep, qp, param, kCmUdAcceptDataMax);
-      f_->send_to_node(nd.unanswered);
-      return;
-    }
     f_->check_qp("rdma_accept", nd, qp);
-    if (param.private_data.size() > kCmAcceptDataMax) {
-      // The REP cannot carry it: as the kernel's rdma_accept, the request is rejected and the
-      // QP goes to ERR (measured on rxe; from RESET it cannot, and stays there).
-      nd.st = St::closed;
-      f_->send_rej(n_, kCmRejectByConsumer);
-      if (qp.state() != QpState::reset) {
+    if (param.private_data.size() > reply_max()) {
+      // The reply cannot carry it: as the kernel's rdma_accept, the request is rejected and a
+      // connection's QP goes to ERR (measured on rxe; from RESET it cannot, and stays there).
+      reject_request();
+      if (!nd.ud && qp.state() != QpState::reset) {
         QpAttr a;
         a.qp_state = QpState::err;
         qp.modify(a, QpAttrMask::state);
       }
-      check_data("rdma_accept", param.private_data, kCmAcceptDataMax);
+      check_data("rdma_accept", param.private_data, reply_max());
     }
-    ConnectOptions o = f_->options(nd);
-    o.access = CmFabric::access(param);
-    o.max_dest_rd_atomic = param.responder_resources;
-    o.max_rd_atomic = param.initiator_depth;
-    o.retry_cnt = nd.theirs.retry_count;
-    o.rnr_retry = nd.theirs.rnr_retry_count;
-    draw_psn(nd);
-    verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
-    nd.st = St::rep_sent;
-    const CmNode& client = f_->node(nd.peer_node);
-    f_->send_expecting_answer(n_, offer(Msg::rep, qp, param, kCmAcceptDataMax), client.dev,
-                              client.port);
+    if (nd.ud) {  // the SIDR reply: the QP's number and Q_Key, nothing to wait for
+      f_->ud_ready(nd, qp);
+    } else {
+      ConnectOptions o = f_->options(nd);
+      o.access = CmFabric::access(param);
+      o.max_dest_rd_atomic = param.responder_resources;
+      o.max_rd_atomic = param.initiator_depth;
+      o.retry_cnt = nd.theirs.retry_count;
+      o.rnr_retry = nd.theirs.rnr_retry_count;
+      draw_psn(nd);
+      verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+    }
+    nd.has_qp = true;
+    send_reply(qp.qp_num(), param);
   }
 
   void connect_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
-    injected(Verb::rdma_connect, "rdma_connect");
+    check_connect(param);
     CmNode& nd = node();
-    if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
-    const std::size_t max = nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax;
-    check_data("rdma_connect", param.private_data, max);
     nd.own_qp = true;
-    nd.mine = param;
     if (!nd.ud) draw_psn(nd);
-    nd.st = St::connecting;
-    const auto [dev, port] = f_->owner(nd.peer);
-    f_->send_expecting_answer(n_, offer(Msg::req, qp_num, param, max), dev, port);
+    send_request(qp_num, param);
   }
 
   void accept_own_qp(std::uint32_t qp_num, const ConnParam& param) override {
-    injected(Verb::rdma_accept, "rdma_accept");
+    check_accept();
     CmNode& nd = node();
-    if (nd.st != St::req_rcvd) bad_state("rdma_accept", nd.st);
-    const std::size_t max = nd.ud ? kCmUdAcceptDataMax : kCmAcceptDataMax;
     nd.own_qp = true;
-    if (param.private_data.size() > max) {  // the kernel's rdma_accept rejects the request
-      nd.st = St::closed;
-      f_->send_rej(n_, nd.ud ? kCmSidrRejected : kCmRejectByConsumer);
-      check_data("rdma_accept", param.private_data, max);
+    if (param.private_data.size() > reply_max()) {  // the kernel's rdma_accept rejects it
+      reject_request();
+      check_data("rdma_accept", param.private_data, reply_max());
     }
-    if (nd.ud) {
-      nd.st = St::rep_sent;  // kept to answer a repeated request again
-      nd.unanswered = offer(Msg::rep, qp_num, param, max);
-      f_->send_to_node(nd.unanswered);
-      return;
-    }
-    draw_psn(nd);
-    nd.st = St::rep_sent;
-    const CmNode& client = f_->node(nd.peer_node);
-    f_->send_expecting_answer(n_, offer(Msg::rep, qp_num, param, max), client.dev, client.port);
+    if (!nd.ud) draw_psn(nd);
+    send_reply(qp_num, param);
   }
 
   // What rdma_cm gives (measured on rxe): INIT with the port and, once connect or a request
@@ -951,12 +917,52 @@ class SimCmId final : public CmId {
     }
   }
 
-  // Keeps `qp` and `param` (less its private data) as this side's, and makes the REQ or REP that
-  // carries them, with the private data padded to the message's `size`.
-  Wire offer(Msg kind, QueuePair& qp, const ConnParam& param, std::size_t size) {
-    node().has_qp = true;
-    return offer(kind, qp.qp_num(), param, size);
+  // What rdma_connect checks first: the fault plan, the id's state, the private data's size.
+  void check_connect(const ConnParam& param) {
+    injected(Verb::rdma_connect, "rdma_connect");
+    const CmNode& nd = node();
+    if (nd.st != St::route_resolved) bad_state("rdma_connect", nd.st);
+    check_data("rdma_connect", param.private_data, nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax);
   }
+  // The REQ (a UD service's SIDR REQ) naming QP `qpn`, sent again until answered.
+  void send_request(std::uint32_t qpn, const ConnParam& param) {
+    CmNode& nd = node();
+    nd.st = St::connecting;
+    const auto [dev, port] = f_->owner(nd.peer);
+    f_->send_expecting_answer(
+        n_, offer(Msg::req, qpn, param, nd.ud ? kCmUdConnectDataMax : kCmConnectDataMax), dev,
+        port);
+  }
+
+  // What rdma_accept checks first: the fault plan and the id's state.
+  void check_accept() {
+    injected(Verb::rdma_accept, "rdma_accept");
+    if (node().st != St::req_rcvd) bad_state("rdma_accept", node().st);
+  }
+  std::size_t reply_max() { return node().ud ? kCmUdAcceptDataMax : kCmAcceptDataMax; }
+  // The request refused (an accept whose private data the reply cannot carry).
+  void reject_request() {
+    CmNode& nd = node();
+    nd.st = St::closed;
+    f_->send_rej(n_, nd.ud ? kCmSidrRejected : kCmRejectByConsumer);
+  }
+  // The REP naming QP `qpn`, sent again until the RTU; a UD service's SIDR REP is final, and
+  // kept to answer a repeated request again.
+  void send_reply(std::uint32_t qpn, const ConnParam& param) {
+    CmNode& nd = node();
+    nd.st = St::rep_sent;
+    if (nd.ud) {
+      nd.unanswered = offer(Msg::rep, qpn, param, reply_max());
+      f_->send_to_node(nd.unanswered);
+      return;
+    }
+    const CmNode& client = f_->node(nd.peer_node);
+    f_->send_expecting_answer(n_, offer(Msg::rep, qpn, param, reply_max()), client.dev,
+                              client.port);
+  }
+
+  // Keeps `qpn` and `param` (less its private data) as this side's, and makes the REQ or REP
+  // that carries them, with the private data padded to the message's `size`.
   Wire offer(Msg kind, std::uint32_t qpn, const ConnParam& param, std::size_t size) {
     CmNode& nd = node();
     nd.mine = param;
