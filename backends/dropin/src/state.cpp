@@ -63,6 +63,19 @@ bool only_thread() noexcept {
   ::closedir(d);
   return n - (progress_running() ? 1 : 0) <= 1;
 }
+
+// Whether the process has no other thread or the others have been quiet for kQuiet.
+bool others_quiet() noexcept {
+  if (only_thread()) return true;
+  const std::uint64_t others = g_activity.load(std::memory_order_relaxed) - t_mine;
+  const auto now = Clock::now();
+  if (others != t_others_seen || t_quiet_since == Clock::time_point{}) {
+    t_others_seen = others;
+    t_quiet_since = now;
+    return false;
+  }
+  return now - t_quiet_since >= kQuiet;
+}
 }  // namespace
 
 std::unique_lock<std::recursive_mutex> lock() noexcept {
@@ -80,19 +93,13 @@ void note_activity() noexcept {
   ++t_mine;
 }
 
-bool others_quiet() noexcept {
-  if (only_thread()) return true;
-  const std::uint64_t others = g_activity.load(std::memory_order_relaxed) - t_mine;
-  const auto now = Clock::now();
-  if (others != t_others_seen || t_quiet_since == Clock::time_point{}) {
-    t_others_seen = others;
-    t_quiet_since = now;
-    return false;
-  }
-  return now - t_quiet_since >= kQuiet;
+bool step_far(sim::World& w) noexcept {
+  if (w.pending_events() == 0 || !others_quiet()) return false;
+  const std::uint64_t before = w.now();
+  if (!w.step()) return false;  // only idle timers were left, and are gone
+  if (w.now() - before > kNearNs) t_quiet_since = Clock::now();
+  return true;
 }
-
-void jumped() noexcept { t_quiet_since = Clock::now(); }
 
 sim::World* world() noexcept {
   Global& g = global();
@@ -206,13 +213,7 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
     auto held = lock_waiting();
     int err = attempt(arg);
     if (sim::World* w = world(); err == EAGAIN && w != nullptr) {
-      const std::uint64_t before = w->now();
-      if (others_quiet()) {
-        w->step();
-        if (w->now() - before > kNearNs) jumped();
-      } else {
-        w->step_until(before + kNearNs);
-      }
+      if (!w->step_until(w->now() + kNearNs)) step_far(*w);
       err = attempt(arg);
     }
     if (err == 0) note_activity();
@@ -231,14 +232,9 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
           if (err == 0) note_activity();  // the thread goes on with what came
           return err;
         }
-        if (w->step_until(w->now() + kNearNs)) continue;
-        idle = w->pending_events() == 0;
-        if (idle || !others_quiet()) break;  // a timer's jump waits for the others
-        if (!w->step()) {  // only idle timers were left, and are gone
-          idle = true;
-          break;
-        }
-        jumped();
+        if (w->step_until(w->now() + kNearNs) || step_far(*w)) continue;
+        idle = w->pending_events() == 0;  // else a timer's jump waits for the others
+        break;
       }
     }
     pollfd p{fd, POLLIN, 0};

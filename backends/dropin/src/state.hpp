@@ -71,24 +71,20 @@ std::unique_lock<std::recursive_mutex> lock() noexcept;
 inline constexpr std::uint64_t kNearNs = 1'000'000;
 std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
 void note_activity() noexcept;
-// Whether no other thread has been active for 10 ms (true at once when no other thread ever
-// called in).
-bool others_quiet() noexcept;
-// The clock just jumped: the next jump waits for another quiet spell.
-void jumped() noexcept;
+// The world's next instant, however far off, if the process has no other thread or the others
+// have been quiet for 10 ms; a jump past kNearNs starts the next quiet spell. False if it ran
+// nothing.
+bool step_far(sim::World& w) noexcept;
 
 // Runs `poll` (an ibv_poll_cq that runs the world's next instant if it is within kNearNs
 // when it finds nothing: sim::World::set_poll_horizon; the lock held). If it found nothing
-// and the next instant is farther, and others_quiet(), the clock jumps there and `poll` runs
-// again (without moving the clock): for a program of one thread, what one poll of the
-// simulator does.
+// and step_far() runs the next instant, `poll` runs again (without moving the clock): for a
+// program of one thread, what one poll of the simulator does.
 template <class F>
 PollResult polling(F&& poll) {
   sim::World& w = *global().world;
   PollResult r = poll();
-  if (r.count != 0 || r.err != 0 || w.pending_events() == 0 || !others_quiet()) return r;
-  if (!w.step()) return r;  // only idle timers were left
-  jumped();
+  if (r.count != 0 || r.err != 0 || !step_far(w)) return r;
   w.set_poll_horizon(0);
   r = poll();
   w.set_poll_horizon(kNearNs);
