@@ -90,13 +90,6 @@ bool Gid::is_zero() const noexcept {
   return true;
 }
 
-bool Gid::is_ipv4_mapped() const noexcept {
-  for (int i = 0; i < 10; ++i) {
-    if (raw[static_cast<std::size_t>(i)] != 0) return false;
-  }
-  return raw[10] == 0xff && raw[11] == 0xff;
-}
-
 std::string Gid::to_string() const {
   char buf[40];
   std::snprintf(buf, sizeof buf,

@@ -29,6 +29,7 @@
 
 #include "objects.hpp"
 #include "state.hpp"
+#include "sockaddr.hpp"
 #include "translate.hpp"
 #include "verbsim/cm.hpp"
 
@@ -43,8 +44,6 @@ struct CmDevice {
   int max_initiator_depth = 0;      // max_qp_init_rd_atom
   int max_responder_resources = 0;  // max_qp_rd_atom
 };
-
-struct DCmEvent;
 
 struct DCmChannel : rdma_event_channel {
   std::unique_ptr<CmEventChannel> impl;  // the simulator's channel
@@ -121,46 +120,13 @@ CmDevice& device_named(const std::string& name) {
   return devices.emplace(name, d).first->second;
 }
 
-bool is_v4_mapped(const SockAddr& a) noexcept {
-  for (int i = 0; i < 10; ++i) {
-    if (a.ip[i] != 0) return false;
-  }
-  return a.ip[10] == 0xff && a.ip[11] == 0xff;
-}
-
-void put(const SockAddr& a, sockaddr_storage& out) noexcept {
-  out = {};
-  if (is_v4_mapped(a)) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&out);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(a.port);
-    std::memcpy(&s->sin_addr, a.ip.data() + 12, 4);
-  } else {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&out);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(a.port);
-    std::memcpy(&s->sin6_addr, a.ip.data(), 16);
-  }
-}
-
 // AF_INET and AF_INET6; anything else (AF_IB) is EAFNOSUPPORT.
 SockAddr get(const char* verb, const sockaddr* s) {
-  SockAddr a;
-  if (s != nullptr && s->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(s);
-    a.ip[10] = a.ip[11] = 0xff;
-    std::memcpy(a.ip.data() + 12, &in->sin_addr, 4);
-    a.port = ntohs(in->sin_port);
-    return a;
+  if (s == nullptr || (s->sa_family != AF_INET && s->sa_family != AF_INET6)) {
+    throw std::system_error(s == nullptr ? EINVAL : EAFNOSUPPORT, std::generic_category(),
+                            std::string(verb) + ": not an AF_INET or AF_INET6 address");
   }
-  if (s != nullptr && s->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(s);
-    std::memcpy(a.ip.data(), &in6->sin6_addr, 16);
-    a.port = ntohs(in6->sin6_port);
-    return a;
-  }
-  throw std::system_error(s == nullptr ? EINVAL : EAFNOSUPPORT, std::generic_category(),
-                          std::string(verb) + ": not an AF_INET or AF_INET6 address");
+  return ibverbs::from_sockaddr(s);
 }
 
 bool is_unset(const SockAddr& a) noexcept { return a == SockAddr{}; }
@@ -179,11 +145,11 @@ void refresh(DCmId* id) {
   const SockAddr local = id->impl->local_addr();
   const SockAddr peer = id->impl->peer_addr();
   if (!is_unset(local)) {
-    put(local, id->route.addr.src_storage);
+    id->route.addr.src_storage = ibverbs::to_sockaddr(local);
     std::memcpy(id->route.addr.addr.ibaddr.sgid.raw, local.ip.data(), 16);
   }
   if (!is_unset(peer)) {
-    put(peer, id->route.addr.dst_storage);
+    id->route.addr.dst_storage = ibverbs::to_sockaddr(peer);
     std::memcpy(id->route.addr.addr.ibaddr.dgid.raw, peer.ip.data(), 16);
   }
   id->route.addr.addr.ibaddr.pkey = htons(0xffff);
@@ -537,7 +503,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
       refresh(d);
     }
     d->impl->resolve_addr(dst, timeout_ms);
-    put(dst, d->route.addr.dst_storage);
+    d->route.addr.dst_storage = ibverbs::to_sockaddr(dst);
     return 0;
   });
 }

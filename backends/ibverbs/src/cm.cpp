@@ -22,6 +22,7 @@
 #include <string>
 
 #include "objects.hpp"
+#include "sockaddr.hpp"
 #include "translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
@@ -36,44 +37,6 @@ int cm_errno() noexcept { return errno != 0 ? errno : EIO; }
 // which the kernel uses internally for RoCE and ibv_modify_qp refuses on IB (librdmacm masks them
 // off there); on RoCE the kernel resolves the address itself, so they are dropped always.
 constexpr int kModifyMask = (IBV_QP_DEST_QPN << 1) - 1;
-
-sockaddr_storage to_sockaddr(const SockAddr& a) noexcept {
-  sockaddr_storage out{};
-  if (a.is_ipv4()) {
-    sockaddr_in in{};
-    in.sin_family = AF_INET;
-    in.sin_port = htons(a.port);
-    std::memcpy(&in.sin_addr, a.ip.data() + 12, 4);
-    std::memcpy(&out, &in, sizeof in);
-  } else {
-    sockaddr_in6 in6{};
-    in6.sin6_family = AF_INET6;
-    in6.sin6_port = htons(a.port);
-    std::memcpy(&in6.sin6_addr, a.ip.data(), 16);
-    std::memcpy(&out, &in6, sizeof in6);
-  }
-  return out;
-}
-
-// An all-zero SockAddr for a family other than AF_INET and AF_INET6 (none is set yet).
-SockAddr from_sockaddr(const sockaddr* sa) noexcept {
-  SockAddr out;
-  if (sa == nullptr) return out;
-  if (sa->sa_family == AF_INET) {
-    sockaddr_in in{};
-    std::memcpy(&in, sa, sizeof in);
-    out.ip[10] = 0xff;
-    out.ip[11] = 0xff;
-    std::memcpy(out.ip.data() + 12, &in.sin_addr, 4);
-    out.port = ntohs(in.sin_port);
-  } else if (sa->sa_family == AF_INET6) {
-    sockaddr_in6 in6{};
-    std::memcpy(&in6, sa, sizeof in6);
-    std::memcpy(out.ip.data(), &in6.sin6_addr, 16);
-    out.port = ntohs(in6.sin6_port);
-  }
-  return out;
-}
 
 // "RTS": the core's name of a QP state.
 std::string state_name(ibv_qp_state s) { return std::string(to_string(from_ibv(s))); }

@@ -195,8 +195,14 @@ struct Gid {
   std::array<std::uint8_t, 16> raw{};
 
   bool is_zero() const noexcept;
-  // ::ffff:a.b.c.d, the GID RoCE v2 gives an IPv4 address.
-  bool is_ipv4_mapped() const noexcept;
+  // ::ffff:a.b.c.d, the GID RoCE v2 gives an IPv4 address. Inline: the librdmacm drop-in,
+  // which does not link the core, uses it too.
+  bool is_ipv4_mapped() const noexcept {
+    for (std::size_t i = 0; i < 10; ++i) {
+      if (raw[i] != 0) return false;
+    }
+    return raw[10] == 0xff && raw[11] == 0xff;
+  }
   // "fe80:0000:0000:0000:0000:0000:0000:0001", the format of sysfs gids/N files.
   std::string to_string() const;
   // IPv4-mapped GID ::ffff:a.b.c.d, as RoCE v2 uses for an IPv4 address.
