@@ -266,7 +266,14 @@ int get_event(const char* verb, DCmChannel* ch, DCmEvent*& out) {
       &arg);
 }
 
-void free_event(DCmEvent* e) noexcept { delete e; }
+void free_event(rdma_cm_event* e) noexcept { delete static_cast<DCmEvent*>(e); }
+
+// A synchronous id's event kept since its last verb, acknowledged (librdmacm acks it when the
+// next verb starts, and when the id goes).
+void drop_event(rdma_cm_id* id) noexcept {
+  free_event(id->event);
+  id->event = nullptr;
+}
 
 // librdmacm's ucma_complete: a synchronous id waits for its next event and keeps it in
 // id->event; an error event is the verb's errno (ECONNREFUSED for REJECTED). Called without the
@@ -276,8 +283,7 @@ int complete(const char* verb, DCmId* id) noexcept {
     if (!id->sync) return 0;
     {
       auto held = lock();
-      if (id->event != nullptr) free_event(static_cast<DCmEvent*>(id->event));
-      id->event = nullptr;
+      drop_event(id);
     }
     DCmEvent* e = nullptr;
     if (const int err = get_event(verb, static_cast<DCmChannel*>(id->channel), e)) return err;
@@ -373,21 +379,18 @@ int create_cqs(rdma_cm_id* id, std::uint32_t send_size, std::uint32_t recv_size)
   return err;
 }
 
-// What librdmacm's rdma_create_qp does once the QP exists: INIT with the id's port (RC: no
-// remote access yet, connect and accept grant it); a UD QP on to RTS at once, Q_Key
-// RDMA_UDP_QKEY and send PSN 0.
+// What librdmacm's rdma_create_qp does once the QP exists: INIT with rdma_init_qp_attr's
+// attributes (the id's port; an RC QP's remote access once a request or connect has said which),
+// and a UD QP on to RTS at once (Q_Key RDMA_UDP_QKEY, send PSN 0).
 int init_qp(DCmId* id, ibv_qp* qp) {
-  QpAttr core;
-  const QpAttrMask mask = id->impl->init_qp_attr(QpState::init, core);
-  ibv_qp_attr a = ibverbs::to_ibv(core);
-  if (int err = ibv_modify_qp(qp, &a, static_cast<int>(mask))) return err;
-  if (id->qp_type != IBV_QPT_UD) return 0;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  if (int err = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return err;
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 0;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  for (const QpState state : {QpState::init, QpState::rtr, QpState::rts}) {
+    if (state != QpState::init && id->qp_type != IBV_QPT_UD) break;
+    QpAttr core;
+    const QpAttrMask mask = id->impl->init_qp_attr(state, core);
+    ibv_qp_attr a = ibverbs::to_ibv(core);
+    if (int err = ibv_modify_qp(qp, &a, static_cast<int>(mask))) return err;
+  }
+  return 0;
 }
 
 int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
@@ -430,7 +433,7 @@ int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
 }
 
 void destroy_id(DCmId* id) {
-  if (id->event != nullptr) free_event(static_cast<DCmEvent*>(id->event));
+  drop_event(id);
   id->impl.reset();  // its events not yet taken go with it
   if (id->sync) delete static_cast<DCmChannel*>(id->channel);
   delete id;
@@ -611,8 +614,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   try {
     {
       auto held = lock();
-      if (l->event != nullptr) free_event(static_cast<DCmEvent*>(l->event));
-      l->event = nullptr;
+      drop_event(l);
     }
     if (const int err = get_event("rdma_get_request", static_cast<DCmChannel*>(l->channel), e)) {
       return result(err);
@@ -655,10 +657,7 @@ int rdma_accept(rdma_cm_id* id, rdma_conn_param* conn_param) {
     } else {
       d->impl->accept_own_qp(conn_param->qp_num, param);
     }
-    if (d->qp_type == IBV_QPT_UD && d->sync && d->event != nullptr) {
-      free_event(static_cast<DCmEvent*>(d->event));
-      d->event = nullptr;
-    }
+    if (d->qp_type == IBV_QPT_UD && d->sync) drop_event(d);
     return 0;
   });
   if (err != 0) return result(err);
@@ -731,7 +730,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
 int rdma_ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return result(EINVAL);
   auto held = lock();
-  free_event(static_cast<DCmEvent*>(event));
+  free_event(event);
   return 0;
 }
 
@@ -793,8 +792,7 @@ int rdma_migrate_id(rdma_cm_id* id, rdma_event_channel* channel) {
     auto* to = own ? own.get() : static_cast<DCmChannel*>(channel);
     d->impl->migrate(*to->impl);
     if (d->sync) {
-      if (d->event != nullptr) free_event(static_cast<DCmEvent*>(d->event));
-      d->event = nullptr;
+      drop_event(d);
       delete static_cast<DCmChannel*>(d->channel);
     }
     d->channel = to;
