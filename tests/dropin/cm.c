@@ -388,6 +388,48 @@ static void test_reject(void) {
 
 static struct rdma_cm_id *ep_listen_id;
 
+/* rdma_client's shape: a synchronous endpoint to server_ip:`port` (from client_ip) sends `ping`
+ * and expects `pong` back, then disconnects. */
+static void ep_client(const char *port, const char *ping, const char *pong) {
+  struct rdma_addrinfo hints, *res;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_port_space = RDMA_PS_TCP;
+  struct sockaddr_in src = addr_of(client_ip, 0);
+  hints.ai_src_addr = (struct sockaddr *)&src;
+  hints.ai_src_len = sizeof src;
+  CHECK(rdma_getaddrinfo(server_ip, port, &hints, &res) == 0, "rdma_getaddrinfo: %s",
+        strerror(errno));
+  CHECK(res->ai_dst_addr && res->ai_src_addr, "active rdma_addrinfo");
+  struct ibv_qp_init_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
+  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+  attr.sq_sig_all = 1;
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "%s: rdma_create_ep: %s", ping,
+        strerror(errno));
+  rdma_freeaddrinfo(res);
+  char recv_msg[16], send_msg[16];
+  struct ibv_mr *rmr = rdma_reg_msgs(id, recv_msg, sizeof recv_msg);
+  struct ibv_mr *smr = rdma_reg_msgs(id, send_msg, sizeof send_msg);
+  CHECK(rmr && smr, "rdma_reg_msgs: %s", strerror(errno));
+  CHECK(rdma_post_recv(id, NULL, recv_msg, sizeof recv_msg, rmr) == 0, "rdma_post_recv");
+  CHECK(rdma_connect(id, NULL) == 0, "%s: rdma_connect: %s", ping, strerror(errno));
+  snprintf(send_msg, sizeof send_msg, "%s", ping);
+  CHECK(rdma_post_send(id, NULL, send_msg, strlen(send_msg) + 1, smr, IBV_SEND_SIGNALED) == 0,
+        "rdma_post_send");
+  struct ibv_wc wc;
+  CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "%s: send: %s", ping,
+        ibv_wc_status_str(wc.status));
+  CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "%s: recv: %s", ping,
+        ibv_wc_status_str(wc.status));
+  CHECK(strcmp(recv_msg, pong) == 0, "%s: got '%s', want '%s'", ping, recv_msg, pong);
+  CHECK(rdma_disconnect(id) == 0, "%s: rdma_disconnect: %s", ping, strerror(errno));
+  rdma_dereg_mr(rmr);
+  rdma_dereg_mr(smr);
+  rdma_destroy_ep(id);
+}
+
 static void *ep_server(void *unused) {
   (void)unused;
   struct rdma_cm_id *id;
@@ -433,38 +475,8 @@ static void test_endpoints(void) {
   pthread_t server;
   CHECK(pthread_create(&server, NULL, ep_server, NULL) == 0, "pthread_create");
 
-  memset(&hints, 0, sizeof hints);
-  hints.ai_port_space = RDMA_PS_TCP;
-  struct sockaddr_in src = addr_of(client_ip, 0);
-  hints.ai_src_addr = (struct sockaddr *)&src;
-  hints.ai_src_len = sizeof src;
-  CHECK(rdma_getaddrinfo(server_ip, "7474", &hints, &res) == 0, "rdma_getaddrinfo: %s",
-        strerror(errno));
-  CHECK(res->ai_dst_addr && res->ai_src_addr, "active rdma_addrinfo");
-  struct rdma_cm_id *id;
-  memset(&attr, 0, sizeof attr);
-  attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
-  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  attr.sq_sig_all = 1;
-  CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "rdma_create_ep: %s", strerror(errno));
-  rdma_freeaddrinfo(res);
-  static uint8_t recv_msg[16], send_msg[16];
-  struct ibv_mr *rmr = rdma_reg_msgs(id, recv_msg, sizeof recv_msg);
-  struct ibv_mr *smr = rdma_reg_msgs(id, send_msg, sizeof send_msg);
-  CHECK(rmr && smr, "rdma_reg_msgs: %s", strerror(errno));
-  CHECK(rdma_post_recv(id, NULL, recv_msg, sizeof recv_msg, rmr) == 0, "rdma_post_recv");
-  CHECK(rdma_connect(id, NULL) == 0, "rdma_connect: %s", strerror(errno));
-  strcpy((char *)send_msg, "ping");
-  CHECK(rdma_post_send(id, NULL, send_msg, 5, smr, IBV_SEND_SIGNALED) == 0, "rdma_post_send");
-  struct ibv_wc wc;
-  CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "rdma_get_send_comp");
-  CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "rdma_get_recv_comp");
-  CHECK(strcmp((char *)recv_msg, "pong") == 0, "client got '%s'", recv_msg);
-  CHECK(rdma_disconnect(id) == 0, "client rdma_disconnect: %s", strerror(errno));
+  ep_client("7474", "ping", "pong");
   CHECK(pthread_join(server, NULL) == 0, "pthread_join");
-  rdma_dereg_mr(rmr);
-  rdma_dereg_mr(smr);
-  rdma_destroy_ep(id);
   rdma_destroy_ep(ep_listen_id);
   printf("endpoints: rdma_create_ep, rdma_get_request, ping and pong, both disconnected\n");
 }
@@ -659,44 +671,10 @@ static void test_own_qp(void) {
 #define CLIENTS 8
 
 static void *many_client(void *p) {
-  const int i = (int)(intptr_t)p;
-  struct rdma_addrinfo hints, *res;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_port_space = RDMA_PS_TCP;
-  struct sockaddr_in src = addr_of(client_ip, 0);
-  hints.ai_src_addr = (struct sockaddr *)&src;
-  hints.ai_src_len = sizeof src;
-  CHECK(rdma_getaddrinfo(server_ip, "7480", &hints, &res) == 0, "rdma_getaddrinfo: %s",
-        strerror(errno));
-  struct ibv_qp_init_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.cap.max_send_wr = attr.cap.max_recv_wr = 1;
-  attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-  attr.sq_sig_all = 1;
-  struct rdma_cm_id *id;
-  CHECK(rdma_create_ep(&id, res, NULL, &attr) == 0, "client %d: rdma_create_ep: %s", i,
-        strerror(errno));
-  rdma_freeaddrinfo(res);
-  char recv_msg[16], send_msg[16];
-  struct ibv_mr *rmr = rdma_reg_msgs(id, recv_msg, sizeof recv_msg);
-  struct ibv_mr *smr = rdma_reg_msgs(id, send_msg, sizeof send_msg);
-  CHECK(rmr && smr, "rdma_reg_msgs: %s", strerror(errno));
-  CHECK(rdma_post_recv(id, NULL, recv_msg, sizeof recv_msg, rmr) == 0, "rdma_post_recv");
-  CHECK(rdma_connect(id, NULL) == 0, "client %d: rdma_connect: %s", i, strerror(errno));
-  snprintf(send_msg, sizeof send_msg, "ping %d", i);
-  CHECK(rdma_post_send(id, NULL, send_msg, sizeof send_msg, smr, 0) == 0, "rdma_post_send");
-  struct ibv_wc wc;
-  CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client %d: send: %s",
-        i, ibv_wc_status_str(wc.status));
-  CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "client %d: recv: %s",
-        i, ibv_wc_status_str(wc.status));
-  char want[16];
-  snprintf(want, sizeof want, "pong %d", i);
-  CHECK(strcmp(recv_msg, want) == 0, "client %d got '%s'", i, recv_msg);
-  CHECK(rdma_disconnect(id) == 0, "client %d: rdma_disconnect: %s", i, strerror(errno));
-  rdma_dereg_mr(rmr);
-  rdma_dereg_mr(smr);
-  rdma_destroy_ep(id);
+  char ping[16], pong[16];
+  snprintf(ping, sizeof ping, "ping %d", (int)(intptr_t)p);
+  snprintf(pong, sizeof pong, "pong %d", (int)(intptr_t)p);
+  ep_client("7480", ping, pong);
   return NULL;
 }
 
