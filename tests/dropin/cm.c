@@ -22,8 +22,11 @@
  *      rdma_migrate_id to another channel and to a private one.
  *   8. Errors: an address already bound, connecting before the route, rdma_get_request on an
  *      id with a channel.
+ *   9. Time while the program computes: no TIMEWAIT_EXIT after 200 ms of computing outside the
+ *      library; it comes once the program sleeps in poll().
  *
- *   dropin_cm [--server IP] [--client IP] [--only errors|fd|rping|reject|endpoints|ud|own|many|migrate]
+ *   dropin_cm [--server IP] [--client IP]
+ *             [--only errors|fd|rping|reject|endpoints|ud|own|many|migrate|compute]
  * The server listens on --server and the client binds to --client: by default 10.0.1.1 and
  * 10.0.0.1 (the simulator's sim1 and sim0) when there is a device named sim1, else 10.0.0.1 for
  * both (rxe0 in the rxe VM). Exit status 0 and "PASS" when every check passed. Under a fault
@@ -41,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -857,6 +861,56 @@ static void test_errors(void) {
   printf("errors: EADDRINUSE, EINVAL before the route, EINVAL from rdma_get_request\n");
 }
 
+/* ---- 9. virtual time while the program computes --------------------------------------- */
+
+/* Spins for `ms` of wall time without calling the library: a thread that computes. */
+static void compute_for(int ms) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  do {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+  } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
+}
+
+/* TIMEWAIT_EXIT comes about 2 s after a disconnect. While the program computes, time passes for
+ * the connection at the pace of the wall clock, not faster: 200 ms of computing later, neither
+ * side has it. Once the program sleeps in poll(), it comes. */
+static void test_compute(void) {
+  struct rdma_event_channel *sch = rdma_create_event_channel();
+  struct rdma_cm_id *l = listener(sch, 7488, RDMA_PS_TCP);
+  struct rdma_event_channel *ch = rdma_create_event_channel();
+  struct rdma_cm_id *id = resolved_client(ch, 7488, RDMA_PS_TCP);
+  make_qp(id, IBV_QPT_RC);
+  CHECK(rdma_connect(id, NULL) == 0, "rdma_connect: %s", strerror(errno));
+  struct rdma_cm_event *e = expect_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  struct rdma_cm_id *req = e->id;
+  ack(e);
+  make_qp(req, IBV_QPT_RC);
+  CHECK(rdma_accept(req, NULL) == 0, "rdma_accept: %s", strerror(errno));
+  ack(expect_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+  ack(expect_event(sch, RDMA_CM_EVENT_ESTABLISHED));
+  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect: %s", strerror(errno));
+  ack(expect_event(sch, RDMA_CM_EVENT_DISCONNECTED));
+  CHECK(rdma_disconnect(req) == 0, "rdma_disconnect: %s", strerror(errno));
+  ack(expect_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+
+  compute_for(200);
+  /* Under a fault plan the two disconnects may have completed seconds of virtual time apart. */
+  CHECK(lossy || (pending(ch, 0) == 0 && pending(sch, 0) == 0),
+        "TIMEWAIT_EXIT came during 200 ms of computing: virtual time outran the wall clock");
+  CHECK(pending(ch, 10000) == 1, "the client's TIMEWAIT_EXIT never came");
+  ack(expect_event(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  ack(expect_event(sch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+  rdma_destroy_qp(req);
+  rdma_destroy_id(req);
+  rdma_destroy_id(l);
+  rdma_destroy_event_channel(ch);
+  rdma_destroy_event_channel(sch);
+  printf("compute: no TIMEWAIT_EXIT after 200 ms of computing, both once the program sleeps\n");
+}
+
 int main(int argc, char **argv) {
   const char *only = NULL;
   int n = 0;
@@ -878,7 +932,8 @@ int main(int argc, char **argv) {
     void (*run)(void);
   } tests[] = {{"errors", test_errors}, {"fd", test_fd},         {"rping", test_rping},
                {"reject", test_reject}, {"endpoints", test_endpoints}, {"ud", test_ud},
-               {"own", test_own_qp}, {"many", test_many}, {"migrate", test_migrate}};
+               {"own", test_own_qp}, {"many", test_many}, {"migrate", test_migrate},
+               {"compute", test_compute}};
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; ++i) {
     if (!only || strcmp(only, tests[i].name) == 0) tests[i].run();
   }

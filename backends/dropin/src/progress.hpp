@@ -2,7 +2,9 @@
 // a program that waits outside the library, in poll()/epoll_wait()/read() on a completion
 // channel's or the context's async fd, would wait forever. So once the program has made no call
 // for 2 ms (wall clock), a background thread runs the world's pending events, virtual time
-// going 1000 times as fast as the wall clock, until the program calls in again. A program that
+// going 1000 times as fast as the wall clock while every other thread sleeps in the kernel, as
+// fast as the wall clock while one runs (it computes, or spins outside the library), until the
+// program calls in again. A program that
 // drives the simulator itself (polls CQs, waits in ibv_get_cq_event) never hands it over, and
 // stays deterministic. VERBSIM_DROPIN_PROGRESS=0 turns the thread off.
 #pragma once
