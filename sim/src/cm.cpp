@@ -335,8 +335,8 @@ struct CmFabric {
     try {
       QueuePair* qp = qp_of(n);
       if (qp == nullptr) throw_verb_error("rdma_connect", EINVAL, "the QP is gone");
-      modify_to_rtr(*qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
-      modify_to_rts(*qp, nd.psn, o);
+      modify_to_rtr(*qp, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.psn}, o);
+      modify_to_rts(*qp, nd.peer_psn, o);
     } catch (const VerbError& e) {
       nd.st = St::closed;
       send_rej(n, kCmRejectByConsumer);
@@ -785,7 +785,7 @@ class SimCmId final : public CmId {
       o.retry_cnt = nd.theirs.retry_count;
       o.rnr_retry = nd.theirs.rnr_retry_count;
       draw_psn(nd);
-      verbsim::connect(qp, nd.psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o);
+      verbsim::connect(qp, nd.peer_psn, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.psn}, o);
     }
     nd.has_qp = true;
     send_reply(qp.qp_num(), param);
@@ -813,24 +813,37 @@ class SimCmId final : public CmId {
 
   // What rdma_cm gives (measured on rxe): INIT with the port and, once connect or a request
   // says whether this side serves RDMA READs, remote rights; RTR and RTS with the values
-  // connect() and accept() use: the peer's QP, PSN and RDMA READ depths, the retry count of the
-  // request, the RNR retry count the peer asked for. A UD QP: the Q_Key, then state and PSN 0.
+  // connect() and accept() use: the peer's QP and RDMA READ depths, the PSNs (draw_psn), the
+  // retry count of the request, the RNR retry count the peer asked for. A UD QP: the Q_Key,
+  // then state and PSN 0. A client that has not connected yet has no IB CM id: RTR and RTS get
+  // INIT's attributes with the state asked, and RTR's rq_psn (outside the mask) is the PSN it
+  // will receive with, as the kernel's rdma_init_qp_attr does.
   QpAttrMask init_qp_attr(QpState state, QpAttr& attr) const override {
     CmNode& nd = f_->node(n_);
     if (nd.dev < 0) throw_verb_error("rdma_init_qp_attr", EINVAL, "the id has no device yet");
     const bool server = nd.listener != kNone;
     ConnectOptions o = f_->options(nd);
     attr = QpAttr{};
+    const bool before_connect = !server && (nd.st == St::bound || nd.st == St::addr_query ||
+                                            nd.st == St::addr_resolved ||
+                                            nd.st == St::route_resolved);
     if (nd.ud) {
       o.qkey = kCmUdpQkey;
       if (state == QpState::init) return init_attr(QpType::ud, o, attr);
       if (state == QpState::rtr) return rtr_attr(QpType::ud, Endpoint{}, o, attr);
       if (state == QpState::rts) return rts_attr(QpType::ud, 0, o, attr);
-    } else if (state == QpState::init) {
+    } else if (state == QpState::init || (before_connect && (state == QpState::rtr ||
+                                                             state == QpState::rts))) {
       o.access = server                   ? CmFabric::access(swapped(nd.theirs))
                  : nd.own_qp || nd.has_qp ? CmFabric::access(nd.mine)
                                           : Access::none;
-      return init_attr(QpType::rc, o, attr);
+      const QpAttrMask mask = init_attr(QpType::rc, o, attr);
+      attr.qp_state = state;
+      if (state == QpState::rtr) {
+        draw_psn(nd);
+        attr.rq_psn = nd.psn;
+      }
+      return mask;
     } else if (state == QpState::rtr || state == QpState::rts) {
       if (!server && nd.st != St::rep_rcvd && nd.st != St::established) {
         throw_verb_error("rdma_init_qp_attr", EINVAL,
@@ -840,11 +853,11 @@ class SimCmId final : public CmId {
       o.max_rd_atomic = nd.theirs.responder_resources;
       o.retry_cnt = server ? nd.theirs.retry_count : nd.mine.retry_count;
       o.rnr_retry = nd.theirs.rnr_retry_count;
-      if (state == QpState::rtr) {
-        return rtr_attr(QpType::rc, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.peer_psn}, o, attr);
-      }
       draw_psn(nd);
-      return rts_attr(QpType::rc, nd.psn, o, attr);
+      if (state == QpState::rtr) {
+        return rtr_attr(QpType::rc, Endpoint{nd.peer.gid(), nd.peer_qpn, nd.psn}, o, attr);
+      }
+      return rts_attr(QpType::rc, nd.peer_psn, o, attr);
     }
     throw_verb_error("rdma_init_qp_attr", EINVAL, "only INIT, RTR and RTS");
   }
@@ -977,7 +990,10 @@ class SimCmId final : public CmId {
     return m;
   }
 
-  // This side's PSN, drawn once (a server of its own QP when init_qp_attr(RTS) or accept asks).
+  // This side's PSN, drawn once (a server of its own QP when init_qp_attr or accept asks). As
+  // in rdma_cm, each side receives with its own PSN and sends with the one its peer's request
+  // or reply carried (measured on rxe: the server's RTS sq_psn is the PSN the client's RTR had
+  // before it connected).
   void draw_psn(CmNode& nd) const {
     if (!nd.psn_drawn) nd.psn = f_->initial_psn();
     nd.psn_drawn = true;

@@ -497,6 +497,40 @@ TEST_P(Cm, AProgramsOwnQpConnectsThroughInitQpAttr) {
   CHECK_OBS("server_qp_after_disconnect", server_qp_->state(), QpState::rts);
 }
 
+// Before connect there is no IB CM id yet, and rdma_cm answers init_qp_attr for RTR and RTS
+// as for INIT (the state asked, INIT's mask; RTR's rq_psn, outside the mask, is the PSN this
+// side will receive with: the server sends with it). Once the request is out and until the
+// reply, RTR and RTS are EINVAL.
+TEST_P(Cm, InitQpAttrBeforeTheReplyKnowsNoPeer) {
+  listen(7482);
+  resolve(7482);
+  auto attrs = [&](QpState state, QpAttr& a) {
+    const QpAttrMask m = client_->init_qp_attr(state, a);
+    return std::to_string(static_cast<std::uint32_t>(m)) + "," + std::string(to_string(a.qp_state)) +
+           "," + std::to_string(a.port_num) + "," + std::to_string(a.pkey_index) + "," +
+           std::to_string(static_cast<unsigned>(a.qp_access_flags));
+  };
+  QpAttr rtr;
+  CHECK_OBS("rtr_before_connect", attrs(QpState::rtr, rtr), "57,RTR,1,0,0");
+  QpAttr rts;
+  CHECK_OBS("rts_before_connect", attrs(QpState::rts, rts), "57,RTS,1,0,0");
+  QpAttr init;
+  client_qp_->modify(init, client_->init_qp_attr(QpState::init, init));
+  client_->connect_own_qp(client_qp_->qp_num(), ConnParam{});
+  QpAttr scratch;
+  CHECK_ERR("rtr_after_connect",
+            verb_errno([&] { client_->init_qp_attr(QpState::rtr, scratch); }), EINVAL);
+  CHECK_ERR("rts_after_connect",
+            verb_errno([&] { client_->init_qp_attr(QpState::rts, scratch); }), EINVAL);
+  CmEvent req;
+  CHECK_OBS("request", next(*server_ch_, req), "CONNECT_REQUEST/0");
+  ASSERT_NE(req.new_id, nullptr);
+  QpAttr server_rts;
+  req.new_id->init_qp_attr(QpState::rts, server_rts);
+  CHECK_OBS("server_sends_with_the_clients_rq_psn", server_rts.sq_psn == rtr.rq_psn, true);
+  req.new_id->reject();
+}
+
 // UD services (PortSpace::udp, SIDR): the client learns the server's QP number, Q_Key and
 // address; nothing is connected.
 class CmUd : public Cm {
