@@ -116,6 +116,33 @@ std::error_code SimCq::req_notify(bool solicited_only) noexcept {
   return {};
 }
 
+void SimCq::resize(int cqe) {
+  CqCore& core = *core_;
+  const World::Impl& w = *core.world;
+  const ProfileTraits& t = *w.traits;
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
+    fail("ibv_resize_cq", EINVAL,
+         "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
+  }
+  // rxe compares the size asked for, not the rounded one, with what the CQ holds (measured).
+  if (static_cast<std::uint32_t>(cqe) < core.count) {
+    fail("ibv_resize_cq", EINVAL,
+         "the CQ holds " + std::to_string(core.count) + " completions, more than cqe=" +
+             std::to_string(cqe));
+  }
+  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
+  const std::uint32_t shrunk = w.config.faults.cq_depth;
+  const std::uint32_t ring = shrunk != 0 ? std::min(depth, shrunk) : depth;
+  std::vector<CqEntry> entries(ring);
+  for (std::uint32_t i = 0; i < core.count; ++i) {
+    entries[i] = core.ring[(core.head + i) % core.ring.size()];
+  }
+  core.ring = std::move(entries);
+  core.head = 0;
+  core.requested = cqe;
+  core.reported = static_cast<int>(depth);
+}
+
 void SimCq::ack_events(unsigned n) noexcept {
   core_->unacked_events -= std::min(n, core_->unacked_events);
 }

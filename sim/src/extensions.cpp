@@ -48,32 +48,6 @@ void rereg_mr(MemoryRegion& mr, const MrChange& change) {
   mr_changed(*core.dev, core.key);
 }
 
-void resize_cq(CompletionQueue& cq, int cqe) {
-  auto* c = dynamic_cast<SimCq*>(&cq);
-  if (c == nullptr) fail("ibv_resize_cq", EINVAL, "not a CQ of the simulator");
-  CqCore& core = *c->core();
-  const World::Impl& w = *core.ctx->world;
-  const ProfileTraits& t = *w.traits;
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
-    fail("ibv_resize_cq", EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
-  }
-  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
-  const std::uint32_t shrunk = w.config.faults.cq_depth;
-  const std::uint32_t ring = shrunk != 0 ? std::min(depth, shrunk) : depth;
-  if (core.count > ring) {
-    fail("ibv_resize_cq", EINVAL,
-         "the CQ holds " + std::to_string(core.count) + " completions, more than " + std::to_string(ring));
-  }
-  std::vector<CqEntry> entries(ring);
-  for (std::uint32_t i = 0; i < core.count; ++i) {
-    entries[i] = core.ring[(core.head + i) % core.ring.size()];
-  }
-  core.ring = std::move(entries);
-  core.head = 0;
-  core.requested = cqe;
-  core.reported = static_cast<int>(depth);
-}
-
 bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
   auto* w = dynamic_cast<SimMw*>(&mw);
   if (w == nullptr) return false;

@@ -133,6 +133,7 @@ class SimCq : public CompletionQueue {
   PollResult poll(std::span<WorkCompletion> out) noexcept override;
   std::error_code req_notify(bool solicited_only) noexcept override;
   void ack_events(unsigned n) noexcept override;
+  void resize(int cqe) override;
   int cqe() const noexcept override { return core_->reported; }
   int requested_cqe() const noexcept override { return core_->requested; }
   CompletionChannel* channel() const noexcept override { return channel_; }

@@ -313,6 +313,38 @@ TEST_P(CqCreate, DepthLimits) {
   CHECK_ERR("above_max", verb_errno([&] { (void)make_cq(expect().max_cqe + 1); }), EINVAL);
 }
 
+// ibv_resize_cq: the completions a CQ holds stay, in order; the depth is rounded as at
+// creation; a size below 1, above max_cqe or below the completions held is EINVAL.
+TEST_P(CqCreate, ResizeKeepsTheCompletionsItHolds) {
+  auto scq = make_cq(4);
+  auto rcq = make_cq(64);
+  auto a = make_qp(*scq, *rcq, QpCap{16, 16, 1, 1, 0});
+  auto b = make_qp(*rcq, *rcq, QpCap{16, 16, 1, 1, 0});
+  connect_pair(*a, *b);
+  const Sge s = sge(0, 8);
+  const Sge r = sge(4096, 8);
+  for (std::uint64_t i = 0; i < 16; ++i) ASSERT_FALSE(b->post_recv(recv_wr(100 + i, &r)).error());
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error());
+  (void)poll_n(*rcq, 3);  // the sends have arrived; their completions wait in scq
+  pass_time(std::chrono::milliseconds(50));
+  CHECK_ERR("below_held", verb_errno([&] { scq->resize(2); }), EINVAL);
+  CHECK_ERR("zero", verb_errno([&] { scq->resize(0); }), EINVAL);
+  CHECK_ERR("above_max", verb_errno([&] { scq->resize(expect().max_cqe + 1); }), EINVAL);
+  CHECK_ERR("to_held", verb_errno([&] { scq->resize(3); }), 0);
+  CHECK_OBS("cqe_3", scq->cqe(), Expect::cq_depth(3));
+  CHECK_ERR("grow", verb_errno([&] { scq->resize(100); }), 0);
+  CHECK_OBS("cqe_100", scq->cqe(), Expect::cq_depth(100));
+  EXPECT_EQ(scq->requested_cqe(), 100);
+  for (std::uint64_t i = 3; i < 16; ++i) ASSERT_FALSE(a->post_send(send_wr(i, &s)).error());
+  (void)poll_n(*rcq, 13);
+  pass_time(std::chrono::milliseconds(50));
+  const auto held = poll_n(*scq, 16);
+  std::string ids;
+  for (const WorkCompletion& wc : held) ids += std::to_string(wc.wr_id) + ",";
+  CHECK_OBS("held_in_order", ids, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,");
+  CHECK_OBS("held", summary(held), "16*SUCCESS");
+}
+
 TEST_P(CqCreate, ReqNotifyWithoutChannel) {
   auto cq = make_cq(4);
   CHECK_ERR("req_notify", cq->req_notify(false), EINVAL);

@@ -259,6 +259,52 @@ TEST_P(Ops, ThirtyTwoSendsCompleteInOrderOnBothSides) {
   EXPECT_TRUE(led.balanced());
 }
 
+// ibv_resize_cq on a CQ whose completions wrap around the end of its ring: they stay, oldest
+// first, and the CQ then holds as many as the new depth.
+TEST_P(Ops, ResizingAWrappedCqKeepsItsCompletionsInOrder) {
+  PairOptions o;
+  o.cqe = 4;
+  o.cap = QpCap{64, 64, 1, 1, 0};
+  SimPair p(config(), o);
+  Ledger led;
+  const int depth = p.a.cq->cqe();
+  ASSERT_GE(depth, 5);
+  auto take = [&](std::size_t n) {  // exactly n of a's send completions
+    std::vector<WorkCompletion> wcs(n);
+    wcs.resize(p.a.cq->poll(wcs).count);
+    led.record(wcs);
+    return wcs;
+  };
+  const Sge ss = p.a.sge(0, 8);
+  std::uint64_t next = 0;
+  auto send = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(1000 + next, p.b.sge(0, 8))));
+      ASSERT_TRUE(led.post_send(*p.a.qp, send_wr(next++, ss)));
+    }
+    EXPECT_EQ(led.poll_n(p.world, *p.b.cq, static_cast<std::size_t>(n)).size(),
+              static_cast<std::size_t>(n));
+    p.world.run_until_idle();  // the ACKs: the send completions wait in a's CQ
+  };
+  send(depth - 2);
+  EXPECT_EQ(take(static_cast<std::size_t>(depth - 3)).size(),
+            static_cast<std::size_t>(depth - 3));  // one left, near the end of the ring
+  send(depth - 1);  // the CQ is full now, and wraps
+  EXPECT_THROW(p.a.cq->resize(depth - 1), VerbError);
+  p.a.cq->resize(depth);
+  p.a.cq->resize(4 * depth);
+  EXPECT_EQ(p.a.cq->requested_cqe(), 4 * depth);
+  EXPECT_GE(p.a.cq->cqe(), 4 * depth);
+  send(2 * depth);
+  const auto held = take(static_cast<std::size_t>(3 * depth));
+  ASSERT_EQ(held.size(), static_cast<std::size_t>(3 * depth));
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(held[i].wr_id, static_cast<std::uint64_t>(depth - 3) + i);
+    EXPECT_EQ(held[i].status, WcStatus::success);
+  }
+  EXPECT_TRUE(led.balanced());
+}
+
 // Hardware responders coalesce ACKs: a train of back-to-back messages gets one ACK, for the
 // last. rxe acknowledges every message (its requester asks for an ACK on each).
 TEST_P(Ops, BackToBackMessagesShareOneAckExceptOnRxe) {

@@ -197,7 +197,7 @@ VERBSIM_SAME_TYPE(ibv_create_cq);
 int ibv_resize_cq_1_1(ibv_cq* cq, int cqe) {
   return with_errno("ibv_resize_cq", [&] {
     DCq* c = DCq::from(cq);
-    sim::resize_cq(*c->impl, cqe);
+    c->impl->resize(cqe);
     c->cqe = c->impl->cqe();
     return 0;
   });

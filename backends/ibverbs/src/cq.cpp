@@ -93,6 +93,14 @@ std::error_code IbvCq::req_notify(bool solicited_only) noexcept {
 
 void IbvCq::ack_events(unsigned n) noexcept { ::ibv_ack_cq_events(cq_, n); }
 
+void IbvCq::resize(int cqe) {
+  if (const int ret = ::ibv_resize_cq(cq_, cqe); ret != 0) {
+    throw_verb_error("ibv_resize_cq", returned_errno(ret), "cqe=" + std::to_string(cqe));
+  }
+  cqe_ = cq_->cqe;
+  requested_cqe_ = cqe;
+}
+
 ibv_cq* native(verbsim::CompletionQueue& cq) noexcept {
   auto* c = dynamic_cast<IbvCq*>(&cq);
   return c != nullptr ? c->native() : nullptr;

@@ -199,6 +199,7 @@ class IbvCq : public CompletionQueue {
   PollResult poll(std::span<WorkCompletion> out) noexcept override;
   std::error_code req_notify(bool solicited_only) noexcept override;
   void ack_events(unsigned n) noexcept override;
+  void resize(int cqe) override;
   int cqe() const noexcept override { return cqe_; }
   int requested_cqe() const noexcept override { return requested_cqe_; }
   CompletionChannel* channel() const noexcept override { return channel_; }

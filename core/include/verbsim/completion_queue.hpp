@@ -25,6 +25,12 @@ class CompletionQueue : public Resource {
   // ibv_ack_cq_events: acknowledge `n` events taken from the channel for this CQ.
   virtual void ack_events(unsigned n) noexcept = 0;
 
+  // ibv_resize_cq: the CQ holds at least `cqe` completions from now on (cqe() and
+  // requested_cqe() tell the new depths); the completions it holds stay, oldest first. Throws
+  // VerbError: EINVAL for cqe below 1 or above the device's max_cqe, or fewer than the
+  // completions the CQ holds now. The default throws EOPNOTSUPP.
+  virtual void resize(int cqe);
+
   // Depth given by the provider (>= the depth asked for) and the depth asked for.
   virtual int cqe() const noexcept = 0;
   virtual int requested_cqe() const noexcept = 0;

@@ -35,6 +35,7 @@ class MockCompletionQueue : public CompletionQueue {
   MOCK_METHOD(PollResult, poll, (std::span<WorkCompletion> out), (noexcept, override));
   MOCK_METHOD(std::error_code, req_notify, (bool solicited_only), (noexcept, override));
   MOCK_METHOD(void, ack_events, (unsigned n), (noexcept, override));
+  MOCK_METHOD(void, resize, (int cqe), (override));
   MOCK_METHOD(int, cqe, (), (const, noexcept, override));
   MOCK_METHOD(int, requested_cqe, (), (const, noexcept, override));
   MOCK_METHOD(CompletionChannel*, channel, (), (const, noexcept, override));

@@ -27,10 +27,6 @@ struct MrChange {
 // another device, an empty range, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE.
 void rereg_mr(MemoryRegion& mr, const MrChange& change);
 
-// ibv_resize_cq: the CQ holds at least `cqe` completions from now on (rounded up like
-// create_cq). EINVAL for cqe outside 1..max_cqe or below the completions it holds now.
-void resize_cq(CompletionQueue& cq, int cqe);
-
 // The key a C program believes a memory window has (its ibv_mw.rkey), which the next bind
 // names: the device refuses a bind (MW_BIND_ERR) that names another key than the window's
 // current one, as rxe does. The core API keeps it current itself; libibverbs programs keep it
