@@ -35,32 +35,54 @@ bool enabled() noexcept {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// Whether a thread of this process other than `self` is running or ready to run (state R in
-// /proc/self/task/TID/stat) rather than asleep in the kernel. Without /proc: false.
-bool another_thread_running(pid_t self) noexcept {
-  DIR* tasks = ::opendir("/proc/self/task");
-  if (tasks == nullptr) return false;
-  bool running = false;
-  char path[sizeof(dirent::d_name) + 8];
-  char stat[256];
-  while (const dirent* t = ::readdir(tasks)) {
-    if (t->d_name[0] == '.' || std::atoi(t->d_name) == self) continue;
-    std::snprintf(path, sizeof path, "%s/stat", t->d_name);
-    const int fd = ::openat(::dirfd(tasks), path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;  // the thread just ended
-    const ssize_t n = ::read(fd, stat, sizeof stat - 1);
-    ::close(fd);
-    if (n <= 0) continue;
-    stat[n] = '\0';
-    // "TID (COMM) STATE ...", where COMM may hold spaces and parentheses.
-    const char* end = std::strrchr(stat, ')');
-    if (end != nullptr && end[1] == ' ' && end[2] == 'R') {
-      running = true;
-      break;
+// Threads that call the library, with the time of their last call: a thread that runs (state
+// R) and called within kIdle is polling or waiting in the library; one that runs and did not
+// is computing. Slots are claimed on a thread's first call and freed when it ends.
+struct CallerSlot {
+  std::atomic<pid_t> tid{0};
+  std::atomic<std::int64_t> last_call{0};
+};
+constexpr std::size_t kCallerSlots = 1024;  // more threads than that count as computing
+CallerSlot g_callers[kCallerSlots];
+std::atomic<std::size_t> g_callers_used{0};  // slots ever claimed: a scan stops there
+std::atomic<pid_t> g_progress_tid{0};
+
+struct SlotRelease {
+  CallerSlot* slot = nullptr;
+  ~SlotRelease() {
+    if (slot != nullptr) slot->tid.store(0, std::memory_order_release);
+  }
+};
+thread_local CallerSlot* t_slot = nullptr;
+thread_local bool t_untracked = false;  // no slot was free
+thread_local SlotRelease t_release;
+
+CallerSlot* claim_slot() noexcept {
+  const pid_t self = ::gettid();
+  for (std::size_t i = 0; i < kCallerSlots; ++i) {
+    pid_t expected = 0;
+    if (g_callers[i].tid.compare_exchange_strong(expected, self, std::memory_order_acq_rel)) {
+      std::size_t used = g_callers_used.load(std::memory_order_relaxed);
+      while (used < i + 1 &&
+             !g_callers_used.compare_exchange_weak(used, i + 1, std::memory_order_release)) {
+      }
+      t_release.slot = &g_callers[i];
+      return &g_callers[i];
     }
   }
-  ::closedir(tasks);
-  return running;
+  t_untracked = true;
+  return nullptr;
+}
+
+// When thread `tid` last called the library, or 0 if it never did (or is not tracked).
+std::int64_t last_call_of(pid_t tid) noexcept {
+  const std::size_t used = g_callers_used.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < used; ++i) {
+    if (g_callers[i].tid.load(std::memory_order_acquire) == tid) {
+      return g_callers[i].last_call.load(std::memory_order_relaxed);
+    }
+  }
+  return 0;
 }
 
 bool has_pending_events() noexcept {
@@ -71,14 +93,14 @@ bool has_pending_events() noexcept {
 
 void run() noexcept {
   const auto idle = std::chrono::duration_cast<Clock::duration>(kIdle).count();
-  const pid_t self = ::gettid();
+  g_progress_tid.store(::gettid(), std::memory_order_relaxed);
   for (;;) {
     std::this_thread::sleep_for(kTick);
     if (now_ticks() - g_last_call.load(std::memory_order_relaxed) < idle) continue;
     if (!has_pending_events()) continue;
     // A thread that computes outside the library sees time pass as on a device: virtual time
     // does not outrun the wall clock until every thread sleeps.
-    const std::uint64_t span = another_thread_running(self) ? kRealTimePerTick : kVirtualPerTick;
+    const std::uint64_t span = another_thread_computing() ? kRealTimePerTick : kVirtualPerTick;
     std::lock_guard<std::recursive_mutex> held(global().mu);
     sim::World* w = global().world.get();
     if (w == nullptr) continue;
@@ -103,7 +125,10 @@ void spawn() noexcept {
 }  // namespace
 
 void note_call() noexcept {
-  g_last_call.store(now_ticks(), std::memory_order_relaxed);
+  const std::int64_t now = now_ticks();
+  g_last_call.store(now, std::memory_order_relaxed);
+  if (t_slot == nullptr && !t_untracked) t_slot = claim_slot();
+  if (t_slot != nullptr) t_slot->last_call.store(now, std::memory_order_relaxed);
   if (g_wanted.load(std::memory_order_relaxed) && !g_started.load(std::memory_order_relaxed)) {
     spawn();
   }
@@ -115,8 +140,47 @@ void start_progress() noexcept {
   spawn();
 }
 
-void progress_after_fork() noexcept { g_started = false; }
+void progress_after_fork() noexcept {
+  g_started = false;
+  // The child has one thread, with a new TID.
+  for (CallerSlot& slot : g_callers) slot.tid.store(0, std::memory_order_relaxed);
+  g_callers_used.store(0, std::memory_order_relaxed);
+  t_slot = nullptr;
+  t_untracked = false;
+  t_release.slot = nullptr;
+}
 
 bool progress_running() noexcept { return g_started.load(std::memory_order_relaxed); }
+
+bool another_thread_computing() noexcept {
+  const pid_t self = ::gettid();
+  const pid_t progress = g_progress_tid.load(std::memory_order_relaxed);
+  const auto idle = std::chrono::duration_cast<Clock::duration>(kIdle).count();
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return false;
+  bool computing = false;
+  char path[sizeof(dirent::d_name) + 8];
+  char stat[256];
+  while (const dirent* t = ::readdir(tasks)) {
+    if (t->d_name[0] == '.') continue;
+    const pid_t tid = std::atoi(t->d_name);
+    if (tid == self || tid == progress) continue;
+    std::snprintf(path, sizeof path, "%s/stat", t->d_name);
+    const int fd = ::openat(::dirfd(tasks), path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // the thread just ended
+    const ssize_t n = ::read(fd, stat, sizeof stat - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    stat[n] = '\0';
+    // "TID (COMM) STATE ...", where COMM may hold spaces and parentheses.
+    const char* end = std::strrchr(stat, ')');
+    if (end == nullptr || end[1] != ' ' || end[2] != 'R') continue;  // asleep in the kernel
+    if (now_ticks() - last_call_of(tid) < idle) continue;  // polling or waiting in the library
+    computing = true;
+    break;
+  }
+  ::closedir(tasks);
+  return computing;
+}
 
 }  // namespace verbsim::dropin

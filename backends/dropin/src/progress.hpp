@@ -18,5 +18,9 @@ void start_progress() noexcept;
 void progress_after_fork() noexcept;
 // Whether the thread exists.
 bool progress_running() noexcept;
+// Whether a thread of the process other than the caller and the progress thread computes: it
+// runs (state R in /proc/self/task/TID/stat) and has not called the library for 2 ms. False
+// without /proc.
+bool another_thread_computing() noexcept;
 
 }  // namespace verbsim::dropin

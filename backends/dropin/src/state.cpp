@@ -64,9 +64,8 @@ bool only_thread() noexcept {
   return n - (progress_running() ? 1 : 0) <= 1;
 }
 
-// Whether the process has no other thread or the others have been quiet for kQuiet.
+// Whether the other threads have been quiet for kQuiet.
 bool others_quiet() noexcept {
-  if (only_thread()) return true;
   const std::uint64_t others = g_activity.load(std::memory_order_relaxed) - t_mine;
   const auto now = Clock::now();
   if (others != t_others_seen || t_quiet_since == Clock::time_point{}) {
@@ -93,8 +92,34 @@ void note_activity() noexcept {
   ++t_mine;
 }
 
+namespace {
+// While another thread computes, virtual time follows the wall clock: each call moves it by
+// the wall time since the last (at least kNearNs, at most kMaxPace), instead of jumping.
+Clock::time_point g_paced_at{};  // under the world's lock
+constexpr std::chrono::milliseconds kMaxPace{10};
+
+bool follow_wall_clock(sim::World& w) noexcept {
+  const auto now = Clock::now();
+  const auto elapsed = now - g_paced_at;
+  if (elapsed > kMaxPace) {  // a new spell: time starts to follow from now
+    g_paced_at = now;
+    return false;
+  }
+  const auto ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+  if (ns < kNearNs) return false;  // what is due within kNearNs has run already
+  g_paced_at = now;
+  w.run_until(w.now() + ns);
+  return true;
+}
+}  // namespace
+
 bool step_far(sim::World& w) noexcept {
-  if (w.pending_events() == 0 || !others_quiet()) return false;
+  if (w.pending_events() == 0) return false;
+  if (!only_thread()) {
+    if (!others_quiet()) return false;
+    if (another_thread_computing()) return follow_wall_clock(w);
+  }
   const std::uint64_t before = w.now();
   if (!w.step()) return false;  // only idle timers were left, and are gone
   if (w.now() - before > kNearNs) t_quiet_since = Clock::now();

@@ -72,8 +72,9 @@ inline constexpr std::uint64_t kNearNs = 1'000'000;
 std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
 void note_activity() noexcept;
 // The world's next instant, however far off, if the process has no other thread or the others
-// have been quiet for 10 ms; a jump past kNearNs starts the next quiet spell. False if it ran
-// nothing.
+// have been quiet for 10 ms; a jump past kNearNs starts the next quiet spell. While another
+// thread computes (runs without calling the library), virtual time follows the wall clock
+// instead. False if it ran nothing.
 bool step_far(sim::World& w) noexcept;
 
 // Runs `poll` (an ibv_poll_cq that runs the world's next instant if it is within kNearNs
