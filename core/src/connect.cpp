@@ -40,6 +40,7 @@ QpAttrMask rtr_attr(QpType type, const Endpoint& remote, const ConnectOptions& o
   a.ah_attr.grh.dgid = remote.gid;
   a.ah_attr.grh.sgid_index = opt.sgid_index;
   a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.flow_label = opt.flow_label;
   a.ah_attr.port_num = opt.port_num;
   mask |= QpAttrMask::av | QpAttrMask::path_mtu | QpAttrMask::dest_qpn | QpAttrMask::rq_psn;
   if (type == QpType::rc) {

@@ -598,10 +598,20 @@ struct CmFabric {
     }
   }
 
+  // The flow label rdma_cm gives a RoCE v2 path (the kernel's cma_get_roce_udp_flow_label, for
+  // an address without one of its own): from the client's port and the server's; the server
+  // has it from the request.
+  static std::uint32_t flow_label(const CmNode& nd) {
+    const bool server = nd.listener != kNone;
+    const std::uint32_t client_port = server ? nd.peer.port : nd.local.port;
+    const std::uint32_t server_port = server ? nd.local.port : nd.peer.port;
+    return (client_port * 31 + server_port) & 0xfffff;
+  }
   ConnectOptions options(const CmNode& nd) const {
     ConnectOptions o;
     o.port_num = nd.port;
     o.sgid_index = w.locate(nd.local.gid()).gid_index;
+    o.flow_label = flow_label(nd);
     o.path_mtu = Mtu::mtu_1024;
     o.timeout = kLocalAckTimeout;
     o.min_rnr_timer = kMinRnrTimer;
@@ -634,6 +644,7 @@ struct CmFabric {
     a.grh.dgid = nd.peer.gid();
     a.grh.sgid_index = options(nd).sgid_index;
     a.grh.hop_limit = 64;
+    a.grh.flow_label = flow_label(nd);
     a.port_num = nd.port;
     return a;
   }

@@ -224,6 +224,13 @@ TEST_P(Cm, TheQpsGetTheNegotiatedAttributes) {
             ca.dest_qp_num == server_qp_->qp_num() && sa.dest_qp_num == client_qp_->qp_num(), true);
   CHECK_OBS("psns", ca.sq_psn == sa.rq_psn && sa.sq_psn == ca.rq_psn, true);
   CHECK_OBS("sgid_index", static_cast<int>(ca.ah_attr.grh.sgid_index), gid_index());
+  // RoCE v2: rdma_cm gives the path the flow label (client port * 31 + server port) & 0xfffff,
+  // and the server learns it from the request.
+  const std::uint32_t flow = (client_->local_addr().port * 31u + 7473u) & 0xfffff;
+  CHECK_OBS("flow_labels",
+            std::to_string(ca.ah_attr.grh.flow_label == flow) + "," +
+                std::to_string(sa.ah_attr.grh.flow_label == flow),
+            "1,1");
 }
 
 TEST_P(Cm, DisconnectTakesThisSideToErrAndTellsThePeer) {
@@ -592,6 +599,9 @@ TEST_P(CmUd, TheServerAnswersWithItsQpQkeyAndAddress) {
           "," + std::to_string(est.ah_attr.grh.sgid_index == gid_index()) + "," +
           std::to_string(est.ah_attr.grh.hop_limit) + "," + std::to_string(est.ah_attr.port_num),
       "1,1,1,64,1");
+  CHECK_OBS("est_flow_label",
+            est.ah_attr.grh.flow_label == ((client_->local_addr().port * 31u + 7481u) & 0xfffff),
+            true);
   CHECK_OBS("server_event_after_accept", has_event(*server_ch_), false);
 
   // A datagram to the address the CM gave.

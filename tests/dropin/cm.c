@@ -89,6 +89,9 @@ static struct rdma_cm_id *resolved_client(struct rdma_event_channel *ch, uint16_
   CHECK(rdma_get_dst_port(id) == htons(port), "dst port %u", ntohs(rdma_get_dst_port(id)));
   CHECK(rdma_get_src_port(id) != 0, "no local port after ROUTE_RESOLVED");
   CHECK(id->route.num_paths == 1 && id->route.path_rec != NULL, "%d paths", id->route.num_paths);
+  const uint32_t flow = (ntohs(rdma_get_src_port(id)) * 31u + port) & 0xfffff;
+  CHECK(ntohl(id->route.path_rec->flow_label) == flow, "the path's flow label is %#x, want %#x",
+        ntohl(id->route.path_rec->flow_label), flow);
   return id;
 }
 

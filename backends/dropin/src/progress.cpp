@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kIdle{2};
 constexpr std::chrono::milliseconds kTick{1};
 constexpr std::uint64_t kVirtualPerTick = 1'000'000'000;  // 1 s of virtual time per 1 ms
-constexpr std::uint64_t kRealTimePerTick = 1'000'000;      // 1 ms per 1 ms
+constexpr std::uint64_t kRealTimePerTick = 1'000'000;     // 1 ms per 1 ms
 
 std::atomic<std::int64_t> g_last_call{0};
 std::atomic<bool> g_started{false};

@@ -155,10 +155,14 @@ void refresh(DCmId* id) {
   id->route.addr.addr.ibaddr.pkey = htons(0xffff);
 }
 
-// The path ROUTE_RESOLVED gives (RoCE: the two GIDs, the default P_Key, MTU 1024).
+// The path ROUTE_RESOLVED gives (RoCE: the two GIDs, the default P_Key, MTU 1024, and the flow
+// label the kernel derives from the two ports).
 void set_route(DCmId* id) {
   ibv_sa_path_rec& p = id->path;
   p = {};
+  const std::uint32_t flow = (std::uint32_t{id->impl->local_addr().port} * 31 +
+                              id->impl->peer_addr().port) & 0xfffff;
+  p.flow_label = htonl(flow);
   p.sgid = id->route.addr.addr.ibaddr.sgid;
   p.dgid = id->route.addr.addr.ibaddr.dgid;
   p.pkey = htons(0xffff);

@@ -30,6 +30,7 @@ struct ConnectOptions {
   std::uint8_t max_rd_atomic = 1;
   std::uint8_t max_dest_rd_atomic = 1;
   std::uint32_t qkey = 0x11111111;  // UD
+  std::uint32_t flow_label = 0;     // the address vector's GRH flow label (20 bits)
 };
 
 // Index of the port's first IPv4-mapped GID (RoCE v2; 1 on rxe and the simulator), or 0 when
