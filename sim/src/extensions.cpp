@@ -13,6 +13,9 @@ void rereg_mr(MemoryRegion& mr, const MrChange& change) {
   auto* m = dynamic_cast<SimMr*>(&mr);
   if (m == nullptr) fail("ibv_rereg_mr", EINVAL, "not a memory region of the simulator");
   MrCore& core = m->core();
+  if (!core.pd->ctx->world->traits->rereg_mr) {
+    fail("ibv_rereg_mr", EOPNOTSUPP, "the rxe profile has no rereg_mr, as rxe");
+  }
   // A window bound to it would keep the range it was bound to, which the MR may no longer
   // cover: refused as deregistration is.
   if (core.windows > 0) {

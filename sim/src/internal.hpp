@@ -77,6 +77,7 @@ struct ProfileTraits {
                                     // taken a receive, which completes with REM_ACCESS_ERR
   bool window_range_is_mr;  // rxe: an access through a window is checked against its MR's
                             // range, not the window's (rxe_resp's check_rkey)
+  bool rereg_mr;            // false on rxe: ibv_rereg_mr is EOPNOTSUPP
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

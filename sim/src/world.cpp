@@ -50,6 +50,7 @@ constexpr ProfileTraits kStrict{
     .uc_on_srq = false,
     .imm_write_takes_recv_first = false,
     .window_range_is_mr = false,
+    .rereg_mr = true,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -92,6 +93,7 @@ constexpr ProfileTraits kRxe{
     .uc_on_srq = true,                   // measured: conformance Async.UcOnSrq*
     .imm_write_takes_recv_first = true,  // rxe_resp: RESPST_CHK_RESOURCE before RESPST_CHK_RKEY
     .window_range_is_mr = true,          // measured: conformance MemoryWindows.*PastWindowEnd
+    .rereg_mr = false,                   // measured: -4 (IBV_REREG_MR_ERR_CMD), EOPNOTSUPP
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,

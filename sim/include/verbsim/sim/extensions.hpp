@@ -24,7 +24,8 @@ struct MrChange {
 
 // ibv_rereg_mr: changes a registered region in place; its lkey and rkey stay. Work requests and
 // remote peers using the keys see the new PD, range and access from now on. EINVAL for a PD of
-// another device, an empty range, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE.
+// another device, an empty range, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE;
+// EOPNOTSUPP on the rxe profile (rxe has no rereg_mr).
 void rereg_mr(MemoryRegion& mr, const MrChange& change);
 
 // The key a C program believes a memory window has (its ibv_mw.rkey), which the next bind
