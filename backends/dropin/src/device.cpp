@@ -252,7 +252,7 @@ VERBSIM_SAME_TYPE(ibv_close_device);
 
 // Another context on the same device and the same underlying objects, from a dup of a
 // context's cmd_fd (the fd becomes the new context's). NULL with errno EINVAL when the fd is no
-// context's.
+// context's; EOPNOTSUPP on the rxe profile, as rxe (measured).
 ibv_context* ibv_import_device(int cmd_fd) {
   return with_null<ibv_context>("ibv_import_device", [&]() -> ibv_context* {
     struct stat want{};
@@ -261,6 +261,7 @@ ibv_context* ibv_import_device(int cmd_fd) {
       auto* c = static_cast<DContext*>(p);
       struct stat have{};
       if (::fstat(c->cmd_fd, &have) == 0 && have.st_dev == want.st_dev && have.st_ino == want.st_ino) {
+        if (world()->config().profile == sim::Profile::rxe) return fail_null<ibv_context>(EOPNOTSUPP);
         return make_context(c->device, c->impl, cmd_fd);
       }
     }
