@@ -90,6 +90,19 @@ TEST_P(Channel, EventOnNextCompletion) {
   CHECK_OBS("wcs", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
 }
 
+// ibv_resize_cq keeps the CQ's arming: the next completion after the resize raises the event.
+TEST_P(Channel, AResizedCqStaysArmed) {
+  Pair p = channel_pair();
+  CHECK_ERR("arm", p.cq_b->req_notify(false), 0);
+  CHECK_ERR("resize", verb_errno([&] { p.cq_b->resize(200); }), 0);
+  send(p, 1);
+  CompletionQueue* cq = nullptr;
+  CHECK_ERR("get_cq_event", take_event(cq), 0);
+  CHECK_OBS("cq_ok", cq == p.cq_b.get(), true);
+  if (cq != nullptr) cq->ack_events(1);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_b, 1)), "SUCCESS/RECV/8");
+}
+
 TEST_P(Channel, FdReadableWhileEventPending) {
   Pair p = channel_pair();
   ASSERT_GE(ch_->fd(), 0);
