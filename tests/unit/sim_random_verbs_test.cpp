@@ -3,7 +3,8 @@
 // whatever a program posts, modifies and polls, nothing crashes and no work is lost.
 // Each run drives five connected QP pairs (RC, RC on each side's SRQ, RC, UC, UD) with a few
 // hundred random steps: batches of sends of every opcode and receives, with bad lkeys, rkeys,
-// lengths, SGE counts and inline sizes among them; polls; bare state changes, valid or not;
+// lengths, SGE counts and inline sizes among them; polls; CQs resized (on the simulator also
+// below what they may hold: EINVAL); bare state changes, valid or not;
 // resets and reconnections; QPs destroyed and created again; the MR registered anew; memory
 // windows bound, unbound and invalidated (type 1 binds, BIND_MW, LOCAL_INV, SEND_WITH_INV) while
 // the peer's READs, WRITEs and atomics sometimes go through them.
@@ -475,8 +476,10 @@ class Scenario {
         post_sends(q);
       } else if (roll < 55) {
         post_recvs(q);
-      } else if (roll < 80) {
+      } else if (roll < 79) {
         poll(*q.host, dice_.percent(50) ? *q.host->scq : *q.host->rcq, 1 + dice_.below(8));
+      } else if (roll < 80) {
+        resize(*q.host);
       } else if (roll < 83) {
         events(*q.host);
       } else if (roll < 85) {
@@ -1059,6 +1062,39 @@ class Scenario {
     EXPECT_EQ(fired, h.rcq.get());
     EXPECT_LE(++h.rcq_events, h.rcq_arms) << "more events than armings";
     fired->ack_events(1);
+  }
+
+  // One of the host's CQs resized, to between its depth at creation and twice that: the
+  // completions it holds stay, in order (the tracker checks both). On the simulator, where
+  // nothing arrives meanwhile, first to a size that may be below what it holds: EINVAL and no
+  // change then, else it goes back up at once.
+  void resize(Host& h) {
+    const bool send_cq = dice_.percent(50);
+    CompletionQueue& cq = send_cq ? *h.scq : *h.rcq;
+    auto attempt = [&](int cqe) {
+      int err = 0;
+      try {
+        cq.resize(cqe);
+      } catch (const VerbError& e) {
+        err = e.code().value();
+        EXPECT_NE(std::string_view(e.what()).find("ibv_resize_cq"), std::string_view::npos)
+            << e.what();
+      }
+      note("resize the ", send_cq ? "send" : "receive", " CQ of sim", h.index, " to ", cqe,
+           ": err ", err, ", depth ", cq.cqe());
+      return err;
+    };
+    if (fabric_.simulated()) {
+      const int before = cq.cqe();
+      const int err = attempt(1 + static_cast<int>(dice_.below(8)));
+      EXPECT_TRUE(err == 0 || err == EINVAL) << err;
+      if (err != 0) {
+        EXPECT_EQ(cq.cqe(), before) << "a refused resize changed the CQ";
+      }
+    }
+    const int cqe = kCqe + static_cast<int>(dice_.below(kCqe + 1));
+    EXPECT_EQ(attempt(cqe), 0);
+    EXPECT_GE(cq.cqe(), cqe);
   }
 
   // The host's async events: arm the SRQ's limit (up to its depth), or take every event
