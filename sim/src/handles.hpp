@@ -68,6 +68,7 @@ class SimMr final : public MemoryRegion {
   std::uint32_t lkey() const noexcept override { return core_.key; }
   std::uint32_t rkey() const noexcept override { return core_.key; }
   Access access() const noexcept override { return core_.access; }
+  void rereg(const MrChange& change) override;
   MrCore& core() noexcept { return core_; }
 
  private:

@@ -114,6 +114,8 @@ struct Expect {
   // A request through a window's key is checked against the range of the window's MR, not the
   // window's own (rxe: check_rkey() takes the MW's MR and checks the MR's bounds).
   bool mw_range_is_mr;
+  // ibv_rereg_mr is supported (hardware); rxe has none (EOPNOTSUPP).
+  bool rereg_mr;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

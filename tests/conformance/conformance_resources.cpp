@@ -260,6 +260,28 @@ TEST_P(Memory, RequesterBufferFaults) {
   CHECK_OBS("wcs", out, want);
 }
 
+// ibv_rereg_mr: a region given REMOTE_WRITE in place takes a peer's WRITE through the key it
+// has afterwards; REMOTE_WRITE without LOCAL_WRITE is EINVAL. rxe has no rereg (EOPNOTSUPP).
+TEST_P(Memory, ReregAddsRemoteWriteInPlace) {
+  Pair p = make_pair();
+  auto m = pd().reg_mr(mem(8192), 4096, Access::local_write);
+  MrChange alone;
+  alone.access = Access::remote_write;
+  CHECK_ERR("remote_write_alone", verb_errno([&] { m->rereg(alone); }),
+            expect().rereg_mr ? EINVAL : EOPNOTSUPP);
+  MrChange change;
+  change.access = Access::local_write | Access::remote_write;
+  CHECK_ERR("add_remote_write", verb_errno([&] { m->rereg(change); }),
+            expect().rereg_mr ? 0 : EOPNOTSUPP);
+  if (!expect().rereg_mr) return;
+  CHECK_OBS("access", m->access() == (Access::local_write | Access::remote_write), true);
+  const Sge s = sge(0, 64);
+  CHECK_ERR("post",
+            p.a->post_send(rdma_wr(7, WrOpcode::rdma_write, &s, m->address(0), m->rkey())).error(),
+            0);
+  CHECK_OBS("wcs", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_WRITE/64");
+}
+
 TEST_P(Memory, WriteToDeregisteredRegion) {
   Pair p = make_pair();
   auto m = pd().reg_mr(mem(8192), 4096, Access::local_write | Access::remote_write);

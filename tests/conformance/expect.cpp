@@ -55,6 +55,7 @@ constexpr Expect kRxe{
     .imm_write_error_takes_recv = true,
     .max_mw = 524287,
     .mw_range_is_mr = true,
+    .rereg_mr = false,
 };
 
 constexpr Expect kStrict{
@@ -103,6 +104,7 @@ constexpr Expect kStrict{
     .imm_write_error_takes_recv = false,
     .max_mw = 65536,
     .mw_range_is_mr = false,
+    .rereg_mr = true,
 };
 
 constexpr Expect kMlx5 = [] {

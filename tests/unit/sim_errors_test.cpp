@@ -382,14 +382,14 @@ TEST_P(RequesterErrors, AKeyThatWorkedFailsOnceItsMrIsGoneOrMoved) {
       testing::Side& owner = receiver ? p.b : p.a;
       auto other_pd = owner.ctx->alloc_pd();
       if (moved) {
-        sim::MrChange change;
+        MrChange change;
         change.pd = other_pd.get();
         if (GetParam() == Profile::rxe) {  // rxe has no rereg_mr
-          EXPECT_TRUE(testing::throws_verb_error([&] { sim::rereg_mr(*owner.mr, change); },
+          EXPECT_TRUE(testing::throws_verb_error([&] { owner.mr->rereg(change); },
                                                  "ibv_rereg_mr", EOPNOTSUPP));
           continue;
         }
-        sim::rereg_mr(*owner.mr, change);
+        owner.mr->rereg(change);
       } else {
         destroy(owner.mr);
       }
@@ -429,9 +429,9 @@ TEST_P(RequesterErrors, AnMrGoneWhileItsMessageIsOnTheWireIsNotTouched) {
       ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, op, ss, *p.b.mr, 0)));
       if (reregistered) {
         if (GetParam() == Profile::rxe) continue;  // rxe has no rereg_mr
-        sim::MrChange change;
+        MrChange change;
         change.access = Access::local_write;
-        sim::rereg_mr(*p.a.mr, change);
+        p.a.mr->rereg(change);
       } else {
         destroy(p.a.mr);  // the WR is on the wire: it was sent when posted
       }

@@ -293,10 +293,10 @@ TEST_P(Windows, AnMrWithABoundWindowCannotBeDeregisteredOrReregistered) {
   auto mw = p->b.pd->alloc_mw(MwType::type1);
   ASSERT_EQ(bind_type1(*mw, 0, 64, Access::remote_read).status, WcStatus::success);
   EXPECT_TRUE(throws_verb_error([&] { window_mr->destroy(); }, "ibv_dereg_mr", EINVAL));
-  sim::MrChange change;
+  MrChange change;
   change.access = Access::local_write | Access::mw_bind;
   // rxe has no rereg_mr at all.
-  EXPECT_TRUE(throws_verb_error([&] { sim::rereg_mr(*window_mr, change); }, "ibv_rereg_mr",
+  EXPECT_TRUE(throws_verb_error([&] { window_mr->rereg(change); }, "ibv_rereg_mr",
                                 GetParam() == Profile::rxe ? EOPNOTSUPP : EINVAL));
   ASSERT_EQ(bind_type1(*mw, 0, 0, Access::none).status, WcStatus::success);  // unbound
   EXPECT_NO_THROW(window_mr->destroy());

@@ -479,9 +479,9 @@ TEST_P(Ops, UnreliableSendWhoseMrGoesOnTheWireIsLostAndFails) {
       ASSERT_TRUE(led.post_send(*p.a.qp, wr));
       if (reregistered) {
         if (is(Profile::rxe)) continue;  // rxe has no rereg_mr
-        sim::MrChange change;
+        MrChange change;
         change.access = Access::local_write;
-        sim::rereg_mr(*p.a.mr, change);
+        p.a.mr->rereg(change);
         EXPECT_EQ(only(led.poll_n(p.world, *p.a.cq, 1)).status, WcStatus::success);
         EXPECT_EQ(led.drain(p.world, *p.b.cq).size(), 1u) << "the receiver did not get it";
         continue;

@@ -143,7 +143,7 @@ int ibv_rereg_mr_1_1(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t lengt
   }
   const int err = with_errno("ibv_rereg_mr", [&] {
     DMr* m = DMr::from(mr);
-    sim::MrChange r;
+    MrChange r;
     if (flags & IBV_REREG_MR_CHANGE_PD) r.pd = &DPd::from(pd)->real();
     if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
       r.addr = addr;
@@ -154,7 +154,7 @@ int ibv_rereg_mr_1_1(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t lengt
       if (const int e = mr_access(static_cast<unsigned>(access), a)) return e;
       r.access = a;
     }
-    sim::rereg_mr(*m->impl, r);
+    m->impl->rereg(r);
     if (flags & IBV_REREG_MR_CHANGE_PD) m->pd = pd;
     if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
       m->addr = addr;

@@ -38,6 +38,39 @@ IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access)
   rkey_ = mr_->rkey;
 }
 
+void IbvMr::rereg(const MrChange& change) {
+  int flags = 0;
+  ibv_pd* pd = nullptr;
+  if (change.pd != nullptr) {
+    auto* ours = dynamic_cast<IbvPd*>(change.pd);
+    if (ours == nullptr) throw_verb_error("ibv_rereg_mr", EINVAL, "PD from another backend");
+    pd = ours->native();
+    flags |= IBV_REREG_MR_CHANGE_PD;
+  }
+  void* addr = addr_;
+  std::size_t length = length_;
+  if (change.addr != nullptr || change.length != 0) {
+    if (change.addr == nullptr || change.length == 0) {
+      throw_verb_error("ibv_rereg_mr", EINVAL, "empty range");
+    }
+    addr = change.addr;
+    length = change.length;
+    flags |= IBV_REREG_MR_CHANGE_TRANSLATION;
+  }
+  const Access access = change.access.value_or(access_);
+  if (change.access) flags |= IBV_REREG_MR_CHANGE_ACCESS;
+  errno = 0;
+  // 0, or an ibv_rereg_mr_err_code with errno set.
+  if (::ibv_rereg_mr(mr_, flags, pd, addr, length, change.access ? to_ibv(access) : 0) != 0) {
+    throw_verb_error("ibv_rereg_mr", errno != 0 ? errno : EINVAL, describe(addr, length, access));
+  }
+  addr_ = addr;
+  length_ = length;
+  access_ = access;
+  lkey_ = mr_->lkey;
+  rkey_ = mr_->rkey;
+}
+
 IbvMr::~IbvMr() {
   if (const int err = release(); err != 0) warn_leak("ibv_dereg_mr", err, "MR");
 }

@@ -127,6 +127,7 @@ class IbvMr final : public MemoryRegion {
   std::uint32_t lkey() const noexcept override { return lkey_; }
   std::uint32_t rkey() const noexcept override { return rkey_; }
   Access access() const noexcept override { return access_; }
+  void rereg(const MrChange& change) override;  // ibv_rereg_mr
 
   ibv_mr* native() const noexcept { return mr_; }
 

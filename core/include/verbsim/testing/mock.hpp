@@ -65,6 +65,7 @@ class MockMemoryRegion : public MemoryRegion {
   MOCK_METHOD(std::uint32_t, lkey, (), (const, noexcept, override));
   MOCK_METHOD(std::uint32_t, rkey, (), (const, noexcept, override));
   MOCK_METHOD(Access, access, (), (const, noexcept, override));
+  MOCK_METHOD(void, rereg, (const MrChange& change), (override));
 };
 
 class MockMemoryWindow : public MemoryWindow {

@@ -1,32 +1,11 @@
-// Verbs of libibverbs that the core API does not have, for resources a sim::World opened. The
-// libibverbs drop-in (backends/dropin/) offers them to C programs; they throw VerbError naming
-// the verb, like the core verbs.
+// What the libibverbs drop-in (backends/dropin/) needs of the simulator beyond the core API.
 #pragma once
 
-#include <cstddef>
-#include <optional>
+#include <cstdint>
 
-#include "verbsim/completion_queue.hpp"
 #include "verbsim/memory_window.hpp"
-#include "verbsim/memory_region.hpp"
-#include "verbsim/protection_domain.hpp"
-#include "verbsim/types.hpp"
 
 namespace verbsim::sim {
-
-// What ibv_rereg_mr changes; unset members stay as they are.
-struct MrChange {
-  ProtectionDomain* pd = nullptr;  // move the region to this PD (same device)
-  void* addr = nullptr;            // with length: register this range instead
-  std::size_t length = 0;
-  std::optional<Access> access;
-};
-
-// ibv_rereg_mr: changes a registered region in place; its lkey and rkey stay. Work requests and
-// remote peers using the keys see the new PD, range and access from now on. EINVAL for a PD of
-// another device, an empty range, or REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE;
-// EOPNOTSUPP on the rxe profile (rxe has no rereg_mr).
-void rereg_mr(MemoryRegion& mr, const MrChange& change);
 
 // The key a C program believes a memory window has (its ibv_mw.rkey), which the next bind
 // names: the device refuses a bind (MW_BIND_ERR) that names another key than the window's
