@@ -220,6 +220,38 @@ void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {
 
 SrqAttr SimSrq::query() const { return {core_->rq.cap, core_->rq.max_sge, core_->limit}; }
 
+// rxe's rxe_srq_chk_attr and queue resize, measured: the depth is rounded as at creation and
+// must hold the receives already posted; a max_wr below an armed limit is refused.
+void SimSrq::resize(std::uint32_t max_wr) {
+  const ProfileTraits& t = *core_->pd->ctx->world->traits;
+  if (!t.srq_resize) fail("ibv_modify_srq", EINVAL, "this device cannot resize an SRQ (max_wr)");
+  if (max_wr < 1 || max_wr > t.max_qp_wr) {
+    fail("ibv_modify_srq", EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
+  }
+  if (core_->limit != 0 && max_wr < core_->limit) {
+    fail("ibv_modify_srq", EINVAL, "max_wr below the armed srq_limit");
+  }
+  const std::uint32_t depth = t.round_cq(max_wr);
+  if (depth < core_->rq.size()) {
+    fail("ibv_modify_srq", EINVAL,
+         "the SRQ holds " + std::to_string(core_->rq.size()) + " receives, more than " +
+             std::to_string(depth));
+  }
+  core_->rq.resize(depth);
+  core_->requested = max_wr;
+}
+
+void RecvQueue::resize(std::uint32_t capacity) {
+  RecvQueue q;
+  q.init(capacity, max_sge);
+  for (std::uint32_t i = head; i != tail; ++i) {
+    q.at(q.tail) = at(i);
+    std::copy_n(sge_at(i), max_sge, q.sge_at(q.tail));
+    ++q.tail;
+  }
+  *this = std::move(q);
+}
+
 void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
   cap = capacity;
   max_sge = std::max<std::uint32_t>(sge, 1);

@@ -16,4 +16,14 @@ bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
   return true;
 }
 
+void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
+  auto* s = dynamic_cast<SimSrq*>(&srq);
+  if (s == nullptr) fail("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");
+  s->resize(max_wr);
+}
+
+bool can_resize_srq(const World& world) noexcept {
+  return ProfileTraits::of(world.config().profile).srq_resize;
+}
+
 }  // namespace verbsim::sim

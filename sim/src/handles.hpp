@@ -156,6 +156,8 @@ class SimSrq : public SharedReceiveQueue {
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
   void modify(const SrqAttr& attr, SrqAttrMask mask) override;
   SrqAttr query() const override;
+  // ibv_modify_srq's IBV_SRQ_MAX_WR (sim::resize_srq); EINVAL where the profile has no resize.
+  void resize(std::uint32_t max_wr);
   const std::shared_ptr<SrqCore>& core() const noexcept { return core_; }
 
  protected:

@@ -78,6 +78,7 @@ struct ProfileTraits {
   bool window_range_is_mr;  // rxe: an access through a window is checked against its MR's
                             // range, not the window's (rxe_resp's check_rkey)
   bool rereg_mr;            // false on rxe: ibv_rereg_mr is EOPNOTSUPP
+  bool srq_resize;          // rxe: ibv_modify_srq may change max_wr (IBV_DEVICE_SRQ_RESIZE)
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;
@@ -651,6 +652,8 @@ struct RecvQueue {
   }
   Sge* sge_at(std::uint32_t i) noexcept { return &sges[(i & (slots - 1)) * max_sge]; }
   void clear() noexcept { head = tail = 0; }
+  // The same receives, oldest first, in a queue of `capacity`; capacity >= size().
+  void resize(std::uint32_t capacity);
 };
 
 struct SrqCore {

@@ -51,6 +51,7 @@ constexpr ProfileTraits kStrict{
     .imm_write_takes_recv_first = false,
     .window_range_is_mr = false,
     .rereg_mr = true,
+    .srq_resize = false,  // mlx5_ib_modify_srq refuses IB_SRQ_MAX_WR
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -94,6 +95,7 @@ constexpr ProfileTraits kRxe{
     .imm_write_takes_recv_first = true,  // rxe_resp: RESPST_CHK_RESOURCE before RESPST_CHK_RKEY
     .window_range_is_mr = true,          // measured: conformance MemoryWindows.*PastWindowEnd
     .rereg_mr = false,                   // measured: -4 (IBV_REREG_MR_ERR_CMD), EOPNOTSUPP
+    .srq_resize = true,                  // measured: max_wr 2, 16 -> depth 3, 31; 0 is EINVAL
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,

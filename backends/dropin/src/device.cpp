@@ -19,6 +19,7 @@
 #include "progress.hpp"
 #include "state.hpp"
 #include "symver.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 #undef ibv_query_port
 
@@ -87,6 +88,7 @@ void fill_device_attr(DContext& c, ibv_device_attr& a) {
                        IBV_DEVICE_SYS_IMAGE_GUID;
   if (d.mw_type1) a.device_cap_flags |= IBV_DEVICE_MEM_WINDOW;
   if (d.mw_type2) a.device_cap_flags |= IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  if (sim::can_resize_srq(*world())) a.device_cap_flags |= IBV_DEVICE_SRQ_RESIZE;
   a.max_sge = d.max_sge;
   a.max_sge_rd = d.max_sge_rd;
   a.max_cq = d.max_cq;

@@ -373,9 +373,11 @@ ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
     a.max_sge = init->attr.max_sge;
     a.srq_limit = init->attr.srq_limit;
     srq->impl = DPd::from(pd)->real().create_srq(a);
-    const SrqAttr got = srq->impl->query();
-    init->attr.max_wr = got.max_wr;
-    init->attr.max_sge = got.max_sge;
+    if (world()->config().profile != sim::Profile::rxe) {  // rxe leaves the request (measured)
+      const SrqAttr got = srq->impl->query();
+      init->attr.max_wr = got.max_wr;
+      init->attr.max_sge = got.max_sge;
+    }
     srq->context = pd->context;
     srq->srq_context = init->srq_context;
     srq->pd = pd;
@@ -387,13 +389,16 @@ ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
 VERBSIM_DEFAULT_1_1(ibv_create_srq);
 VERBSIM_SAME_TYPE(ibv_create_srq);
 
+// 0, or an errno. IBV_SRQ_MAX_WR resizes the SRQ where the device can (the rxe profile, as
+// rxe: sim::resize_srq); the core API itself refuses it.
 int ibv_modify_srq_1_1(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   return with_errno("ibv_modify_srq", [&] {
+    SharedReceiveQueue& impl = *DSrq::from(srq)->impl;
+    if ((mask & IBV_SRQ_MAX_WR) != 0) sim::resize_srq(impl, attr->max_wr);
     SrqAttr a;
-    a.max_wr = attr->max_wr;
     a.max_sge = attr->max_sge;
     a.srq_limit = attr->srq_limit;
-    DSrq::from(srq)->impl->modify(a, static_cast<SrqAttrMask>(mask));
+    impl.modify(a, static_cast<SrqAttrMask>(mask & ~IBV_SRQ_MAX_WR));
     return 0;
   });
 }

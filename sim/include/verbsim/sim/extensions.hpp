@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "verbsim/memory_window.hpp"
+#include "verbsim/shared_receive_queue.hpp"
+#include "verbsim/sim/world.hpp"
 
 namespace verbsim::sim {
 
@@ -13,5 +15,14 @@ namespace verbsim::sim {
 // in ibv_mw.rkey, which a type 2 bind (IBV_WR_BIND_MW) does not update. False for a window
 // that is not the simulator's.
 bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept;
+
+// ibv_modify_srq with IBV_SRQ_MAX_WR: the SRQ holds `max_wr` receives from now on (rounded as at
+// creation), keeping those posted, on the rxe profile (rxe has IBV_DEVICE_SRQ_RESIZE). EINVAL
+// on the other profiles (mlx5 has no SRQ resize), for max_wr out of range, below an armed limit
+// or too small for the receives it holds. The core API refuses resizing on every device
+// (SharedReceiveQueue::modify), so that programs behave alike; C programs get rxe's.
+void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr);
+// Whether the world's devices can resize an SRQ (IBV_DEVICE_SRQ_RESIZE).
+bool can_resize_srq(const World& world) noexcept;
 
 }  // namespace verbsim::sim
