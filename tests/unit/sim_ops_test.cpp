@@ -610,6 +610,56 @@ TEST_P(Ops, UdWithTheWrongQkeyIsDroppedSilently) {
 // ---------------------------------------------------------------------------------------------
 // SRQ
 
+// ibv_modify_srq's IBV_SRQ_MAX_WR, which the drop-in offers on the rxe profile
+// (sim::resize_srq): an SRQ whose receives wrap around its ring keeps them, oldest first; the
+// other profiles refuse (EINVAL), as mlx5 does.
+TEST_P(Ops, ResizingAWrappedSrqKeepsItsReceivesInOrder) {
+  sim::World world(config());
+  Node a(world, "sim0"), b(world, "sim1");
+  auto acq = a.ctx->create_cq(64), bcq = b.ctx->create_cq(64);
+  auto srq = b.pd->create_srq(SrqInitAttr{4, 1, 0});
+  const std::uint32_t depth = srq->query().max_wr;
+  if (!is(Profile::rxe)) {
+    EXPECT_TRUE(testing::throws_verb_error([&] { sim::resize_srq(*srq, 4 * depth); },
+                                           "ibv_modify_srq", EINVAL));
+    return;
+  }
+  const QpCap cap{16, 16, 1, 1, 0};
+  auto qa = a.make_qp(*acq, *acq, cap);
+  auto qb = b.make_qp(*bcq, *bcq, cap, QpType::rc, false, srq.get());
+  testing::connect_qps(a, *qa, b, *qb);
+  Ledger led;
+  const Sge rs = b.sge(0, 64);
+  const Sge ss = a.sge(0, 8);
+  std::uint64_t next_recv = 100;
+  std::uint64_t next_send = 1;
+  auto post = [&](std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      const RecvWr wr = recv_wr(next_recv++, rs);
+      ASSERT_TRUE(led.post_recv(*srq, std::span(&wr, 1)));
+    }
+  };
+  auto take = [&](std::uint32_t n) {  // n messages; the wr_ids of the receives they took
+    for (std::uint32_t i = 0; i < n; ++i) EXPECT_TRUE(led.post_send(*qa, send_wr(next_send++, ss)));
+    std::vector<std::uint64_t> ids;
+    for (const WorkCompletion& w : led.poll_n(world, *bcq, n)) ids.push_back(w.wr_id);
+    EXPECT_EQ(led.poll_n(world, *acq, n).size(), n);
+    return ids;
+  };
+  post(depth);
+  EXPECT_EQ(take(depth - 1).size(), depth - 1);  // one left, at the end of the ring
+  post(depth - 1);                                // full again, wrapped
+  EXPECT_TRUE(testing::throws_verb_error([&] { sim::resize_srq(*srq, 1); }, "ibv_modify_srq",
+                                         EINVAL));
+  sim::resize_srq(*srq, 4 * depth);
+  EXPECT_GE(srq->query().max_wr, 4 * depth);
+  post(2 * depth);
+  const std::vector<std::uint64_t> ids = take(3 * depth);
+  ASSERT_EQ(ids.size(), 3u * depth);
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], 100 + depth - 1 + i);
+  EXPECT_TRUE(led.balanced());
+}
+
 TEST_P(Ops, SrqFeedsTwoQpsAndRaisesTheLimitEventOnce) {
   sim::World world(config());
   Node a(world, "sim0"), b(world, "sim1");
