@@ -598,14 +598,11 @@ struct CmFabric {
     }
   }
 
-  // The flow label rdma_cm gives a RoCE v2 path (the kernel's cma_get_roce_udp_flow_label, for
-  // an address without one of its own): from the client's port and the server's; the server
-  // has it from the request.
+  // The path's flow label (cm_flow_label); the server has the client's port from the request.
   static std::uint32_t flow_label(const CmNode& nd) {
     const bool server = nd.listener != kNone;
-    const std::uint32_t client_port = server ? nd.peer.port : nd.local.port;
-    const std::uint32_t server_port = server ? nd.local.port : nd.peer.port;
-    return (client_port * 31 + server_port) & 0xfffff;
+    return server ? cm_flow_label(nd.peer.port, nd.local.port)
+                  : cm_flow_label(nd.local.port, nd.peer.port);
   }
   ConnectOptions options(const CmNode& nd) const {
     ConnectOptions o;

@@ -157,13 +157,9 @@ std::unique_ptr<CompletionChannel> SimContext::create_comp_channel() {
 
 std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChannel* channel,
                                                        int comp_vector) {
-  const ProfileTraits& t = *core_->world->traits;
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
-    fail("ibv_create_cq", EINVAL,
-         "cqe=" + std::to_string(cqe) + " outside 1.." + str(t.max_cqe));
-  }
-  if (comp_vector != 0) fail("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
   World::Impl& w = *core_->world;
+  const std::uint32_t depth = cq_depth("ibv_create_cq", cqe, w);
+  if (comp_vector != 0) fail("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
   if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {
     fail("ibv_create_cq", err, "injected by the fault plan");
   }
@@ -171,10 +167,8 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   cq->ctx = core_;
   cq->world = &w;
   cq->requested = cqe;
-  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
   cq->reported = static_cast<int>(depth);
-  const std::uint32_t shrunk = w.config.faults.cq_depth;
-  cq->ring.resize(shrunk != 0 ? std::min(depth, shrunk) : depth);
+  cq->ring.resize(cq_ring_size(depth, w));
   SimChannel* sim_channel = nullptr;
   if (channel != nullptr) {
     sim_channel = dynamic_cast<SimChannel*>(channel);

@@ -116,24 +116,30 @@ std::error_code SimCq::req_notify(bool solicited_only) noexcept {
   return {};
 }
 
+std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w) {
+  const ProfileTraits& t = *w.traits;
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
+    fail(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
+  }
+  return t.round_cq(static_cast<std::uint32_t>(cqe));
+}
+
+std::uint32_t cq_ring_size(std::uint32_t depth, const World::Impl& w) noexcept {
+  const std::uint32_t shrunk = w.config.faults.cq_depth;
+  return shrunk != 0 ? std::min(depth, shrunk) : depth;
+}
+
 void SimCq::resize(int cqe) {
   CqCore& core = *core_;
   const World::Impl& w = *core.world;
-  const ProfileTraits& t = *w.traits;
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
-    fail("ibv_resize_cq", EINVAL,
-         "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
-  }
+  const std::uint32_t depth = cq_depth("ibv_resize_cq", cqe, w);
   // rxe compares the size asked for, not the rounded one, with what the CQ holds (measured).
   if (static_cast<std::uint32_t>(cqe) < core.count) {
     fail("ibv_resize_cq", EINVAL,
          "the CQ holds " + std::to_string(core.count) + " completions, more than cqe=" +
              std::to_string(cqe));
   }
-  const std::uint32_t depth = t.round_cq(static_cast<std::uint32_t>(cqe));
-  const std::uint32_t shrunk = w.config.faults.cq_depth;
-  const std::uint32_t ring = shrunk != 0 ? std::min(depth, shrunk) : depth;
-  std::vector<CqEntry> entries(ring);
+  std::vector<CqEntry> entries(cq_ring_size(depth, w));
   for (std::uint32_t i = 0; i < core.count; ++i) {
     entries[i] = core.ring[(core.head + i) % core.ring.size()];
   }

@@ -541,4 +541,9 @@ bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept;
 // Errors of the simulator's verbs name the libibverbs call.
 [[noreturn]] void fail(const char* verb, int err, std::string_view detail);
 
+// The CQ depth `verb` (ibv_create_cq, ibv_resize_cq) gives for `cqe`, EINVAL outside
+// 1..max_cqe; and the entries its ring has room for, which the fault plan's cq_depth may cut.
+std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w);
+std::uint32_t cq_ring_size(std::uint32_t depth, const World::Impl& w) noexcept;
+
 }  // namespace verbsim::sim

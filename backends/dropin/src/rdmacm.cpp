@@ -160,9 +160,7 @@ void refresh(DCmId* id) {
 void set_route(DCmId* id) {
   ibv_sa_path_rec& p = id->path;
   p = {};
-  const std::uint32_t flow = (std::uint32_t{id->impl->local_addr().port} * 31 +
-                              id->impl->peer_addr().port) & 0xfffff;
-  p.flow_label = htonl(flow);
+  p.flow_label = htonl(cm_flow_label(id->impl->local_addr().port, id->impl->peer_addr().port));
   p.sgid = id->route.addr.addr.ibaddr.sgid;
   p.dgid = id->route.addr.addr.ibaddr.dgid;
   p.pkey = htons(0xffff);

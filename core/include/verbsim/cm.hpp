@@ -119,6 +119,14 @@ inline constexpr std::size_t kCmUdAcceptDataMax = 136;
 inline constexpr int kCmSidrNoListener = 1;  // IB_SIDR_UNSUPPORTED
 inline constexpr int kCmSidrRejected = 2;    // IB_SIDR_REJECT
 
+// The flow label rdma_cm gives a RoCE v2 path between a client's port and a server's (the
+// kernel's cma_get_roce_udp_flow_label, for an address without one of its own); both sides'
+// address vectors carry it.
+constexpr std::uint32_t cm_flow_label(std::uint16_t client_port,
+                                      std::uint16_t server_port) noexcept {
+  return (std::uint32_t{client_port} * 31 + server_port) & 0xfffff;
+}
+
 // rdma_conn_param without the QP fields (they come from the QP given to connect / accept).
 struct ConnParam {
   std::vector<std::uint8_t> private_data;
