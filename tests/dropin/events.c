@@ -22,55 +22,13 @@
 #include <sys/epoll.h>
 
 #include "check.h"
+#include "rc.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
 static char buf[8192];
 static struct ibv_mr *mr;
-
-static struct ibv_qp *make_qp(struct ibv_cq *cq) {
-  struct ibv_qp_init_attr init = {
-      .send_cq = cq,
-      .recv_cq = cq,
-      .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
-      .qp_type = IBV_QPT_RC,
-  };
-  struct ibv_qp *qp = ibv_create_qp(pd, &init);
-  CHECK(qp, "ibv_create_qp: %s", strerror(errno));
-  return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t remote, uint8_t rnr_retry, uint8_t rnr_timer) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
-  CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-        "INIT");
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = rnr_timer;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.port_num = 1;
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-        "RTR");
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = rnr_retry;
-  a.max_rd_atomic = 1;
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-        "RTS");
-}
 
 static void post_one_send(struct ibv_qp *qp, uint64_t id) {
   struct ibv_sge s = {(uintptr_t)buf, 16, mr->lkey};
@@ -114,9 +72,9 @@ int main(void) {
   struct ibv_cq *cq = ibv_create_cq(ctx, 16, &tag, ch, 0);
   struct ibv_cq *cq_b = ibv_create_cq(ctx, 16, NULL, NULL, 0);
   CHECK(cq && cq_b, "ibv_create_cq");
-  struct ibv_qp *a = make_qp(cq), *b = make_qp(cq_b);
-  connect_qp(a, b->qp_num, 7, 12);
-  connect_qp(b, a->qp_num, 7, 12);
+  struct ibv_qp *a = rc_qp(pd, cq, NULL), *b = rc_qp(pd, cq_b, NULL);
+  rc_connect(a, b->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 7, 12);
+  rc_connect(b, a->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 7, 12);
   struct pollfd p = {ch->fd, POLLIN, 0};
   CHECK(poll(&p, 1, 0) == 0, "the channel fd is readable before anything happened");
   CHECK(ibv_req_notify_cq(cq, 0) == 0, "ibv_req_notify_cq");
@@ -140,9 +98,9 @@ int main(void) {
   printf("2. O_NONBLOCK: ibv_get_cq_event fails with EAGAIN\n");
 
   /* 3. an event 1.3 s of virtual time later, waited for in epoll_wait */
-  struct ibv_qp *c = make_qp(cq), *d = make_qp(cq_b);
-  connect_qp(c, d->qp_num, 1, 0);  /* rnr_retry 1 */
-  connect_qp(d, c->qp_num, 1, 0);  /* min_rnr_timer 0: 655.36 ms */
+  struct ibv_qp *c = rc_qp(pd, cq, NULL), *d = rc_qp(pd, cq_b, NULL);
+  rc_connect(c, d->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 1, 0);  /* rnr_retry 1 */
+  rc_connect(d, c->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 1, 0);  /* min_rnr_timer 0: 655.36 ms */
   CHECK(ibv_req_notify_cq(cq, 0) == 0, "ibv_req_notify_cq");
   post_one_send(c, 3);  /* d has no receive posted */
   int ep = epoll_create1(0);
@@ -157,9 +115,9 @@ int main(void) {
   /* 4. async events: overrun a 1-entry CQ (rxe: one CQ_ERR per completion dropped) */
   struct ibv_cq *small = ibv_create_cq(ctx, 1, NULL, NULL, 0);
   CHECK(small && small->cqe == 1, "ibv_create_cq(1)");
-  struct ibv_qp *e = make_qp(small), *f = make_qp(cq_b);
-  connect_qp(e, f->qp_num, 7, 12);
-  connect_qp(f, e->qp_num, 7, 12);
+  struct ibv_qp *e = rc_qp(pd, small, NULL), *f = rc_qp(pd, cq_b, NULL);
+  rc_connect(e, f->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 7, 12);
+  rc_connect(f, e->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE, 7, 12);
   for (int i = 0; i < 3; ++i) post_one_recv(f, 10 + (uint64_t)i);
   for (int i = 0; i < 3; ++i) post_one_send(e, 20 + (uint64_t)i);
   CHECK(fcntl(ctx->async_fd, F_SETFL, fcntl(ctx->async_fd, F_GETFL) | O_NONBLOCK) == 0, "fcntl");

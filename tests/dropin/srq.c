@@ -16,56 +16,13 @@
 #include <string.h>
 
 #include "check.h"
+#include "rc.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
 static char buf[8192];
 static struct ibv_mr *mr;
-
-static struct ibv_qp *make_qp(struct ibv_cq *cq, struct ibv_srq *srq) {
-  struct ibv_qp_init_attr init = {
-      .send_cq = cq,
-      .recv_cq = cq,
-      .srq = srq,
-      .cap = {.max_send_wr = 16, .max_recv_wr = srq ? 0 : 16, .max_send_sge = 1,
-              .max_recv_sge = 1},
-      .qp_type = IBV_QPT_RC,
-  };
-  struct ibv_qp *qp = ibv_create_qp(pd, &init);
-  CHECK(qp, "ibv_create_qp: %s", strerror(errno));
-  return qp;
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t remote) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
-  CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-        "INIT");
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.port_num = 1;
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-        "RTR");
-  memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  CHECK(ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-        "RTS");
-}
 
 static int post_srq_recv(struct ibv_srq *srq, uint64_t id) {
   struct ibv_sge s = {(uintptr_t)(buf + 4096), 64, mr->lkey};
@@ -144,9 +101,9 @@ int main(void) {
   struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
   struct ibv_cq *cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
   CHECK(cq && cq_b, "ibv_create_cq");
-  struct ibv_qp *a = make_qp(cq, NULL), *b = make_qp(cq_b, srq);
-  connect_qp(a, b->qp_num);
-  connect_qp(b, a->qp_num);
+  struct ibv_qp *a = rc_qp(pd, cq, NULL), *b = rc_qp(pd, cq_b, srq);
+  rc_connect(a, b->qp_num, &gid, 0, 7, 12);
+  rc_connect(b, a->qp_num, &gid, 0, 7, 12);
   for (uint64_t i = 0; i < 4; ++i) {
     const uint64_t got = one_message(a, cq, cq_b);
     const uint64_t want = i < 3 ? 100 + i : 200;
