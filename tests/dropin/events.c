@@ -54,12 +54,7 @@ static void take_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *want, void
 }
 
 int main(void) {
-  int n = 0;
-  struct ibv_device **list = ibv_get_device_list(&n);
-  CHECK(list && n > 0, "no device (LD_LIBRARY_PATH at the drop-in?)");
-  ctx = ibv_open_device(list[0]);
-  CHECK(ctx, "ibv_open_device");
-  ibv_free_device_list(list);
+  ctx = first_device();
   CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "ibv_query_gid");
   pd = ibv_alloc_pd(ctx);
   mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);

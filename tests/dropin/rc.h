@@ -1,5 +1,6 @@
-/* RC QPs in loopback on port 1 of one device, through GID index 1 (RoCE v2), for the C tests
- * that need a connected pair (events.c, srq.c). Failures go through check.h's CHECK. */
+/* The first device, and RC QPs in loopback on its port 1 through GID index 1 (RoCE v2), for
+ * the C tests that need a connected pair (events.c, srq.c). Failures go through check.h's
+ * CHECK. */
 #ifndef VERBSIM_DROPIN_RC_H
 #define VERBSIM_DROPIN_RC_H
 
@@ -9,6 +10,17 @@
 #include <string.h>
 
 #include "check.h"
+
+/* The first device of the list, opened. */
+static inline struct ibv_context *first_device(void) {
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  CHECK(list && n > 0, "no device (LD_LIBRARY_PATH at the drop-in?)");
+  struct ibv_context *ctx = ibv_open_device(list[0]);
+  CHECK(ctx, "ibv_open_device");
+  ibv_free_device_list(list);
+  return ctx;
+}
 
 /* An RC QP on `cq` for both directions, its receives from `srq` if not NULL. */
 static inline struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq) {

@@ -61,12 +61,7 @@ static uint64_t one_message(struct ibv_qp *a, struct ibv_cq *cq, struct ibv_cq *
 }
 
 int main(void) {
-  int n = 0;
-  struct ibv_device **list = ibv_get_device_list(&n);
-  CHECK(list && n > 0, "no device (LD_LIBRARY_PATH at the drop-in?)");
-  ctx = ibv_open_device(list[0]);
-  CHECK(ctx, "ibv_open_device");
-  ibv_free_device_list(list);
+  ctx = first_device();
   struct ibv_device_attr dev;
   CHECK(ibv_query_device(ctx, &dev) == 0, "ibv_query_device");
   CHECK(dev.device_cap_flags & IBV_DEVICE_SRQ_RESIZE, "no IBV_DEVICE_SRQ_RESIZE (not rxe?)");
