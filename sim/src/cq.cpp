@@ -226,18 +226,26 @@ void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {
 
 SrqAttr SimSrq::query() const { return {core_->rq.cap, core_->rq.max_sge, core_->limit}; }
 
+namespace {
+// The SRQ depth `verb` (ibv_create_srq, ibv_modify_srq) gives for `max_wr`, EINVAL outside
+// 1..max_qp_wr.
+std::uint32_t srq_depth(const char* verb, std::uint32_t max_wr, const ProfileTraits& t) {
+  if (max_wr < 1 || max_wr > t.max_qp_wr) {
+    fail(verb, EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
+  }
+  return t.round_cq(max_wr);
+}
+}  // namespace
+
 // rxe's rxe_srq_chk_attr and queue resize, measured: the depth is rounded as at creation and
 // must hold the receives already posted; a max_wr below an armed limit is refused.
 void SimSrq::resize(std::uint32_t max_wr) {
   const ProfileTraits& t = *core_->pd->ctx->world->traits;
   if (!t.srq_resize) fail("ibv_modify_srq", EINVAL, "this device cannot resize an SRQ (max_wr)");
-  if (max_wr < 1 || max_wr > t.max_qp_wr) {
-    fail("ibv_modify_srq", EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
-  }
+  const std::uint32_t depth = srq_depth("ibv_modify_srq", max_wr, t);
   if (core_->limit != 0 && max_wr < core_->limit) {
     fail("ibv_modify_srq", EINVAL, "max_wr below the armed srq_limit");
   }
-  const std::uint32_t depth = t.round_cq(max_wr);
   if (depth < core_->rq.size()) {
     fail("ibv_modify_srq", EINVAL,
          "the SRQ holds " + std::to_string(core_->rq.size()) + " receives, more than " +
@@ -277,16 +285,14 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   if (const int err = w.verb_fault(Verb::create_srq, 0, core_->ctx->dev)) {
     fail("ibv_create_srq", err, "injected by the fault plan");
   }
-  if (attr.max_wr < 1 || attr.max_wr > t.max_qp_wr) {
-    fail("ibv_create_srq", EINVAL, "max_wr=" + std::to_string(attr.max_wr) + " out of range");
-  }
+  const std::uint32_t depth = srq_depth("ibv_create_srq", attr.max_wr, t);
   if (attr.max_sge < 1 || attr.max_sge > t.max_sge) {
     fail("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
   }
   auto srq = std::make_shared<SrqCore>();
   srq->pd = core_;
   srq->requested = attr.max_wr;
-  srq->rq.init(t.round_cq(attr.max_wr), attr.max_sge);
+  srq->rq.init(depth, attr.max_sge);
   srq->limit = 0;  // ibv_create_srq ignores srq_limit; ibv_modify_srq arms it
   srq->dev = core_->ctx->dev;
   srq->dev->srqs.push_back(srq.get());
