@@ -297,8 +297,9 @@ class alignas(64) SimQp : public QueuePair {
   // carrying `bytes` of data (READ and atomic responses).
   void send_response(const Event& request, EvKind kind, Nak code, std::uint32_t index,
                      std::uint64_t value, std::uint64_t bytes);
-  // The ACK for `e` can be left to the next message's (ACK coalescing).
-  bool ack_coalesced(const Event& e) const noexcept;
+  // The next message of `e`'s flow, already on the wire behind it, whose response can
+  // acknowledge `e` too (ACK coalescing); nullptr if there is none or this QP does not coalesce.
+  Event* ack_successor(const Event& e) const noexcept;
   // The MR of this QP's PD that `key` names on its device, or nullptr. The last one found is
   // remembered until an MR of the device is deregistered or re-registered (mr_generation).
   const MrCore* find_mr(std::uint32_t key) noexcept;
@@ -368,7 +369,6 @@ class alignas(64) SimQp : public QueuePair {
   HotAttr hot_;
   QpType type_;
   bool sq_sig_all_;
-  bool ack_owed_ = false;  // responder: the last message's ACK was left to the next one
   bool comm_est_raised_ = false;
 
   // Line 1: the requester's send queue. Indices grow without bound; slot = index & sq_mask_.

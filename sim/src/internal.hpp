@@ -195,8 +195,13 @@ struct Event {
   std::uint32_t src_qpn;
   std::uint32_t index;      // send-queue index of the WQE concerned
   std::uint32_t epoch;      // requester epoch when the event was made (stale events drop)
-  std::uint64_t value;      // rnr timer, timer generation
+  std::uint64_t value;      // rnr timer, timer generation; deliver: kAckOwed or 0
 };
+
+// Event::value of a message whose response is also owed to the message before it (ACK
+// coalescing, SimQp::ack_successor). The mark travels with the message, so an ACK left to a
+// message that is lost or arrives stale dies with it.
+inline constexpr std::uint64_t kAckOwed = 1;
 
 // A rule of the fault plan as the data path checks it: its filter resolved to numbers when
 // the world is made, and its count of matches.
@@ -280,6 +285,7 @@ struct World::Impl {
     std::uint32_t tail = 0;  // == events.size(), kept to avoid dividing by sizeof(Event)
     bool empty() const noexcept { return head == tail; }
     const Event& front() const noexcept { return events[head]; }
+    Event& front() noexcept { return events[head]; }
     Event& push(const Event& e) {
       ++tail;
       return events.emplace_back(e);

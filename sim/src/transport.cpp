@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <utility>
 
 #include "handles.hpp"
 
@@ -448,15 +447,16 @@ WcStatus SimQp::local_fault_status(std::uint32_t index) noexcept {
 
 // ACK coalescing, as hardware responders do it: while the next packet on the wire is this
 // QP's next message, the response to that one (an ACK or a NAK) acknowledges this one too.
-// Should this QP drop the next message (it left RTR/RTS meanwhile), the ACK owed goes out
-// then; should the next message be lost on the way, the requester retries both.
-[[gnu::always_inline]] inline bool SimQp::ack_coalesced(const Event& e) const noexcept {
-  if (type_ != QpType::rc) return false;  // only RC ACKs
-  const World::Impl& w = world();
-  if (!w.traits->coalesce_acks) return false;
-  const World::Impl::Fifo& wire = w.wires[e.wire];
-  if (wire.empty()) return false;
-  const Event& next = wire.front();
+// Should this QP drop the next message for its state (it left RTR/RTS meanwhile), the ACK owed
+// goes out then (the message carries kAckOwed); should the next message be lost on the way or
+// arrive stale (its requester moved on), the requester retries both, or gave up on them.
+[[gnu::always_inline]] inline Event* SimQp::ack_successor(const Event& e) const noexcept {
+  if (type_ != QpType::rc) return nullptr;  // only RC ACKs
+  World::Impl& w = world();
+  if (!w.traits->coalesce_acks) return nullptr;
+  World::Impl::Fifo& wire = w.wires[e.wire];
+  if (wire.empty()) return nullptr;
+  Event& next = wire.front();
   // A deliver (code 0) of the same flow: kind, code, dev, qpn, src_dev, wire and src_qpn are
   // two words; then the next index of the same epoch.
   static_assert(offsetof(Event, kind) + 16 == offsetof(Event, index) &&
@@ -465,7 +465,9 @@ WcStatus SimQp::local_fault_status(std::uint32_t index) noexcept {
   std::uint64_t b[2];
   std::memcpy(a, &e.kind, sizeof a);
   std::memcpy(b, &next.kind, sizeof b);
-  return a[0] == b[0] && a[1] == b[1] && next.index == e.index + 1 && next.epoch == e.epoch;
+  const bool same_flow =
+      a[0] == b[0] && a[1] == b[1] && next.index == e.index + 1 && next.epoch == e.epoch;
+  return same_flow ? &next : nullptr;
 }
 
 // A UD message: no PSN, no acknowledgement; the receive buffer gets the network header first.
@@ -508,11 +510,10 @@ void SimQp::on_deliver(const Event& e) {
   World::Impl& w = world();
   SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
   if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
-  const bool ack_owed = std::exchange(ack_owed_, false);
   const QpState s = hot_.qp_state;
   if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) {
     // Dropped. The ACK the previous message left to this one goes out now.
-    if (ack_owed) send_response(e, EvKind::ack, Nak::rnr, e.index - 1, 0, 0);
+    if (e.value == kAckOwed) send_response(e, EvKind::ack, Nak::rnr, e.index - 1, 0, 0);
     return;
   }
   SendWqe& wq = req->sq_at(e.index);
@@ -705,9 +706,11 @@ void SimQp::on_deliver(const Event& e) {
     }
   }
   epsn_ = (wq.psn + 1) & 0xffffff;
-  if (response_bytes == 0 && ack_coalesced(e)) {
-    ack_owed_ = true;
-    return;
+  if (response_bytes == 0) {
+    if (Event* next = ack_successor(e)) {
+      next->value = kAckOwed;
+      return;
+    }
   }
   respond(EvKind::ack, Nak::rnr, 0, response_bytes);
 }

@@ -413,6 +413,47 @@ TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
   EXPECT_TRUE(led.balanced());
 }
 
+// The ACK a message leaves to the next one belongs to that next message. Here the next one
+// arrives stale (its requester went to ERR meanwhile) and is dropped: the ACK owed is void. It
+// must not go out later on behalf of another message, or a WRITE the responder never saw
+// would complete successfully (sim_random_verbs_test, seed 100915, found it: the responder
+// sent it from ERR for the second WRITE of a new connection, the first having been lost).
+TEST_P(Ops, AnAckLeftToAStaleMessageIsNotSentForAnother) {
+  sim::Config c = config();
+  c.faults = sim::FaultPlan::parse("drop psn=500");  // the first WRITE after reconnecting
+  PairOptions o;
+  o.connect_options.retry_cnt = 0;
+  SimPair p(c, o);
+  Ledger led;
+  const Sge ss = p.a.sge(0, 8);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
+  const SendWr sends[] = {send_wr(1, ss), send_wr(2, ss)};
+  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
+  ASSERT_TRUE(p.world.step());  // the first message arrives, the second is on the wire
+  QpAttr state;
+  state.qp_state = QpState::err;
+  p.a.qp->modify(state, QpAttrMask::state);  // the second one goes stale
+  led.drain(p.world, *p.a.cq);  // both flushed
+  p.b.qp->modify(state, QpAttrMask::state);  // the responder now drops everything
+  state.qp_state = QpState::reset;
+  p.a.qp->modify(state, QpAttrMask::state);
+  connect(*p.a.qp, 500, testing::endpoint_of(p.b, 200), o.connect_options);
+
+  const Sge ws = p.a.sge(64, 8);
+  const SendWr writes[] = {rdma_wr(3, WrOpcode::rdma_write, ws, *p.b.mr, 64),
+                           rdma_wr(4, WrOpcode::rdma_write, ws, *p.b.mr, 72)};
+  ASSERT_TRUE(led.post_send(*p.a.qp, writes));
+  const auto sent = led.drain(p.world, *p.a.cq);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].wr_id, 3u);
+  EXPECT_EQ(sent[0].status, WcStatus::retry_exc_err) << "nothing acknowledged the lost WRITE";
+  EXPECT_EQ(sent[1].wr_id, 4u);
+  EXPECT_EQ(sent[1].status, WcStatus::wr_flush_err);
+  led.drain(p.world, *p.b.cq);
+  EXPECT_TRUE(led.balanced());
+}
+
 // Addresses `wr`, a UD send of p.a, to p.b's QP (qkey 0x11111111); returns the address handle,
 // which must outlive the post.
 std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
