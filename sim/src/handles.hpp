@@ -223,6 +223,8 @@ class alignas(64) SimQp : public QueuePair {
     return sq_mem_.get() + (i & sq_mask_) * sq_stride_;
   }
   SendWqe& sq_at(std::uint32_t i) noexcept { return *reinterpret_cast<SendWqe*>(sq_slot(i)); }
+  // WQE `i` was posted over: its slot holds a later WQE (i + slots, or later still).
+  bool sq_overwritten(std::uint32_t i) const noexcept { return sq_post_ - i - 1 > sq_mask_; }
   Sge* sq_sge(std::uint32_t i) noexcept {
     return reinterpret_cast<Sge*>(sq_slot(i) + sizeof(SendWqe));
   }

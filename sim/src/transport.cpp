@@ -510,6 +510,10 @@ void SimQp::on_deliver(const Event& e) {
   World::Impl& w = world();
   SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
   if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
+  // A late copy (a fault delayed or duplicated it) of a message whose WQE has completed and
+  // whose slot the program has posted over. A real packet carries its payload; here it is read
+  // from the WQE on arrival, and that is gone: the message is lost.
+  if (req->sq_overwritten(e.index)) [[unlikely]] return;
   const QpState s = hot_.qp_state;
   if (s != QpState::rtr && s != QpState::rts && s != QpState::sqd) {
     // Dropped. The ACK the previous message left to this one goes out now.

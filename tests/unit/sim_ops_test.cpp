@@ -454,6 +454,52 @@ TEST_P(Ops, AnAckLeftToAStaleMessageIsNotSentForAnother) {
   EXPECT_TRUE(led.balanced());
 }
 
+// A UC send completes when its message leaves (with the later ones, here), so a message a fault
+// delays can arrive after the program reused its send queue slot. A real packet carries its
+// payload; the simulator reads it from the sender at arrival, and what the slot held is gone:
+// such a message is lost rather than delivered with a later WQE's opcode, data and immediate
+// (sim_random_verbs_test, seed 603796 with faults at p=0.3, received a SEND twice that way).
+TEST_P(Ops, ALateMessageWhoseSendSlotWasReusedIsLost) {
+  sim::Config c = config();
+  c.faults = sim::FaultPlan::parse("delay psn=100 by=200us");  // the first message
+  PairOptions o;
+  o.type = QpType::uc;
+  o.cap = {2, 16, 1, 1, 0};
+  SimPair p(c, o);
+  Ledger led;
+  constexpr std::uint32_t kLater = 8;  // more than any profile's send queue holds
+  for (std::uint32_t i = 0; i < 2 + kLater; ++i) {
+    std::memset(p.a.buf.data() + 8 * i, static_cast<int>(0x40 + i), 8);
+    ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100 + i, p.b.sge(8 * i, 8))));
+  }
+  std::vector<Sge> sges(2 + kLater);
+  auto message = [&](std::uint32_t i) {
+    sges[i] = p.a.sge(8 * i, 8);
+    SendWr wr = send_wr(i, sges[i], WrOpcode::send_with_imm);
+    wr.imm_data = i;
+    return wr;
+  };
+  const SendWr first[] = {message(0), message(1)};
+  ASSERT_TRUE(led.post_send(*p.a.qp, first));
+  EXPECT_EQ(led.poll_n(p.world, *p.a.cq, 2).size(), 2u);  // both done: the second has left
+  for (std::uint32_t i = 2; i < 2 + kLater; ++i) {
+    ASSERT_TRUE(led.post_send(*p.a.qp, message(i)));
+    EXPECT_EQ(led.poll_n(p.world, *p.a.cq, 1).size(), 1u);
+  }
+  const auto received = led.drain(p.world, *p.b.cq);
+  ASSERT_EQ(received.size(), 1 + kLater) << "the first message is lost, the others arrive once";
+  for (std::size_t k = 0; k < received.size(); ++k) {
+    const WorkCompletion& wc = received[k];
+    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.imm_data, k + 1);
+    const auto at = static_cast<std::size_t>(wc.wr_id - 100) * 8;
+    EXPECT_EQ(static_cast<unsigned char>(p.b.buf[at]), 0x40 + wc.imm_data)
+        << "receive " << wc.wr_id << " holds another message's data";
+  }
+  led.drain(p.world, *p.a.cq);
+  led.drain(p.world, *p.b.cq);
+}
+
 // Addresses `wr`, a UD send of p.a, to p.b's QP (qkey 0x11111111); returns the address handle,
 // which must outlive the post.
 std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {

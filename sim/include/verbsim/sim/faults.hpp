@@ -9,6 +9,8 @@
 //   drop p=0.01                           # lose 1% of packets (RC retries them)
 //   drop psn=5 qp=17                      # lose the packet with PSN 5 sent by QP 17, once
 //   delay p=0.1 by=20us | duplicate p=0.01 | reorder p=0.02 by=5us
+//                                         # a late copy is lost if the program has posted over
+//                                         # its send queue slot since (its WQE completed)
 //   link_down dev=sim1 port=1 at=2ms for=5ms   # PORT_ERR, packets lost, then PORT_ACTIVE
 //   qp_fatal qp=18 at=1ms | device_fatal dev=sim0 at=3ms | srq_limit dev=sim1 at=1ms
 //   cq_overrun depth=4                    # every CQ holds at most 4 completions
