@@ -386,6 +386,18 @@ TEST_P(Ops, StepUntilRunsOnlyWhatIsDueAndChangesNothingWhenItRefuses) {
   EXPECT_EQ(run(true), run(false));
 }
 
+// Posts SENDs 1 and 2 on p.a (receives 100 and 101 on p.b) and runs the world until the first
+// has arrived: the second is on the wire behind it, so a coalescing responder left the first's
+// ACK to it.
+void first_of_two_sends_arrives(SimPair& p, Ledger& led) {
+  const Sge ss = p.a.sge(0, 8);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
+  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
+  const SendWr sends[] = {send_wr(1, ss), send_wr(2, ss)};
+  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
+  ASSERT_TRUE(p.world.step());
+}
+
 // A message whose ACK was left to the next one is still acknowledged when the responder drops
 // that next one (here: it went to ERR in between): only the dropped message fails.
 TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
@@ -393,12 +405,7 @@ TEST_P(Ops, AnAckLeftToADroppedMessageStillGoesOut) {
   o.connect_options.retry_cnt = 0;
   SimPair p(config(), o);
   Ledger led;
-  const Sge ss = p.a.sge(0, 8);
-  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
-  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
-  const SendWr sends[] = {send_wr(1, ss), send_wr(2, ss)};
-  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
-  ASSERT_TRUE(p.world.step());  // the first message arrives, the second is on the wire
+  ASSERT_NO_FATAL_FAILURE(first_of_two_sends_arrives(p, led));
   QpAttr err;
   err.qp_state = QpState::err;
   p.b.qp->modify(err, QpAttrMask::state);
@@ -425,12 +432,7 @@ TEST_P(Ops, AnAckLeftToAStaleMessageIsNotSentForAnother) {
   o.connect_options.retry_cnt = 0;
   SimPair p(c, o);
   Ledger led;
-  const Sge ss = p.a.sge(0, 8);
-  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(100, p.b.sge(0, 8))));
-  ASSERT_TRUE(led.post_recv(*p.b.qp, recv_wr(101, p.b.sge(8, 8))));
-  const SendWr sends[] = {send_wr(1, ss), send_wr(2, ss)};
-  ASSERT_TRUE(led.post_send(*p.a.qp, sends));
-  ASSERT_TRUE(p.world.step());  // the first message arrives, the second is on the wire
+  ASSERT_NO_FATAL_FAILURE(first_of_two_sends_arrives(p, led));
   QpAttr state;
   state.qp_state = QpState::err;
   p.a.qp->modify(state, QpAttrMask::state);  // the second one goes stale
