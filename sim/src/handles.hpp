@@ -301,7 +301,7 @@ class alignas(64) SimQp : public QueuePair {
                      std::uint64_t value, std::uint64_t bytes);
   // The next message of `e`'s flow, already on the wire behind it, whose response can
   // acknowledge `e` too (ACK coalescing); nullptr if there is none or this QP does not coalesce.
-  Event* ack_successor(const Event& e) const noexcept;
+  Event* ack_successor(const Event& e) noexcept;
   // The MR of this QP's PD that `key` names on its device, or nullptr. The last one found is
   // remembered until an MR of the device is deregistered or re-registered (mr_generation).
   const MrCore* find_mr(std::uint32_t key) noexcept;

@@ -450,7 +450,7 @@ WcStatus SimQp::local_fault_status(std::uint32_t index) noexcept {
 // Should this QP drop the next message for its state (it left RTR/RTS meanwhile), the ACK owed
 // goes out then (the message carries kAckOwed); should the next message be lost on the way or
 // arrive stale (its requester moved on), the requester retries both, or gave up on them.
-[[gnu::always_inline]] inline Event* SimQp::ack_successor(const Event& e) const noexcept {
+[[gnu::always_inline]] inline Event* SimQp::ack_successor(const Event& e) noexcept {
   if (type_ != QpType::rc) return nullptr;  // only RC ACKs
   World::Impl& w = world();
   if (!w.traits->coalesce_acks) return nullptr;
