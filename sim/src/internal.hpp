@@ -178,7 +178,7 @@ struct DevCore {
 // manager's messages and timers (cm.cpp).
 enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake, cm };
 
-// NAK codes carried by EvKind::nak (value field).
+// NAK codes carried by EvKind::nak (code field; an RNR NAK has its timer in the value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
 
 inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
