@@ -5,7 +5,8 @@
 #   /verbsim/modules   kernel modules to load, in order, one per line: "<path.ko> [params...]"
 #   /verbsim/run.env   sourced: sets rxe_* settings, exports the payload's environment and sets the
 #                      payload command line with "set -- ..."
-#   ttyS0 (console)    diagnostics, and last the line "VERBSIM-RXE-EXIT: <status>"
+#   ttyS0 (console)    diagnostics, "VERBSIM-RXE-KERNEL-WARNED" and the kernel's messages if the
+#                      kernel warned, and last the line "VERBSIM-RXE-EXIT: <status>"
 #   ttyS1 / ttyS2      the payload's stdout / stderr, byte for byte
 # A setup failure prints "VERBSIM-RXE-SETUP-FAILED: <reason>" instead of the exit line.
 
@@ -94,5 +95,13 @@ mkdir -p "$rxe_cwd" && cd "$rxe_cwd" || cd /root || cd /
 "$@" </dev/null >/dev/ttyS1 2>/dev/ttyS2
 status=$?
 say "payload exited with status $status"
+# A kernel warning (the console shows only the urgent messages, the ring buffer has them all):
+# rxe-run fails the run on this line.
+trouble='(WARNING:|BUG:|refcount_t:|general protection fault)'
+if dmesg | grep -qE "$trouble"; then
+	echo "VERBSIM-RXE-KERNEL-WARNED"
+	echo "--- kernel messages from the first warning on ---"
+	dmesg | sed -n -E "/$trouble/,\$p" | head -n 80
+fi
 echo "VERBSIM-RXE-EXIT: $status"
 power_off
