@@ -5,8 +5,9 @@
 #   /verbsim/modules   kernel modules to load, in order, one per line: "<path.ko> [params...]"
 #   /verbsim/run.env   sourced: sets rxe_* settings, exports the payload's environment and sets the
 #                      payload command line with "set -- ..."
-#   ttyS0 (console)    diagnostics, "VERBSIM-RXE-KERNEL-WARNED" and the kernel's messages if the
-#                      kernel warned, and last the line "VERBSIM-RXE-EXIT: <status>"
+#   ttyS0 (console)    diagnostics; if the kernel warned, "VERBSIM-RXE-KERNEL-WARNED", each
+#                      warning as "VERBSIM-RXE-KERNEL: <line>" and the messages around them;
+#                      and last the line "VERBSIM-RXE-EXIT: <status>"
 #   ttyS1 / ttyS2      the payload's stdout / stderr, byte for byte
 # A setup failure prints "VERBSIM-RXE-SETUP-FAILED: <reason>" instead of the exit line.
 
@@ -96,10 +97,11 @@ mkdir -p "$rxe_cwd" && cd "$rxe_cwd" || cd /root || cd /
 status=$?
 say "payload exited with status $status"
 # A kernel warning (the console shows only the urgent messages, the ring buffer has them all):
-# rxe-run fails the run on this line.
+# rxe-run fails the run on it, unless it is one rxe-run knows.
 trouble='(WARNING:|BUG:|refcount_t:|general protection fault)'
 if dmesg | grep -qE "$trouble"; then
 	echo "VERBSIM-RXE-KERNEL-WARNED"
+	dmesg | grep -E "$trouble" | sed 's/^/VERBSIM-RXE-KERNEL: /'
 	echo "--- kernel messages from the first warning on ---"
 	dmesg | sed -n -E "/$trouble/,\$p" | head -n 80
 fi
