@@ -217,6 +217,8 @@ class alignas(64) SimQp : public QueuePair {
   // Work requests still in its queues (for the accounting invariant).
   std::uint64_t outstanding() const noexcept;
   void forget_cq_entries() noexcept;
+  // On rxe, warns when type 2 windows are bound through this QP, being destroyed.
+  void warn_if_windows_pin() const;
 
   // Send queue slot of index `i`: its WQE, then its max_send_sge_ SGEs, then its inline room.
   std::byte* sq_slot(std::uint32_t i) noexcept {

@@ -79,6 +79,9 @@ struct ProfileTraits {
                             // range, not the window's (rxe_resp's check_rkey)
   bool rereg_mr;            // false on rxe: ibv_rereg_mr is EOPNOTSUPP
   bool srq_resize;          // rxe: ibv_modify_srq may change max_wr (IBV_DEVICE_SRQ_RESIZE)
+  bool type2_window_pins_qp;      // rxe: a bound type 2 window holds a reference on its QP, so
+                                  // destroying the QP blocks 50 s and frees it under the window
+                                  // (kernel 6.1): the simulator destroys it and warns
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;
@@ -162,6 +165,7 @@ struct DevCore {
   std::uint32_t next_mr_index = 1;
   std::uint32_t next_mw_index = kFirstMwIndex;
   int live_mws = 0;
+  int bound_type2 = 0;  // type 2 windows bound now (destroying their QP is a hazard on rxe)
   // The MR or memory window whose key is `key` (index and random byte), or nullptr.
   MrCore* mr_of(std::uint32_t key) const noexcept;
   MwCore* window_of(std::uint32_t key) const noexcept;

@@ -1,6 +1,7 @@
 // Queue pairs: creation, posting, the state machine and flushing.
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -166,6 +167,7 @@ SimQp::~SimQp() {
 
 void SimQp::destroy() {
   if (destroyed_) return;
+  if (dev_->bound_type2 > 0 && traits().type2_window_pins_qp) warn_if_windows_pin();
   world().acct.discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
@@ -178,6 +180,19 @@ void SimQp::destroy() {
   --pd_->users;
   pd_->ctx->forget_events_of(static_cast<QueuePair*>(this));
   destroyed_ = true;
+}
+
+// rxe's windows hold the QP they were bound through: the simulator goes on (the window stays
+// bound and serves no QP), but the program would hang on rxe, and worse.
+void SimQp::warn_if_windows_pin() const {
+  int windows = 0;
+  dev_->mws.for_each([&](const MwCore& mw) { windows += mw.bound && mw.qpn == qpn_ ? 1 : 0; });
+  if (windows == 0) return;
+  std::fprintf(stderr,
+               "verbsim: ibv_destroy_qp: QP %u destroyed while %d type 2 memory windows are bound "
+               "through it; on rxe (kernel 6.1) this blocks 50 s and frees the QP under them (a "
+               "use-after-free; later kernels refuse it): invalidate or deallocate them first\n",
+               qpn_, windows);
 }
 
 void SimQp::forget_cq_entries() noexcept {
