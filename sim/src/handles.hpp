@@ -219,6 +219,9 @@ class alignas(64) SimQp : public QueuePair {
   void forget_cq_entries() noexcept;
   // On rxe, warns when type 2 windows are bound through this QP, being destroyed.
   void warn_if_windows_pin() const;
+  // Invalidates the type 2 window of `key` for LOCAL_INV or SEND_WITH_INV (`what`); false when
+  // `key` names nothing that can be invalidated (on rxe, warns when that would oops the kernel).
+  bool invalidate(std::uint32_t key, const char* what) noexcept;
 
   // Send queue slot of index `i`: its WQE, then its max_send_sge_ SGEs, then its inline room.
   std::byte* sq_slot(std::uint32_t i) noexcept {

@@ -82,6 +82,9 @@ struct ProfileTraits {
   bool type2_window_pins_qp;      // rxe: a bound type 2 window holds a reference on its QP, so
                                   // destroying the QP blocks 50 s and frees it under the window
                                   // (kernel 6.1): the simulator destroys it and warns
+  bool free_type2_invalidate_oopses;  // rxe: LOCAL_INV or SEND_WITH_INV naming a type 2 window
+                                      // that is not bound oopses the kernel: the simulator
+                                      // fails the WR and warns
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
   std::uint32_t max_qp_wr;

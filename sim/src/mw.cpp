@@ -3,6 +3,7 @@
 // window's rkey. The rules are rxe's (drivers/infiniband/sw/rxe/rxe_mw.c), which follow the
 // IBA's type 1 and type 2B windows.
 #include <cerrno>
+#include <cstdio>
 #include <string>
 
 #include "handles.hpp"
@@ -148,7 +149,7 @@ void SimQp::enqueue_bind(const SendWr& wr, std::uint32_t i) noexcept {
 WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
   const SendWqe& wq = sq_at(index);
   if (wq.opcode == WrOpcode::local_inv) {
-    return invalidate_window(*dev_, wq.imm) ? WcStatus::success : WcStatus::loc_qp_op_err;
+    return invalidate(wq.imm, "LOCAL_INV") ? WcStatus::success : WcStatus::loc_qp_op_err;
   }
   const BindOperands& b = sq_bind(index);
   MwCore* mw = dev_->window_of(b.mw_key);
@@ -186,6 +187,20 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
     ++dev_->bound_type2;
   }
   return WcStatus::success;
+}
+
+bool SimQp::invalidate(std::uint32_t key, const char* what) noexcept {
+  if (invalidate_window(*dev_, key)) return true;
+  // rxe_invalidate_mw finds a type 2 window that is not bound valid, and rxe_do_invalidate_mw
+  // then puts its NULL QP: the simulator fails the WR, as the spec says, and tells.
+  const MwCore* mw = dev_->window_of(key);
+  if (mw != nullptr && mw->type == MwType::type2 && traits().free_type2_invalidate_oopses) {
+    std::fprintf(stderr,
+                 "verbsim: %s on QP %u names type 2 memory window 0x%x, which is not bound; rxe "
+                 "(kernel 6.1) oopses here (rxe_do_invalidate_mw puts the window's NULL QP)\n",
+                 what, qpn_, key);
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -609,7 +609,7 @@ void SimQp::on_deliver(const Event& e) {
       }
       const WcFlags imm_flag = recv_flag_of(wq.opcode);
       if (imm_flag == WcFlags::with_inv) [[unlikely]] {
-        if (!invalidate_window(*dev_, wq.imm)) return fail_invalidation(e, wq, rw.wr_id);
+        if (!invalidate(wq.imm, "SEND_WITH_INV")) return fail_invalidation(e, wq, rw.wr_id);
       }
       if (!complete_recv_ok(rw.wr_id, WcOpcode::recv, wq.length, wq.imm, imm_flag, 0, solicited) &&
           traits().recv_cq_overrun_errors_qp) {

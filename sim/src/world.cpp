@@ -53,6 +53,7 @@ constexpr ProfileTraits kStrict{
     .rereg_mr = true,
     .srq_resize = false,  // mlx5_ib_modify_srq refuses IB_SRQ_MAX_WR
     .type2_window_pins_qp = false,
+    .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
     .max_qp_wr = 32768,
     .max_cqe = 4194303,
@@ -99,6 +100,7 @@ constexpr ProfileTraits kRxe{
     .srq_resize = true,                  // measured: max_wr 2, 16 -> depth 3, 31; 0 is EINVAL
     .type2_window_pins_qp = true,        // measured: __rxe_cleanup's 50 s timeout, then
                                          // refcount_t underflow (the random verb test)
+    .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
     .max_qp_wr = 1048576,
     .max_cqe = 32767,
