@@ -191,7 +191,7 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
 
 bool SimQp::invalidate(std::uint32_t key, const char* what) noexcept {
   if (invalidate_window(*dev_, key)) return true;
-  // rxe_invalidate_mw finds a type 2 window that is not bound valid, and rxe_do_invalidate_mw
+  // rxe_invalidate_mw lets a type 2 window that is not bound through, and rxe_do_invalidate_mw
   // then puts its NULL QP: the simulator fails the WR, as the spec says, and tells.
   const MwCore* mw = dev_->window_of(key);
   if (mw != nullptr && mw->type == MwType::type2 && traits().free_type2_invalidate_oopses) {
