@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sim_pair.hpp"
@@ -30,6 +31,19 @@ inline sim::Config config_for(sim::Profile p, std::uint64_t seed = 1) {
   c.profile = p;
   c.seed = seed;
   return c;
+}
+
+inline // Checks `wcs` are, in order, the given (wr_id, status) pairs, all on `qp`.
+void expect_completions(const std::vector<WorkCompletion>& wcs, const QueuePair& qp,
+                        std::vector<std::pair<std::uint64_t, WcStatus>> want) {
+  ASSERT_EQ(wcs.size(), want.size());
+  for (std::size_t i = 0; i < wcs.size(); ++i) {
+    SCOPED_TRACE("completion " + std::to_string(i));
+    EXPECT_EQ(wcs[i].wr_id, want[i].first);
+    EXPECT_EQ(wcs[i].status, want[i].second)
+        << to_string(wcs[i].status) << " instead of " << to_string(want[i].second);
+    EXPECT_EQ(wcs[i].qp_num, qp.qp_num());
+  }
 }
 
 // A suite whose tests run once per simulator profile they are instantiated with.

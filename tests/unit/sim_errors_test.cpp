@@ -17,6 +17,7 @@ namespace {
 
 using sim::Profile;
 using testing::async_events;
+using testing::expect_completions;
 using testing::Ledger;
 using testing::PairOptions;
 using testing::ProfileTest;
@@ -26,19 +27,6 @@ using testing::send_wr;
 using testing::SimPair;
 
 const auto kAllProfiles = ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5);
-
-// Checks `wcs` are, in order, the given (wr_id, status) pairs, all on `qp`.
-void expect_completions(const std::vector<WorkCompletion>& wcs, const QueuePair& qp,
-                        std::vector<std::pair<std::uint64_t, WcStatus>> want) {
-  ASSERT_EQ(wcs.size(), want.size());
-  for (std::size_t i = 0; i < wcs.size(); ++i) {
-    SCOPED_TRACE("completion " + std::to_string(i));
-    EXPECT_EQ(wcs[i].wr_id, want[i].first);
-    EXPECT_EQ(wcs[i].status, want[i].second)
-        << to_string(wcs[i].status) << " instead of " << to_string(want[i].second);
-    EXPECT_EQ(wcs[i].qp_num, qp.qp_num());
-  }
-}
 
 void expect_state(const QueuePair& qp, QpState s) {
   EXPECT_EQ(qp.state(), s);
