@@ -168,7 +168,6 @@ struct DevCore {
   std::uint32_t next_mr_index = 1;
   std::uint32_t next_mw_index = kFirstMwIndex;
   int live_mws = 0;
-  int bound_type2 = 0;  // type 2 windows bound now (destroying their QP is a hazard on rxe)
   // The MR or memory window whose key is `key` (index and random byte), or nullptr.
   MrCore* mr_of(std::uint32_t key) const noexcept;
   MwCore* window_of(std::uint32_t key) const noexcept;

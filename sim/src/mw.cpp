@@ -25,7 +25,6 @@ void unbind(MwCore& mw) noexcept {
   mw.length = 0;
   mw.access = Access::none;
   mw.qpn = 0;
-  if (mw.bound) --mw.dev->bound_type2;
   mw.bound = false;
 }
 
@@ -184,7 +183,6 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
   if (mw->type == MwType::type2) {
     mw->bound = true;
     mw->qpn = qpn_;
-    ++dev_->bound_type2;
   }
   return WcStatus::success;
 }

@@ -167,7 +167,7 @@ SimQp::~SimQp() {
 
 void SimQp::destroy() {
   if (destroyed_) return;
-  if (dev_->bound_type2 > 0 && traits().type2_window_pins_qp) warn_if_windows_pin();
+  if (traits().type2_window_pins_qp && dev_->live_mws > 0) warn_if_windows_pin();
   world().acct.discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
