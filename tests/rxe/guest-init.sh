@@ -99,11 +99,12 @@ say "payload exited with status $status"
 # A kernel warning (the console shows only the urgent messages, the ring buffer has them all):
 # rxe-run fails the run on it, unless it is one rxe-run knows.
 trouble='(WARNING:|BUG:|refcount_t:|general protection fault)'
-if dmesg | grep -qE "$trouble"; then
+kmsg=$(dmesg)
+if printf '%s\n' "$kmsg" | grep -qE "$trouble"; then
 	echo "VERBSIM-RXE-KERNEL-WARNED"
-	dmesg | grep -E "$trouble" | sed 's/^/VERBSIM-RXE-KERNEL: /'
+	printf '%s\n' "$kmsg" | grep -E "$trouble" | sed 's/^/VERBSIM-RXE-KERNEL: /'
 	echo "--- kernel messages from the first warning on ---"
-	dmesg | sed -n -E "/$trouble/,\$p" | head -n 80
+	printf '%s\n' "$kmsg" | sed -n -E "/$trouble/,\$p" | head -n 80
 fi
 echo "VERBSIM-RXE-EXIT: $status"
 power_off

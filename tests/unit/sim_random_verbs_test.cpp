@@ -1208,7 +1208,7 @@ class Scenario {
     h.mr.reset();
     h.mr = h.pd->reg_mr(h.buf.data(), h.buf.size(), kAllAccess);
     h.alloc_windows();
-    for (Qp& q : qps_) q.bound_mw2 = q.bound_mw2 && q.host != &h;
+    type2_window_is_new(h);
   }
 
   // Host `h`'s type 2 window deallocated (which unbinds it) and allocated again.
@@ -1216,7 +1216,14 @@ class Scenario {
     note("renew the type 2 window of sim", h.index);
     h.mw2.reset();
     h.mw2 = h.pd->alloc_mw(MwType::type2);
-    for (Qp& q : qps_) q.bound_mw2 = q.bound_mw2 && q.host != &h;
+    type2_window_is_new(h);
+  }
+
+  // No QP has bound host `h`'s type 2 window, just allocated.
+  void type2_window_is_new(const Host& h) {
+    for (Qp& q : qps_) {
+      if (q.host == &h) q.bound_mw2 = false;
+    }
   }
 
   void finish() {
