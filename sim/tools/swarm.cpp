@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/rng.hpp"
+#include "../src/fabric/rng.hpp"
 
 namespace {
 

@@ -31,7 +31,7 @@
 #include <new>
 #include <vector>
 
-#include "handles.hpp"  // SimQp, SendWqe, RecvWqe: object and queue entry sizes
+#include "transport/qp.hpp"  // SimQp, SendWqe, RecvWqe: object and queue entry sizes
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 

@@ -1,6 +1,6 @@
 // Exhaustive check of the QP state table against an independently written copy of the Linux
 // kernel's qp_state_table (drivers/infiniband/core/verbs.c) for RC, UC and UD.
-#include "qp_state_table.hpp"
+#include "transport/qp_state_table.hpp"
 
 #include <gtest/gtest.h>
 

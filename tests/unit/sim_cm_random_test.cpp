@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "rng.hpp"
+#include "fabric/rng.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <string>
 
-#include "handles.hpp"
+#include "transport/qp.hpp"
 
 namespace verbsim::sim {
 

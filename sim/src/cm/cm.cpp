@@ -28,10 +28,10 @@
 #include <deque>
 #include <string>
 
-#include "handles.hpp"
+#include "transport/qp.hpp"
 #include "verbsim/connect.hpp"
 #include "verbsim/error.hpp"
-#include "wait.hpp"
+#include "fibers/wait.hpp"
 
 namespace verbsim::sim {
 

@@ -3,10 +3,31 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "handles.hpp"
+#include "faults/faulty.hpp"
+#include "transport/qp.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
+
+RuleCheck::RuleCheck(const Trigger& when, const Filter& where, std::uint32_t i,
+                     const std::vector<std::unique_ptr<DevCore>>& devs)
+    : index(i) {
+  if (when.nth != 0) {
+    fire_at = when.nth;  // once
+  } else if (when.every != 0) {
+    fire_at = every = when.every;
+  } else {
+    probability = when.probability;
+  }
+  any_qpn = !where.qpn.has_value();
+  qpn = where.qpn.value_or(0);
+  if (!where.device.empty()) {
+    dev = kNoDevice;
+    for (const auto& d : devs) {
+      if (d->name == where.device) dev = d->index;
+    }
+  }
+}
 
 bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
   if (dev >= devs.size()) return false;

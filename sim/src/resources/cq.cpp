@@ -6,8 +6,9 @@
 #include <new>
 #include <string>
 
-#include "handles.hpp"
-#include "wait.hpp"
+#include "faults/faulty.hpp"
+#include "transport/qp.hpp"
+#include "fibers/wait.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {

@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "internal.hpp"
-#include "wait.hpp"
+#include "fabric/world_impl.hpp"
+#include "fibers/wait.hpp"
 
 namespace verbsim::sim {
 

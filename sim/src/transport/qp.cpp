@@ -6,8 +6,9 @@
 #include <new>
 #include <string>
 
-#include "handles.hpp"
-#include "qp_state_table.hpp"
+#include "faults/faulty.hpp"
+#include "transport/qp.hpp"
+#include "transport/qp_state_table.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {

@@ -1,4 +1,4 @@
-#include "qp_state_table.hpp"
+#include "transport/qp_state_table.hpp"
 
 #include <array>
 #include <bit>

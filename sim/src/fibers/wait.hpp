@@ -3,7 +3,7 @@
 
 #include <cerrno>
 
-#include "internal.hpp"
+#include "fabric/world_impl.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "handles.hpp"
+#include "transport/qp.hpp"
 
 namespace verbsim::sim {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "handles.hpp"
+#include "transport/qp.hpp"
 
 namespace verbsim::sim {
 

@@ -1,0 +1,70 @@
+// The fault plan's rules as the data path checks them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fabric/event.hpp"
+#include "fabric/rng.hpp"
+#include "resources/ids.hpp"
+#include "verbsim/sim/faults.hpp"
+
+namespace verbsim::sim {
+
+// A rule of the fault plan as the data path checks it: its filter resolved to numbers when
+// the world is made, and its count of matches.
+struct RuleCheck {
+  static constexpr int kAnyDevice = -1;
+  static constexpr int kNoDevice = -2;  // names a device the world does not have
+  RuleCheck(const Trigger& when, const Filter& where, std::uint32_t index,
+            const std::vector<std::unique_ptr<DevCore>>& devs);
+
+  std::uint64_t matches = 0;
+  std::uint64_t fire_at = 0;  // the match that fires next (nth=, every=); 0: none
+  std::uint64_t every = 0;    // every=: how far the next one is
+  double probability = 0;     // p=
+  std::uint32_t index = 0;    // in the plan's verb or packet rules
+  std::uint32_t qpn = 0;
+  std::uint32_t psn = 0;      // packet rules
+  bool any_qpn = true;
+  bool any_psn = true;
+  int dev = kAnyDevice;
+
+  // Counts a match; does the rule fire on it? (The plan's Trigger, with the modulo of every=
+  // replaced by a countdown.)
+  bool fires(Rng& rng) noexcept {
+    if (++matches == fire_at) {
+      fire_at += every;
+      return true;
+    }
+    return probability > 0 && rng.unit() < probability;
+  }
+  // Does a call on QP `q` of device `device` (or a packet from `q` to `other_q`) match? A
+  // negative `device` is none.
+  bool matches_where(std::uint32_t q, std::uint32_t other_q, int device) const noexcept {
+    return (any_qpn || qpn == q || qpn == other_q) &&
+           (dev == kAnyDevice || (device >= 0 && dev == device));
+  }
+  // Does a packet carrying `p` (or kNoPsn) match the psn= filter?
+  bool matches_psn(std::uint32_t p) const noexcept {
+    return any_psn || (p == psn && p != kNoPsn);
+  }
+  // A packet rule: does it match a packet carrying `p` from QP `from` (of device `device`) to
+  // QP `to`, and fire on it?
+  bool fires_on_packet(std::uint32_t p, std::uint32_t from, std::uint32_t to, int device,
+                       Rng& rng) noexcept {
+    return matches_psn(p) && matches_where(from, to, device) && fires(rng);
+  }
+};
+
+// The fault plan's rules at run time (the plan itself stays in Config).
+struct FaultState {
+  std::vector<RuleCheck> verb_rules[kVerbCount];  // per verb, in plan order
+  std::vector<RuleCheck> packet_rules;            // in plan order
+  bool verbs[kVerbCount] = {};
+  bool packets = false;  // any packet rule, or a link is or was down
+  bool links_changed = false;  // a timed fault took a link or device down at some point
+};
+
+}  // namespace verbsim::sim
