@@ -130,7 +130,9 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
     case TimedAction::qp_fatal:
       for (auto& d : devs) {
         if (!f.device.empty() && d->name != f.device) continue;
-        if (SimQp* qp = find_qp(static_cast<std::uint32_t>(d->index), f.qpn)) qp->fatal();
+        if (SimQp* qp = find_qp(static_cast<std::uint32_t>(d->index), f.qpn)) {
+          qp->enter_error(SimQp::ErrorCause::device);
+        }
       }
       return;
     case TimedAction::device_fatal: {
@@ -141,7 +143,7 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
       for (CtxCore* c : d->contexts) c->raise(ev);
       std::vector<SimQp*> qps;
       d->qps.for_each([&qps](SimQp& qp) { qps.push_back(&qp); });
-      for (SimQp* qp : qps) qp->fatal();
+      for (SimQp* qp : qps) qp->enter_error(SimQp::ErrorCause::device);
       for (auto& port : d->ports) port.attr.state = PortState::down;
       faults.packets = true;
       faults.links_changed = true;

@@ -26,7 +26,7 @@ bool CqCore::drop() {
     error = true;
     ctx->raise(ev);
     const auto victims = qps;
-    for (SimQp* qp : victims) qp->cq_failed();
+    for (SimQp* qp : victims) qp->enter_error();
   } else {
     // rxe: the completion is dropped, one CQ_ERR per dropped completion, QPs carry on.
     ctx->raise(ev);

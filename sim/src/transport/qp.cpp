@@ -1,5 +1,6 @@
 // Queue pairs: creation, posting, the state machine and flushing.
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,30 +15,6 @@
 namespace verbsim::sim {
 
 namespace {
-
-std::uint32_t pow2_at_least(std::uint32_t n) noexcept {
-  std::uint32_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-
-bool opcode_allowed(QpType type, WrOpcode op) noexcept {
-  switch (type) {
-    case QpType::rc: return true;
-    case QpType::uc:
-      return op != WrOpcode::rdma_read && op != WrOpcode::atomic_cmp_and_swp &&
-             op != WrOpcode::atomic_fetch_and_add;
-    case QpType::ud:
-      return op == WrOpcode::send || op == WrOpcode::send_with_imm ||
-             op == WrOpcode::send_with_inv;
-  }
-  return false;
-}
-
-bool is_atomic(WrOpcode op) noexcept {
-  return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 std::string str(std::uint64_t v) { return std::to_string(v); }
 
 SimCq* sim_cq(CompletionQueue* cq, const std::shared_ptr<CtxCore>& ctx) {
@@ -128,7 +105,7 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
     reported_cap_.max_recv_sge = requested_cap_.max_recv_sge;
   }
 
-  const std::uint32_t slots = pow2_at_least(std::max<std::uint32_t>(actual.max_send_wr, 1));
+  const std::uint32_t slots = std::bit_ceil(std::max<std::uint32_t>(actual.max_send_wr, 1));
   sq_depth_ = actual.max_send_wr;
   sq_mask_ = slots - 1;
   max_send_sge_ = actual.max_send_sge;
@@ -215,200 +192,7 @@ void SimQp::forget_cq_entries() noexcept {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Posting
-
-template <QpType Type>
-[[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
-                                                 const char*& reason) const noexcept {
-  const ProfileTraits& t = traits();
-  auto refuse = [&reason](int err, const char* why) {
-    reason = why;
-    return err;
-  };
-  if (sq_post_ - sq_retired_ >= sq_depth_) return refuse(ENOMEM, "send queue full");
-  if (!opcode_allowed(Type, wr.opcode) && t.post_checks_opcode) {
-    return refuse(EINVAL, "opcode not supported on this QP type");
-  }
-  if (wr.sg_list.size() > max_send_sge_) return refuse(t.send_limit_errno, "too many SGEs");
-  length = sges_length(wr.sg_list);
-  if (any(wr.flags, SendFlags::inline_data)) [[unlikely]] {
-    if (length > reported_cap_.max_inline_data) {
-      return refuse(t.send_limit_errno, "inline data larger than max_inline_data");
-    }
-    if (wr.opcode == WrOpcode::rdma_read || is_atomic(wr.opcode)) {
-      return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
-    }
-  }
-  // Atomics and the memory window operations come after every other opcode: one test here.
-  static_assert(WrOpcode::atomic_fetch_and_add > WrOpcode::rdma_read &&
-                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add);
-  if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
-    if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
-                                 (wr.remote_addr & 7u) != 0)) {
-      return refuse(EINVAL,
-                    t.atomic_takes_longer_buffer
-                        ? "atomics need 8 bytes of local buffer and an 8-byte aligned operand"
-                        : "atomics need one 8-byte, 8-byte aligned operand");
-    }
-    if (const char* why = window_op_refusal(wr)) return refuse(EINVAL, why);
-  }
-  if (length > 0x80000000ull) return refuse(EINVAL, "message larger than 2 GiB");
-  if (Type == QpType::ud) {
-    const auto* ah = dynamic_cast<const SimAh*>(wr.ah);
-    if (ah == nullptr) return refuse(EINVAL, "UD send without an address handle");
-    const auto& port = dev_->ports[0];
-    if (length > mtu_bytes(port.attr.active_mtu) && t.ud_oversize_refused) {
-      return refuse(EINVAL, "UD message larger than the path MTU");
-    }
-  }
-  return 0;
-}
-
-template <QpType Type>
-[[gnu::always_inline]] inline void SimQp::enqueue_send(const SendWr& wr,
-                                                      std::uint32_t length) noexcept {
-  const std::uint32_t i = sq_post_++;
-  SendWqe& w = sq_at(i);
-  w.wr_id = wr.wr_id;
-  if constexpr (Type == QpType::ud) {
-    w.ud.remote_qpn = wr.remote_qpn;
-    w.ud.remote_qkey = wr.remote_qkey;
-    w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
-  } else {
-    w.remote_addr = wr.remote_addr;
-    w.rkey = wr.rkey;
-  }
-  w.length = length;
-  w.imm = wr.imm_data;
-  if constexpr (Type != QpType::ud) {
-    if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
-      if (is_atomic(wr.opcode)) sq_atomic(i) = {wr.compare_add, wr.swap};
-      if (wr.opcode == WrOpcode::bind_mw) enqueue_bind(wr, i);
-    }
-  }
-  w.opcode = wr.opcode;
-  w.flags = wr.flags;
-  w.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
-  w.inlined = any(wr.flags, SendFlags::inline_data);
-  if (w.inlined) {
-    std::uint8_t* dst = sq_inline(i);
-    for (const Sge& s : wr.sg_list) {
-      if (s.length == 0) continue;  // its address may be anything
-      std::memcpy(dst, reinterpret_cast<const void*>(s.addr), s.length);
-      dst += s.length;
-    }
-    w.num_sge = 0;
-  } else {
-    copy_sges(wr.sg_list, sq_sge(i));
-    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-  }
-}
-
-PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
-  switch (type_) {
-    case QpType::uc: return post_send_as<QpType::uc>(wrs);
-    case QpType::ud: return post_send_as<QpType::ud>(wrs);
-    case QpType::rc: break;
-  }
-  return post_send_as<QpType::rc>(wrs);
-}
-
-template <QpType Type>
-PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
-  const ProfileTraits& t = traits();
-  const QpState s = hot_.qp_state;
-  const bool early = s == QpState::reset || s == QpState::init || s == QpState::rtr;
-  if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
-    return {0, EINVAL, "QP is not in RTS"};
-  }
-  Accounting& acct = world().acct;
-  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
-    std::uint64_t length = 0;
-    const char* reason = "";
-    if (const int err = check_send<Type>(wrs[i], length, reason); err != 0) {
-      if (i > 0 && s == QpState::rts) transmit();
-      return {i, err, reason};
-    }
-    enqueue_send<Type>(wrs[i], static_cast<std::uint32_t>(length));
-    ++acct.posted;
-    if (s == QpState::err) {
-      complete_next(WcStatus::wr_flush_err);
-      sq_sent_ = sq_done_;
-      if (!t.retire_on_poll) sq_retired_ = sq_done_;  // rxe: the slot frees on completion
-    }
-  }
-  if (early && t.post_send_needs_rts) {
-    // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
-    // once the QP is in RTS and a later post_send rings the doorbell.
-    return {0, EINVAL, "QP is not in RTS"};
-  }
-  if (s == QpState::rts) transmit();
-  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
-}
-
-PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
-  if (has_srq_) return {0, EINVAL, "QP receives from an SRQ"};
-  if (hot_.qp_state == QpState::reset) return {0, EINVAL, "QP is in RESET"};
-  // The queue's indices in locals: the stores into its slots cannot change them.
-  const std::uint32_t room = rq_.cap - rq_.size();
-  const std::uint32_t max_sge = rq_.max_sge;
-  std::uint32_t tail = rq_.tail;
-  std::uint32_t i = 0;
-  int err = 0;
-  const char* why = "";
-  for (; i < wrs.size(); ++i) {
-    const RecvWr& wr = wrs[i];
-    if (wr.sg_list.size() > max_sge) {
-      err = EINVAL;
-      why = "too many SGEs";
-      break;
-    }
-    if (i == room) {
-      err = ENOMEM;
-      why = "receive queue full";
-      break;
-    }
-    RecvWqe& w = rq_.at(tail);
-    w.wr_id = wr.wr_id;
-    w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-    copy_sges(wr.sg_list, rq_.sge_at(tail));
-    ++tail;
-  }
-  rq_.tail = tail;
-  world().acct.posted += i;
-  // On an ERR QP what was taken is flushed at once, also when a later WR of the batch failed.
-  if (hot_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
-    while (rq_.size() > 0) {
-      const RecvWqe w = rq_.at(rq_.head++);
-      complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
-    }
-  }
-  if (err != 0) return {i, err, why};
-  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
-}
-
-// ---------------------------------------------------------------------------------------------
-// Completions
-
-void SimQp::complete_next(WcStatus status) {
-  // Advance first: pushing the completion may overrun the CQ, which (strict profile) takes
-  // this QP to ERR and flushes from sq_done_ on, re-entrantly.
-  const std::uint32_t index = sq_done_++;
-  complete_send(index, status);
-}
-
-void SimQp::complete_send(std::uint32_t index, WcStatus status) {
-  if (status == WcStatus::success) return complete_send_ok(index);
-  ++world().acct.completed;
-  push_send_wc(index, status, !traits().error_wc_zeroed);  // an error is always completed
-}
-
-bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                          std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
-                          bool solicited) {
-  ++world().acct.completed;
-  return push_recv_wc(wqe.wr_id, status, opcode, byte_len, imm, imm_flag, src_qp, solicited);
-}
+// Errors and flushing
 
 void SimQp::raise(AsyncEventType type) {
   AsyncEvent ev;
@@ -431,7 +215,7 @@ void SimQp::flush_all() {
   }
 }
 
-void SimQp::enter_error(bool raise_fatal) {
+void SimQp::enter_error(ErrorCause cause) {
   if (hot_.qp_state == QpState::err) return;
   hot_.qp_state = QpState::err;
   ++epoch_;
@@ -439,13 +223,9 @@ void SimQp::enter_error(bool raise_fatal) {
   timer_armed_ = false;
   rnr_wait_ = false;
   flush_all();
-  if (raise_fatal) raise(AsyncEventType::qp_fatal);
+  if (cause == ErrorCause::device) raise(AsyncEventType::qp_fatal);
   if (srq_ && traits().last_wqe_reached_event) raise(AsyncEventType::qp_last_wqe_reached);
 }
-
-void SimQp::cq_failed() { enter_error(false); }
-
-void SimQp::fatal() { enter_error(true); }
 
 std::uint64_t SimQp::outstanding() const noexcept {
   return (sq_post_ - sq_done_) + (srq_ ? 0 : rq_.size());
@@ -547,7 +327,7 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     }
     case QpState::err:
       hot_.qp_state = cur;  // so enter_error runs
-      enter_error(false);
+      enter_error();
       break;
     case QpState::rtr:
       hot_.qp_state = next;

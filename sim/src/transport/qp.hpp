@@ -39,6 +39,7 @@ class alignas(64) SimQp : public QueuePair {
   void deliver_ud(SimQp& req, std::uint32_t index);  // on_deliver for UD
   void on_ack(const Event& e);
   void on_nak(const Event& e);
+  void on_rnr_nak(const Event& e);  // on_nak for a receiver-not-ready NAK
   void on_timeout(const Event& e);
   // For a timer event of this QP that would do nothing when it fires (armed before a RESET or
   // ERR, or nothing outstanding any more): forgets it and returns true. step() drops such an
@@ -52,10 +53,13 @@ class alignas(64) SimQp : public QueuePair {
       sq_retired_ = index + 1;
     }
   }
-  // A CQ this QP uses went to error (strict profile overrun).
-  void cq_failed();
-  // The device failed this QP (fault plan): ERR with a QP_FATAL event.
-  void fatal();
+  // Why a QP goes to ERR, where that matters: the device failed it (the fault plan's qp_fatal
+  // or device_fatal) raises QP_FATAL; anything else (a transport error, a CQ of its in error
+  // after a strict-profile overrun, modify) raises nothing of its own.
+  enum class ErrorCause : std::uint8_t { transport, device };
+  // Takes the QP to ERR, once: stale events void, timers stop, every WQE flushed; raises
+  // QP_LAST_WQE_REACHED for a QP on an SRQ where the profile does. The one way to ERR.
+  void enter_error(ErrorCause cause = ErrorCause::transport);
   // The MR of `key` was deregistered or re-registered: marks the messages in flight whose bytes
   // it no longer covers (SendWqe::buffers_gone). Walks the in-flight WQEs of this QP.
   void mr_changed(std::uint32_t key) noexcept;
@@ -127,6 +131,13 @@ class alignas(64) SimQp : public QueuePair {
   template <QpType Type>
   void transmit_as();  // transmit() for a QP of type `Type`
   void arm_timer();
+  // Goes back to the oldest WQE not yet acknowledged, to send it and those after it again (a
+  // retry after a timeout or a NAK): a new epoch voids the responses still on their way.
+  void rewind() noexcept {
+    ++epoch_;
+    sq_sent_ = sq_done_;
+    rd_atomic_outstanding_ = 0;
+  }
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_send_ok(std::uint32_t index);
@@ -146,13 +157,23 @@ class alignas(64) SimQp : public QueuePair {
                         bool solicited);
   bool push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                     std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp, bool solicited);
-  void enter_error(bool raise_fatal);
   void flush_all();
   void reset_queues();
-  // The responder's ACK or NAK `code` to the requester of `request`, for its WQE `index`,
-  // carrying `bytes` of data (READ and atomic responses).
-  void send_response(const Event& request, EvKind kind, Nak code, std::uint32_t index,
-                     std::uint64_t value, std::uint64_t bytes);
+  // The responder's answers to the requester of `request`, for its WQE `index`: an ACK (with
+  // `bytes` of data for a READ or atomic response), or a NAK with its code (and an RNR NAK's
+  // timer); response_to() is what both packets have in common.
+  void send_ack(const Event& request, std::uint32_t index, std::uint64_t bytes);
+  void send_nak(const Event& request, Nak code, std::uint32_t index, std::uint8_t rnr_timer = 0);
+  Event response_to(const Event& request, std::uint32_t index, std::uint64_t bytes);
+  // The responder's steps for a message (responder.cpp): its PSN, the remote access check, a
+  // missing receive, and executing each opcode family (false: not to be ACKed).
+  bool in_sequence(const Event& e, const SendWqe& wq);
+  bool remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak) noexcept;
+  void no_receive(const Event& e, const SendWqe& wq);
+  bool execute_send(const Event& e, SimQp& req);
+  bool execute_write(const Event& e, SimQp& req);
+  bool execute_read(const Event& e, SimQp& req);
+  bool execute_atomic(const Event& e, SimQp& req);
   // The next message of `e`'s flow, already on the wire behind it, whose response can
   // acknowledge `e` too (ACK coalescing); nullptr if there is none or this QP does not coalesce.
   Event* ack_successor(const Event& e) noexcept;
