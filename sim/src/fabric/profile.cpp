@@ -45,15 +45,17 @@ constexpr ProfileTraits kStrict{
     .type2_window_pins_qp = false,
     .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
-    .max_qp_wr = 32768,
-    .max_cqe = 4194303,
-    .max_sge = 30,
-    .max_inline = 512,
-    .min_inline_per_sge = 0,
-    .gid_tbl_len = 2,
-    .max_msg_sz = 0x80000000u,
     .send_limit_errno = ENOMEM,
-    .max_mw = 1u << 16,
+    .limits = {
+        .max_qp_wr = 32768,
+        .max_cqe = 4194303,
+        .max_sge = 30,
+        .max_inline = 512,
+        .min_inline_per_sge = 0,
+        .gid_tbl_len = 2,
+        .max_msg_sz = 0x80000000u,
+        .max_mw = 1u << 16,
+    },
 };
 
 constexpr ProfileTraits kRxe{
@@ -92,15 +94,17 @@ constexpr ProfileTraits kRxe{
                                          // refcount_t underflow (the random verb test)
     .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
-    .max_qp_wr = 1048576,
-    .max_cqe = 32767,
-    .max_sge = 32,
-    .max_inline = 512,
-    .min_inline_per_sge = 16,
-    .gid_tbl_len = 1024,     // RXE_PORT_GID_TBL_LEN
-    .max_msg_sz = 0x800000,  // RXE_PORT_MAX_MSG_SZ: 8 MiB
     .send_limit_errno = EINVAL,  // librxe validate_send_wr
-    .max_mw = 524287,            // measured: ibv_query_device on rxe
+    .limits = {
+        .max_qp_wr = 1048576,
+        .max_cqe = 32767,
+        .max_sge = 32,
+        .max_inline = 512,
+        .min_inline_per_sge = 16,
+        .gid_tbl_len = 1024,  // RXE_PORT_GID_TBL_LEN
+        .max_msg_sz = 0x800000,  // RXE_PORT_MAX_MSG_SZ: 8 MiB
+        .max_mw = 524287,  // measured: ibv_query_device on rxe
+    },
 };
 
 constexpr ProfileTraits kMlx5 = [] {

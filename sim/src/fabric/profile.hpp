@@ -9,7 +9,20 @@
 
 namespace verbsim::sim {
 
-// Where the profiles differ, as data chosen once per world (no profile branches elsewhere).
+// What a device of the profile reports and enforces (ibv_query_device, ibv_query_port).
+struct DeviceLimits {
+  std::uint32_t max_qp_wr;
+  std::uint32_t max_cqe;
+  std::uint32_t max_sge;
+  std::uint32_t max_inline;
+  std::uint32_t min_inline_per_sge;  // rxe reports at least 16 bytes per SGE as inline room
+  int gid_tbl_len;                   // port's GID table size; entries past the two in use are empty
+  std::uint32_t max_msg_sz;          // port's max_msg_sz
+  std::uint32_t max_mw;              // memory windows per device
+};
+
+// Where the profiles differ, as data chosen once per world (no profile branches elsewhere):
+// behaviour switches, then the device's limits.
 struct ProfileTraits {
   Profile profile;
   bool pow2_minus_one_depths;     // rxe: 2^n - 1; strict/mlx5: SQ/RQ 2^n, CQ/SRQ 2^n - 1
@@ -58,15 +71,8 @@ struct ProfileTraits {
                                       // fails the WR and warns
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
-  std::uint32_t max_qp_wr;
-  std::uint32_t max_cqe;
-  std::uint32_t max_sge;
-  std::uint32_t max_inline;
-  std::uint32_t min_inline_per_sge;  // rxe reports at least 16 bytes per SGE as inline room
-  int gid_tbl_len;          // port's GID table size; entries past the two in use are empty
-  std::uint32_t max_msg_sz;  // port's max_msg_sz
   int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
-  std::uint32_t max_mw;  // memory windows per device
+  DeviceLimits limits;
 
   static const ProfileTraits& of(Profile p) noexcept;
   std::uint32_t round_wq(std::uint32_t n) const noexcept;  // SQ/RQ depth given for `n`

@@ -57,9 +57,9 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
       port.attr.state = PortState::active;
       port.attr.max_mtu = Mtu::mtu_4096;
       port.attr.active_mtu = Mtu::mtu_1024;
-      port.attr.gid_tbl_len = traits->gid_tbl_len;
+      port.attr.gid_tbl_len = traits->limits.gid_tbl_len;
       port.attr.pkey_tbl_len = 1;
-      port.attr.max_msg_sz = traits->max_msg_sz;
+      port.attr.max_msg_sz = traits->limits.max_msg_sz;
       port.attr.port_cap_flags = 0x00010000;  // IsDeviceManagementNotSupported, as RoCE ports say
       port.attr.active_width = 2;  // 4x
       port.attr.active_speed = 32; // EDR-class; 4x -> 100 Gb/s

@@ -119,8 +119,8 @@ std::error_code SimCq::req_notify(bool solicited_only) noexcept {
 
 std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w) {
   const ProfileTraits& t = *w.traits;
-  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.max_cqe) {
-    fail(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.max_cqe));
+  if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.limits.max_cqe) {
+    fail(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.limits.max_cqe));
   }
   return t.round_cq(static_cast<std::uint32_t>(cqe));
 }
@@ -231,7 +231,7 @@ namespace {
 // The SRQ depth `verb` (ibv_create_srq, ibv_modify_srq) gives for `max_wr`, EINVAL outside
 // 1..max_qp_wr.
 std::uint32_t srq_depth(const char* verb, std::uint32_t max_wr, const ProfileTraits& t) {
-  if (max_wr < 1 || max_wr > t.max_qp_wr) {
+  if (max_wr < 1 || max_wr > t.limits.max_qp_wr) {
     fail(verb, EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
   }
   return t.round_cq(max_wr);
@@ -287,7 +287,7 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
     fail("ibv_create_srq", err, "injected by the fault plan");
   }
   const std::uint32_t depth = srq_depth("ibv_create_srq", attr.max_wr, t);
-  if (attr.max_sge < 1 || attr.max_sge > t.max_sge) {
+  if (attr.max_sge < 1 || attr.max_sge > t.limits.max_sge) {
     fail("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
   }
   auto srq = std::make_shared<SrqCore>();

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "fabric/assert.hpp"
 #include "fabric/world_impl.hpp"
 #include "resources/cores.hpp"
 #include "verbsim/completion_queue.hpp"
@@ -107,6 +108,7 @@ struct CqCore {
     d.add(e.wc.qp_num);
     if (&e == &spill) [[unlikely]] return drop();
     ++count;  // e is ring[head + count]
+    VERBSIM_ASSERT(count <= ring.size(), "a CQ holds at most its ring's entries");
     if (arm != Arm::none) [[unlikely]] notify_if_armed(e, solicited);
     return true;
   }

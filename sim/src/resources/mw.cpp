@@ -47,7 +47,7 @@ std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
     fail("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
   }
   DevCore& dev = *core_->ctx->dev;
-  const std::uint32_t max_mw = core_->ctx->world->traits->max_mw;
+  const std::uint32_t max_mw = core_->ctx->world->traits->limits.max_mw;
   if (dev.live_mws >= static_cast<int>(max_mw) || dev.next_mw_index > kMaxMwIndex) {
     fail("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
   }

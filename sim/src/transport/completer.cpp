@@ -20,6 +20,7 @@ bool SimQp::acknowledge_until(std::uint32_t end) {
     if (hot_.qp_state == QpState::err) return false;  // its CQ overran
   }
   if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  check_queues();
   return true;
 }
 

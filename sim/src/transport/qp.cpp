@@ -33,19 +33,19 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
     fail("ibv_create_qp", EINVAL, "send_cq and recv_cq must be CQs of the same device");
   }
   const QpCap& c = init.cap;
-  if (c.max_send_wr > t.max_qp_wr || (init.srq == nullptr && c.max_recv_wr > t.max_qp_wr)) {
+  if (c.max_send_wr > t.limits.max_qp_wr || (init.srq == nullptr && c.max_recv_wr > t.limits.max_qp_wr)) {
     fail("ibv_create_qp", EINVAL,
          "max_send_wr=" + str(c.max_send_wr) + ", max_recv_wr=" + str(c.max_recv_wr) +
-             " exceed max_qp_wr=" + str(t.max_qp_wr));
+             " exceed max_qp_wr=" + str(t.limits.max_qp_wr));
   }
-  if (c.max_send_sge > t.max_sge || c.max_recv_sge > t.max_sge) {
+  if (c.max_send_sge > t.limits.max_sge || c.max_recv_sge > t.limits.max_sge) {
     fail("ibv_create_qp", EINVAL,
          "max_send_sge=" + str(c.max_send_sge) + ", max_recv_sge=" + str(c.max_recv_sge) +
-             " exceed max_sge=" + str(t.max_sge));
+             " exceed max_sge=" + str(t.limits.max_sge));
   }
-  if (c.max_inline_data > t.max_inline) {
+  if (c.max_inline_data > t.limits.max_inline) {
     fail("ibv_create_qp", EINVAL,
-         "max_inline_data=" + str(c.max_inline_data) + " exceeds " + str(t.max_inline));
+         "max_inline_data=" + str(c.max_inline_data) + " exceeds " + str(t.limits.max_inline));
   }
   if (init.srq != nullptr) {
     auto* srq = dynamic_cast<SimSrq*>(init.srq);
@@ -90,12 +90,12 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   actual.max_send_sge = std::max<std::uint32_t>(requested_cap_.max_send_sge, 1);
   actual.max_recv_sge = std::max<std::uint32_t>(requested_cap_.max_recv_sge, 1);
   actual.max_inline_data =
-      std::max(requested_cap_.max_inline_data, t.min_inline_per_sge * actual.max_send_sge);
-  if (t.min_inline_per_sge != 0) {
+      std::max(requested_cap_.max_inline_data, t.limits.min_inline_per_sge * actual.max_send_sge);
+  if (t.limits.min_inline_per_sge != 0) {
     // rxe sizes a send WQE for max(16 bytes per SGE, inline data) and gives every SGE that
     // fits in it: max_send_sge=1 with max_inline_data=64 gets 4 SGEs.
     actual.max_send_sge =
-        std::max(actual.max_send_sge, actual.max_inline_data / t.min_inline_per_sge);
+        std::max(actual.max_send_sge, actual.max_inline_data / t.limits.min_inline_per_sge);
   }
   reported_cap_ = actual;
   if (t.create_reports_requested) {
@@ -213,6 +213,7 @@ void SimQp::flush_all() {
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
     }
   }
+  check_queues();
 }
 
 void SimQp::enter_error(ErrorCause cause) {
@@ -244,6 +245,7 @@ void SimQp::reset_queues() {
   rd_atomic_outstanding_ = 0;
   comm_est_raised_ = false;
   dst_dev_ = -1;
+  check_queues();
 }
 
 // ---------------------------------------------------------------------------------------------

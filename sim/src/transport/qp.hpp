@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "fabric/assert.hpp"
 #include "fabric/event.hpp"
 #include "fabric/world_impl.hpp"
 #include "resources/handles.hpp"
@@ -52,6 +53,26 @@ class alignas(64) SimQp : public QueuePair {
         static_cast<std::int32_t>(index + 1 - sq_done_) <= 0) {
       sq_retired_ = index + 1;
     }
+    check_queues();
+  }
+  // The queues' invariants, checked where they change (VERBSIM_ASSERT; nothing in Release):
+  // retired <= done <= sent <= posted on the send queue (indices that wrap), no more WQEs than
+  // slots, READs and atomics outstanding only among those sent, the receive queue within its
+  // capacity, PSNs within 24 bits.
+  void check_queues() const noexcept {
+#if VERBSIM_ASSERTS_ON
+    auto ordered = [](std::uint32_t a, std::uint32_t b) {
+      return static_cast<std::int32_t>(b - a) >= 0;
+    };
+    VERBSIM_ASSERT(ordered(sq_retired_, sq_done_) && ordered(sq_done_, sq_sent_) &&
+                       ordered(sq_sent_, sq_post_),
+                   "send queue: retired <= done <= sent <= posted");
+    VERBSIM_ASSERT(sq_post_ - sq_retired_ <= sq_mask_ + 1u, "send queue: WQEs fit its slots");
+    VERBSIM_ASSERT(rd_atomic_outstanding_ <= sq_sent_ - sq_done_,
+                   "READs and atomics outstanding are among the WQEs sent");
+    VERBSIM_ASSERT(rq_.size() <= rq_.cap, "receive queue within its capacity");
+    VERBSIM_ASSERT(hot_.sq_psn <= 0xffffff && epsn_ <= 0xffffff, "PSNs have 24 bits");
+#endif
   }
   // Why a QP goes to ERR, where that matters: the device failed it (the fault plan's qp_fatal
   // or device_fatal) raises QP_FATAL; anything else (a transport error, a CQ of its in error
@@ -137,6 +158,7 @@ class alignas(64) SimQp : public QueuePair {
     ++epoch_;
     sq_sent_ = sq_done_;
     rd_atomic_outstanding_ = 0;
+    check_queues();
   }
   void schedule_timer();
   void complete_send(std::uint32_t index, WcStatus status);

@@ -159,6 +159,7 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
     return {0, EINVAL, "QP is not in RTS"};
   }
   if (s == QpState::rts) transmit();
+  check_queues();
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
@@ -252,6 +253,7 @@ void SimQp::transmit_as() {
     ++sq_sent_;
   }
   if (rc && !had_outstanding && sq_done_ != sq_sent_) arm_timer();
+  check_queues();
 }
 
 // Runs the bind or local invalidate at sq_sent_, everything before it complete, and completes

@@ -50,6 +50,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
     }
   }
+  check_queues();
   if (err != 0) return {i, err, why};
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
