@@ -10,7 +10,7 @@
 #include "ops.hpp"
 #include "state.hpp"
 #include "symver.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 
 using namespace verbsim;
 using namespace verbsim::dropin;
@@ -496,12 +496,12 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   init.send_cq = DCq::from(attr.send_cq)->impl.get();
   init.recv_cq = DCq::from(attr.recv_cq)->impl.get();
   init.srq = attr.srq != nullptr ? DSrq::from(attr.srq)->impl.get() : nullptr;
-  init.cap = ibverbs::from_ibv(attr.cap);
+  init.cap = abi::from_ibv(attr.cap);
   init.sq_sig_all = attr.sq_sig_all != 0;
 
   auto q = std::make_unique<DQp>();
   q->impl = DPd::from(attr.pd)->real().create_qp(init);
-  attr.cap = ibverbs::to_ibv(q->impl->cap());
+  attr.cap = abi::to_ibv(q->impl->cap());
   ibv_qp& b = q->qp_base;
   b.context = context;
   b.qp_context = attr.qp_context;
@@ -558,7 +558,7 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
     DQp* q = DQp::from(qp);
-    q->impl->modify(ibverbs::from_ibv(*attr), static_cast<QpAttrMask>(mask));
+    q->impl->modify(abi::from_ibv(*attr), static_cast<QpAttrMask>(mask));
     if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
     settle();
     return 0;
@@ -571,8 +571,8 @@ int ibv_query_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* 
   return with_errno("ibv_query_qp", [&] {
     DQp* q = DQp::from(qp);
     const QpAttr a = q->impl->query(static_cast<QpAttrMask>(mask));
-    *attr = ibverbs::to_ibv(a);
-    attr->qp_access_flags = ibverbs::to_ibv(a.qp_access_flags);
+    *attr = abi::to_ibv(a);
+    attr->qp_access_flags = abi::to_ibv(a.qp_access_flags);
     if (init != nullptr) {
       *init = {};
       init->qp_context = qp->qp_context;
