@@ -19,6 +19,7 @@
 #include "progress.hpp"
 #include "state.hpp"
 #include "symver.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/sim/extensions.hpp"
 
 #undef ibv_query_port
@@ -144,7 +145,7 @@ int query_gid_entry(DContext& c, std::uint32_t port, std::uint32_t index, ibv_gi
   const Gid g = c.impl->query_gid(static_cast<std::uint8_t>(port), static_cast<int>(index));
   if (g.is_zero()) return ENODATA;
   e = {};
-  std::memcpy(e.gid.raw, g.raw.data(), sizeof e.gid.raw);
+  e.gid = abi::to_ibv(g);
   e.gid_index = index;
   e.port_num = port;
   e.gid_type = static_cast<std::uint32_t>(gid_type_of(static_cast<int>(index)));

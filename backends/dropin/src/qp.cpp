@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "objects.hpp"
@@ -30,10 +31,9 @@ constexpr std::uint64_t kSupportedSendOps =
 constexpr std::uint64_t kWindowSendOps =
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 
-// An ibv_send_wr as a core SendWr (its SGEs copied to `sges`; a BIND_MW's bind information to
-// `bind`). 0 or the errno to return.
-int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
-               BindMwWr& bind) noexcept {
+// An ibv_send_wr as a core SendWr (its sg_list the program's own array, abi::as_core; a
+// BIND_MW's bind information in `bind`). 0 or the errno to return.
+int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, BindMwWr& bind) noexcept {
   switch (in.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -62,10 +62,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
     out.bind_mw = &bind;
     return 0;
   }
-  for (int i = 0; i < in.num_sge; ++i) {
-    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
-  }
-  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  out.sg_list = abi::as_core(in.sg_list, static_cast<std::size_t>(in.num_sge));
   if (in.opcode == IBV_WR_SEND_WITH_IMM || in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     out.imm_data = ntohl(in.imm_data);
   }
@@ -86,10 +83,11 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
   return 0;
 }
 
-// Posts a list in batches of up to kWrs WRs / kSges SGEs from stack arrays (a WR with more SGEs
-// than that, far beyond any device's max_sge, goes alone from the heap so the simulator still
-// names the error). `translate(wr, core, sges, i)` fills batch entry i. On failure *bad is the
-// first WR not posted.
+// Posts a list in batches of up to kWrs WRs and kSges SGEs (a WR with more SGEs than that, far
+// beyond any device's max_sge, goes alone, so the simulator still names the error). The SGEs
+// are not copied: the core WRs point at the program's sg_list arrays, which the simulator copies
+// when it takes the WR. `translate(wr, core, i)` fills batch entry i from the stack array. On
+// failure *bad is the first WR not posted.
 constexpr std::size_t kPostBatch = DQp::kPostBatch;
 
 template <class Wr, class Core, class Translate, class Post>
@@ -97,29 +95,23 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
   constexpr std::size_t kWrs = kPostBatch;
   constexpr std::size_t kSges = 64;
   Core batch[kWrs];
-  Sge sges[kSges];
   Wr* src[kWrs];
   while (wr != nullptr) {
     std::size_t n = 0;
-    std::size_t used = 0;
+    std::size_t used = 0;  // SGEs in the batch
     int err = 0;
-    std::vector<Sge> big;
     for (; wr != nullptr && n < kWrs; wr = wr->next) {
       if (wr->num_sge < 0 || (wr->num_sge > 0 && wr->sg_list == nullptr)) {
         err = EINVAL;
         break;
       }
       const auto k = static_cast<std::size_t>(wr->num_sge);
-      Sge* room = sges + used;
-      if (used + k > kSges) {
-        if (n > 0) break;  // post what we have, then this one
-        big.resize(k);
-        room = big.data();
-      }
-      if ((err = translate(*wr, batch[n], room, n)) != 0) break;
+      const bool alone = used + k > kSges;
+      if (alone && n > 0) break;  // post what we have, then this one
+      if ((err = translate(*wr, batch[n], n)) != 0) break;
       src[n++] = wr;
       used += k;
-      if (!big.empty()) {
+      if (alone) {
         wr = wr->next;
         break;
       }
@@ -145,8 +137,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
     auto held = lock();
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
-        [q](const ibv_send_wr& in, SendWr& out, Sge* s, std::size_t i) {
-          return to_send_wr(*q, in, out, s, q->post_binds[i]);
+        [q](const ibv_send_wr& in, SendWr& out, std::size_t i) {
+          return to_send_wr(*q, in, out, q->post_binds[i]);
         },
         [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
     settle();
@@ -157,12 +149,9 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   }
 }
 
-int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, Sge* sges, std::size_t) noexcept {
-  for (int i = 0; i < in.num_sge; ++i) {
-    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
-  }
+int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, std::size_t) noexcept {
   out.wr_id = in.wr_id;
-  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  out.sg_list = abi::as_core(in.sg_list, static_cast<std::size_t>(in.num_sge));
   return 0;
 }
 
@@ -335,7 +324,8 @@ void set_sges(ibv_qp_ex* qp, std::size_t n, const ibv_sge* list) noexcept {
     p.sge_begin = q.sges.size();
     p.sge_count = n;
     p.is_inline = false;
-    for (std::size_t i = 0; i < n; ++i) q.sges.push_back({list[i].addr, list[i].length, list[i].lkey});
+    const std::span<const Sge> sges = abi::as_core(list, n);
+    q.sges.insert(q.sges.end(), sges.begin(), sges.end());
   } catch (...) {
     q.batch_error = ENOMEM;
   }

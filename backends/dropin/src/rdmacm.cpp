@@ -146,11 +146,11 @@ void refresh(DCmId* id) {
   const SockAddr peer = id->impl->peer_addr();
   if (!is_unset(local)) {
     id->route.addr.src_storage = abi::to_sockaddr(local);
-    std::memcpy(id->route.addr.addr.ibaddr.sgid.raw, local.ip.data(), 16);
+    id->route.addr.addr.ibaddr.sgid = abi::to_ibv(Gid{local.ip});
   }
   if (!is_unset(peer)) {
     id->route.addr.dst_storage = abi::to_sockaddr(peer);
-    std::memcpy(id->route.addr.addr.ibaddr.dgid.raw, peer.ip.data(), 16);
+    id->route.addr.addr.ibaddr.dgid = abi::to_ibv(Gid{peer.ip});
   }
   id->route.addr.addr.ibaddr.pkey = htons(0xffff);
 }
