@@ -444,20 +444,14 @@ QpType qp_type_of(ibv_qp_type t, int& err) noexcept {
 
 namespace verbsim::dropin {
 
-const ibv_context_ops& data_path_ops() noexcept {
-  static const ibv_context_ops ops = [] {
-    ibv_context_ops o{};
-    o.poll_cq = cq_poll_op;
-    o.req_notify_cq = cq_notify_op;
-    o.post_srq_recv = post_srq_recv;
-    o.post_send = post_send;
-    o.post_recv = post_recv;
-    o.alloc_mw = mw_alloc_op;
-    o.dealloc_mw = mw_dealloc_op;
-    o.bind_mw = mw_bind_op;
-    return o;
-  }();
-  return ops;
+int qp_post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
+  return post_send(qp, wr, bad);
+}
+int qp_post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  return post_recv(qp, wr, bad);
+}
+int srq_post_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  return post_srq_recv(srq, wr, bad);
 }
 
 ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
