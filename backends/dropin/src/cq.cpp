@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <span>
 
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
 #include "symver.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/sim/extensions.hpp"
 
 using namespace verbsim;
@@ -17,43 +19,22 @@ namespace {
 
 constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 
-void to_ibv_wc(const WorkCompletion& w, ibv_wc& out) noexcept {
-  out.wr_id = w.wr_id;
-  out.status = static_cast<ibv_wc_status>(w.status);
-  out.opcode = static_cast<ibv_wc_opcode>(w.opcode);
-  out.vendor_err = w.vendor_err;
-  out.byte_len = w.byte_len;
-  const auto flags = static_cast<unsigned>(to_underlying(w.wc_flags));
-  // One union: the immediate in network order, or the invalidated rkey in host order.
-  if ((flags & IBV_WC_WITH_INV) != 0) {
-    out.invalidated_rkey = w.invalidated_rkey();
-  } else {
-    out.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? htonl(w.imm_data) : 0;
-  }
-  out.qp_num = w.qp_num;
-  out.src_qp = w.src_qp;
-  out.wc_flags = flags;
-  out.pkey_index = w.pkey_index;
-  out.slid = w.slid;
-  out.sl = w.sl;
-  out.dlid_path_bits = w.dlid_path_bits;
-}
-
-// ibv_poll_cq: the number of completions (0..n), or a negative errno.
+// ibv_poll_cq: the number of completions (0..n), or a negative errno. The simulator writes
+// straight into the program's array (abi::as_core), up to kChunk completions per polling()
+// (which may run the world when a chunk finds nothing); each is then made an ibv_wc in place.
 int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
   if (n < 0) return -EINVAL;
   DCq* c = DCq::from(cq);
   try {
     auto held = lock_waiting();
     constexpr int kChunk = 32;
-    WorkCompletion buf[kChunk];
     int total = 0;
     while (total < n) {
       const int want = std::min(kChunk, n - total);
-      const PollResult r =
-          polling([&] { return c->impl->poll(std::span(buf, static_cast<std::size_t>(want))); });
+      const std::span out(abi::as_core(wc) + total, static_cast<std::size_t>(want));
+      const PollResult r = polling([&] { return c->impl->poll(out); });
       if (r.err != 0) return total > 0 ? total : -r.err;
-      for (std::uint32_t i = 0; i < r.count; ++i) to_ibv_wc(buf[i], wc[total + static_cast<int>(i)]);
+      for (std::uint32_t i = 0; i < r.count; ++i) abi::to_ibv_in_place(out[i]);
       total += static_cast<int>(r.count);
       if (static_cast<int>(r.count) < want) break;
     }

@@ -19,6 +19,7 @@
 #include "progress.hpp"
 #include "state.hpp"
 #include "symver.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/sim/extensions.hpp"
 
 #undef ibv_query_port
@@ -144,7 +145,7 @@ int query_gid_entry(DContext& c, std::uint32_t port, std::uint32_t index, ibv_gi
   const Gid g = c.impl->query_gid(static_cast<std::uint8_t>(port), static_cast<int>(index));
   if (g.is_zero()) return ENODATA;
   e = {};
-  std::memcpy(e.gid.raw, g.raw.data(), sizeof e.gid.raw);
+  e.gid = abi::to_ibv(g);
   e.gid_index = index;
   e.port_num = port;
   e.gid_type = static_cast<std::uint32_t>(gid_type_of(static_cast<int>(index)));
@@ -159,13 +160,9 @@ ibv_context* make_context(DDevice* device, std::shared_ptr<Context> impl, int cm
   c->device = device;
   c->impl = std::move(impl);
   c->sz = sizeof(verbs_context);
-  c->query_port = vctx_query_port;
-  c->query_device_ex = vctx_query_device_ex;
-  c->query_rt_values = vctx_query_rt_values;
-  fill_extended_ops(*c);
+  set_context_ops(*c);
   ibv_context& ctx = c->context;
   ctx.device = &device->dev;
-  ctx.ops = data_path_ops();
   c->cmd_fd = cmd_fd;
   ctx.cmd_fd = cmd_fd;
   ctx.async_fd = c->impl->async_fd();
@@ -176,6 +173,18 @@ ibv_context* make_context(DDevice* device, std::shared_ptr<Context> impl, int cm
   global().contexts.push_back(c.get());
   start_progress();
   return &c.release()->context;
+}
+
+int ctx_query_port_op(ibv_context* ctx, std::uint8_t port, ibv_port_attr* attr,
+                      std::size_t len) noexcept {
+  return vctx_query_port(ctx, port, attr, len);
+}
+int ctx_query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                           ibv_device_attr_ex* attr, std::size_t len) noexcept {
+  return vctx_query_device_ex(ctx, input, attr, len);
+}
+int ctx_query_rt_values_op(ibv_context* ctx, ibv_values_ex* values) noexcept {
+  return vctx_query_rt_values(ctx, values);
 }
 
 int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ibv_gid_entry& e) {

@@ -1,6 +1,6 @@
-// The verbs_context extension: the extended verbs verbs.h reaches through verbs_get_ctx_op.
-// Ops left null make verbs.h's inline wrappers fail with EOPNOTSUPP themselves (XRC domains,
-// flows, device memory, thread domains, work queues, counters, CQ moderation).
+// A context's ops: the one table of them (set_context_ops), and the extended verbs no other file
+// has. Ops left null make verbs.h's inline wrappers fail with EOPNOTSUPP themselves (XRC
+// domains, flows, device memory, thread domains, work queues, counters, CQ moderation).
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
@@ -40,10 +40,24 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
 
 }  // namespace
 
-void fill_extended_ops(DContext& c) noexcept {
+// Sorted by op name. `o.` is ibv_context::ops, `c.` the verbs_context extension.
+void set_context_ops(DContext& c) noexcept {
+  ibv_context_ops& o = c.context.ops;
+  o = {};
+  o.alloc_mw = mw_alloc_op;
+  c.alloc_parent_domain = alloc_parent_domain;
+  o.bind_mw = mw_bind_op;
   c.create_cq_ex = create_cq_ex;
   c.create_qp_ex = create_qp_ex;
-  c.alloc_parent_domain = alloc_parent_domain;
+  o.dealloc_mw = mw_dealloc_op;
+  o.poll_cq = cq_poll_op;
+  o.post_recv = qp_post_recv_op;
+  o.post_send = qp_post_send_op;
+  o.post_srq_recv = srq_post_recv_op;
+  c.query_device_ex = ctx_query_device_ex_op;
+  c.query_port = ctx_query_port_op;
+  c.query_rt_values = ctx_query_rt_values_op;
+  o.req_notify_cq = cq_notify_op;
 }
 
 }  // namespace verbsim::dropin

@@ -12,14 +12,29 @@
 
 namespace verbsim::dropin {
 
-// ibv_context::ops: the data path (post_send, post_recv, poll_cq, req_notify_cq,
-// post_srq_recv) and the memory window verbs (alloc_mw, dealloc_mw, bind_mw) that verbs.h's
-// inline functions call. qp.cpp.
-const ibv_context_ops& data_path_ops() noexcept;
+// Every op a context carries, from one table sorted by op name (ops.cpp, as rdma-core's
+// providers/rxe/rxe.c has rxe_ctx_ops): ibv_context::ops, which verbs.h's inline data-path and
+// memory window verbs call, and the verbs_context extension verbs.h reaches through
+// verbs_get_ctx_op. Ops it leaves null make verbs.h's inline wrappers fail with EOPNOTSUPP.
+void set_context_ops(DContext& c) noexcept;
 
-// ibv_poll_cq and ibv_req_notify_cq, for data_path_ops. cq.cpp.
+// The ops the table names from other files.
+
+// ibv_poll_cq and ibv_req_notify_cq. cq.cpp.
 int cq_poll_op(ibv_cq* cq, int n, ibv_wc* wc) noexcept;
 int cq_notify_op(ibv_cq* cq, int solicited_only) noexcept;
+
+// ibv_query_port, ibv_query_device_ex and ibv_query_rt_values_ex (verbs_context). device.cpp.
+int ctx_query_port_op(ibv_context* ctx, std::uint8_t port, ibv_port_attr* attr,
+                      std::size_t len) noexcept;
+int ctx_query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                           ibv_device_attr_ex* attr, std::size_t len) noexcept;
+int ctx_query_rt_values_op(ibv_context* ctx, ibv_values_ex* values) noexcept;
+
+// ibv_post_send, ibv_post_recv and ibv_post_srq_recv. qp.cpp.
+int qp_post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept;
+int qp_post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
+int srq_post_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept;
 
 // Memory windows: ibv_context_ops' alloc_mw, dealloc_mw and bind_mw, which verbs.h's inline
 // ibv_alloc_mw, ibv_dealloc_mw and ibv_bind_mw call. mw.cpp.
@@ -27,15 +42,14 @@ ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept;
 int mw_dealloc_op(ibv_mw* mw) noexcept;
 int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
 
+// Helpers one file defines for another.
+
 // An ibv_mw_bind_info as the core's MwBindInfo (ibv_bind_mw, IBV_WR_BIND_MW, ibv_wr_bind_mw):
 // 0, EINVAL for access flags a window cannot have or an address range without an MR,
 // EOPNOTSUPP for a zero-based window. mw.cpp.
 int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept;
 // A BIND_MW's window and range (IBV_WR_BIND_MW, ibv_wr_bind_mw): 0 or EINVAL / EOPNOTSUPP.
 int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept;
-
-// The verbs_context extension: create_cq_ex, create_qp_ex, create_srq_ex, ... ops.cpp.
-void fill_extended_ops(DContext& c) noexcept;
 
 // A new ibv_context over `impl` (opened, or shared with the context it is imported from);
 // owns cmd_fd. device.cpp.
@@ -49,11 +63,5 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr);
 
 // Creates the ibv_qp_ex for an ibv_qp_init_attr_ex (qp.cpp).
 ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr);
-
-// After a post: runs the simulated world a little (at most 1 ms of virtual time, whatever is
-// due by then), so a program sees what a post does on rxe, which executes the work request
-// inside ibv_post_send: completions of local traffic are there before the next verb call.
-// Deterministic (same thread, same order). Call with the lock held. state.cpp.
-void settle() noexcept;
 
 }  // namespace verbsim::dropin

@@ -4,13 +4,14 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
 #include "symver.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 
 using namespace verbsim;
 using namespace verbsim::dropin;
@@ -30,10 +31,9 @@ constexpr std::uint64_t kSupportedSendOps =
 constexpr std::uint64_t kWindowSendOps =
     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 
-// An ibv_send_wr as a core SendWr (its SGEs copied to `sges`; a BIND_MW's bind information to
-// `bind`). 0 or the errno to return.
-int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
-               BindMwWr& bind) noexcept {
+// An ibv_send_wr as a core SendWr (its sg_list the program's own array, abi::as_core; a
+// BIND_MW's bind information in `bind`). 0 or the errno to return.
+int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, BindMwWr& bind) noexcept {
   switch (in.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -62,10 +62,7 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
     out.bind_mw = &bind;
     return 0;
   }
-  for (int i = 0; i < in.num_sge; ++i) {
-    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
-  }
-  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  out.sg_list = abi::as_core(in.sg_list, static_cast<std::size_t>(in.num_sge));
   if (in.opcode == IBV_WR_SEND_WITH_IMM || in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     out.imm_data = ntohl(in.imm_data);
   }
@@ -86,10 +83,11 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, Sge* sges,
   return 0;
 }
 
-// Posts a list in batches of up to kWrs WRs / kSges SGEs from stack arrays (a WR with more SGEs
-// than that, far beyond any device's max_sge, goes alone from the heap so the simulator still
-// names the error). `translate(wr, core, sges, i)` fills batch entry i. On failure *bad is the
-// first WR not posted.
+// Posts a list in batches of up to kWrs WRs and kSges SGEs (a WR with more SGEs than that, far
+// beyond any device's max_sge, goes alone, so the simulator still names the error). The SGEs
+// are not copied: the core WRs point at the program's sg_list arrays, which the simulator copies
+// when it takes the WR. `translate(wr, core, i)` fills batch entry i from the stack array. On
+// failure *bad is the first WR not posted.
 constexpr std::size_t kPostBatch = DQp::kPostBatch;
 
 template <class Wr, class Core, class Translate, class Post>
@@ -97,29 +95,23 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
   constexpr std::size_t kWrs = kPostBatch;
   constexpr std::size_t kSges = 64;
   Core batch[kWrs];
-  Sge sges[kSges];
   Wr* src[kWrs];
   while (wr != nullptr) {
     std::size_t n = 0;
-    std::size_t used = 0;
+    std::size_t used = 0;  // SGEs in the batch
     int err = 0;
-    std::vector<Sge> big;
     for (; wr != nullptr && n < kWrs; wr = wr->next) {
       if (wr->num_sge < 0 || (wr->num_sge > 0 && wr->sg_list == nullptr)) {
         err = EINVAL;
         break;
       }
       const auto k = static_cast<std::size_t>(wr->num_sge);
-      Sge* room = sges + used;
-      if (used + k > kSges) {
-        if (n > 0) break;  // post what we have, then this one
-        big.resize(k);
-        room = big.data();
-      }
-      if ((err = translate(*wr, batch[n], room, n)) != 0) break;
+      const bool alone = used + k > kSges;
+      if (alone && n > 0) break;  // post what we have, then this one
+      if ((err = translate(*wr, batch[n], n)) != 0) break;
       src[n++] = wr;
       used += k;
-      if (!big.empty()) {
+      if (alone) {
         wr = wr->next;
         break;
       }
@@ -145,8 +137,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
     auto held = lock();
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
-        [q](const ibv_send_wr& in, SendWr& out, Sge* s, std::size_t i) {
-          return to_send_wr(*q, in, out, s, q->post_binds[i]);
+        [q](const ibv_send_wr& in, SendWr& out, std::size_t i) {
+          return to_send_wr(*q, in, out, q->post_binds[i]);
         },
         [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
     settle();
@@ -157,12 +149,9 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   }
 }
 
-int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, Sge* sges, std::size_t) noexcept {
-  for (int i = 0; i < in.num_sge; ++i) {
-    sges[i] = {in.sg_list[i].addr, in.sg_list[i].length, in.sg_list[i].lkey};
-  }
+int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, std::size_t) noexcept {
   out.wr_id = in.wr_id;
-  out.sg_list = std::span<const Sge>(sges, static_cast<std::size_t>(in.num_sge));
+  out.sg_list = abi::as_core(in.sg_list, static_cast<std::size_t>(in.num_sge));
   return 0;
 }
 
@@ -335,7 +324,8 @@ void set_sges(ibv_qp_ex* qp, std::size_t n, const ibv_sge* list) noexcept {
     p.sge_begin = q.sges.size();
     p.sge_count = n;
     p.is_inline = false;
-    for (std::size_t i = 0; i < n; ++i) q.sges.push_back({list[i].addr, list[i].length, list[i].lkey});
+    const std::span<const Sge> sges = abi::as_core(list, n);
+    q.sges.insert(q.sges.end(), sges.begin(), sges.end());
   } catch (...) {
     q.batch_error = ENOMEM;
   }
@@ -454,20 +444,14 @@ QpType qp_type_of(ibv_qp_type t, int& err) noexcept {
 
 namespace verbsim::dropin {
 
-const ibv_context_ops& data_path_ops() noexcept {
-  static const ibv_context_ops ops = [] {
-    ibv_context_ops o{};
-    o.poll_cq = cq_poll_op;
-    o.req_notify_cq = cq_notify_op;
-    o.post_srq_recv = post_srq_recv;
-    o.post_send = post_send;
-    o.post_recv = post_recv;
-    o.alloc_mw = mw_alloc_op;
-    o.dealloc_mw = mw_dealloc_op;
-    o.bind_mw = mw_bind_op;
-    return o;
-  }();
-  return ops;
+int qp_post_send_op(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
+  return post_send(qp, wr, bad);
+}
+int qp_post_recv_op(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  return post_recv(qp, wr, bad);
+}
+int srq_post_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
+  return post_srq_recv(srq, wr, bad);
 }
 
 ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
@@ -496,12 +480,12 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   init.send_cq = DCq::from(attr.send_cq)->impl.get();
   init.recv_cq = DCq::from(attr.recv_cq)->impl.get();
   init.srq = attr.srq != nullptr ? DSrq::from(attr.srq)->impl.get() : nullptr;
-  init.cap = ibverbs::from_ibv(attr.cap);
+  init.cap = abi::from_ibv(attr.cap);
   init.sq_sig_all = attr.sq_sig_all != 0;
 
   auto q = std::make_unique<DQp>();
   q->impl = DPd::from(attr.pd)->real().create_qp(init);
-  attr.cap = ibverbs::to_ibv(q->impl->cap());
+  attr.cap = abi::to_ibv(q->impl->cap());
   ibv_qp& b = q->qp_base;
   b.context = context;
   b.qp_context = attr.qp_context;
@@ -558,7 +542,7 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
     DQp* q = DQp::from(qp);
-    q->impl->modify(ibverbs::from_ibv(*attr), static_cast<QpAttrMask>(mask));
+    q->impl->modify(abi::from_ibv(*attr), static_cast<QpAttrMask>(mask));
     if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
     settle();
     return 0;
@@ -571,8 +555,8 @@ int ibv_query_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* 
   return with_errno("ibv_query_qp", [&] {
     DQp* q = DQp::from(qp);
     const QpAttr a = q->impl->query(static_cast<QpAttrMask>(mask));
-    *attr = ibverbs::to_ibv(a);
-    attr->qp_access_flags = ibverbs::to_ibv(a.qp_access_flags);
+    *attr = abi::to_ibv(a);
+    attr->qp_access_flags = abi::to_ibv(a.qp_access_flags);
     if (init != nullptr) {
       *init = {};
       init->qp_context = qp->qp_context;

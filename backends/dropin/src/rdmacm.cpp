@@ -29,8 +29,8 @@
 
 #include "objects.hpp"
 #include "state.hpp"
-#include "sockaddr.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/sockaddr.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/cm.hpp"
 
 namespace verbsim::dropin {
@@ -126,7 +126,7 @@ SockAddr get(const char* verb, const sockaddr* s) {
     throw std::system_error(s == nullptr ? EINVAL : EAFNOSUPPORT, std::generic_category(),
                             std::string(verb) + ": not an AF_INET or AF_INET6 address");
   }
-  return ibverbs::from_sockaddr(s);
+  return abi::from_sockaddr(s);
 }
 
 bool is_unset(const SockAddr& a) noexcept { return a == SockAddr{}; }
@@ -145,12 +145,12 @@ void refresh(DCmId* id) {
   const SockAddr local = id->impl->local_addr();
   const SockAddr peer = id->impl->peer_addr();
   if (!is_unset(local)) {
-    id->route.addr.src_storage = ibverbs::to_sockaddr(local);
-    std::memcpy(id->route.addr.addr.ibaddr.sgid.raw, local.ip.data(), 16);
+    id->route.addr.src_storage = abi::to_sockaddr(local);
+    id->route.addr.addr.ibaddr.sgid = abi::to_ibv(Gid{local.ip});
   }
   if (!is_unset(peer)) {
-    id->route.addr.dst_storage = ibverbs::to_sockaddr(peer);
-    std::memcpy(id->route.addr.addr.ibaddr.dgid.raw, peer.ip.data(), 16);
+    id->route.addr.dst_storage = abi::to_sockaddr(peer);
+    id->route.addr.addr.ibaddr.dgid = abi::to_ibv(Gid{peer.ip});
   }
   id->route.addr.addr.ibaddr.pkey = htons(0xffff);
 }
@@ -230,7 +230,7 @@ DCmEvent* convert(CmEvent&& ev) {
     out->param.ud.private_data_len = len;
     out->param.ud.qp_num = ev.peer_qp_num;
     out->param.ud.qkey = ev.qkey;
-    if (ev.type == CmEventType::established) out->param.ud.ah_attr = ibverbs::to_ibv(ev.ah_attr);
+    if (ev.type == CmEventType::established) out->param.ud.ah_attr = abi::to_ibv(ev.ah_attr);
   } else {
     out->param.conn.private_data = data;
     out->param.conn.private_data_len = len;
@@ -389,7 +389,7 @@ int init_qp(DCmId* id, ibv_qp* qp) {
     if (state != QpState::init && id->qp_type != IBV_QPT_UD) break;
     QpAttr core;
     const QpAttrMask mask = id->impl->init_qp_attr(state, core);
-    ibv_qp_attr a = ibverbs::to_ibv(core);
+    ibv_qp_attr a = abi::to_ibv(core);
     if (int err = ibv_modify_qp(qp, &a, static_cast<int>(mask))) return err;
   }
   return 0;
@@ -508,7 +508,7 @@ int rdma_resolve_addr(rdma_cm_id* id, sockaddr* src_addr, sockaddr* dst_addr, in
       refresh(d);
     }
     d->impl->resolve_addr(dst, timeout_ms);
-    d->route.addr.dst_storage = ibverbs::to_sockaddr(dst);
+    d->route.addr.dst_storage = abi::to_sockaddr(dst);
     return 0;
   });
 }
@@ -709,7 +709,7 @@ int rdma_init_qp_attr(rdma_cm_id* id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
     QpAttr core;
     const QpAttrMask mask =
         DCmId::from(id)->impl->init_qp_attr(static_cast<QpState>(qp_attr->qp_state), core);
-    *qp_attr = ibverbs::to_ibv(core);
+    *qp_attr = abi::to_ibv(core);
     *qp_attr_mask = static_cast<int>(mask);
     return 0;
   });

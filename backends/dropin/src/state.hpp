@@ -156,6 +156,12 @@ inline bool readable(int fd) noexcept {
   return ::poll(&p, 1, 0) == 1;
 }
 
+// After a post: runs the simulated world a little (at most 1 ms of virtual time, whatever is
+// due by then), so a program sees what a post does on rxe, which executes the work request
+// inside ibv_post_send: completions of local traffic are there before the next verb call.
+// Deterministic (same thread, same order). Call with the lock held.
+void settle() noexcept;
+
 // The blocking waits: ibv_get_cq_event, ibv_get_async_event, rdma_get_cm_event (and the
 // librdmacm verbs of a synchronous id). Until `attempt(arg)` (called with the lock held; it
 // must not move the world) returns 0 or an errno other than EAGAIN, which is returned, the

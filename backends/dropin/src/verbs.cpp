@@ -9,7 +9,7 @@
 #include "ops.hpp"
 #include "state.hpp"
 #include "symver.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/sim/extensions.hpp"
 
 #undef ibv_reg_mr
@@ -237,7 +237,7 @@ void ibv_unimport_dm(ibv_dm*) {}
 ibv_ah* ibv_create_ah_1_1(ibv_pd* pd, ibv_ah_attr* attr) {
   return with_null<ibv_ah>("ibv_create_ah", [&]() -> ibv_ah* {
     auto ah = std::make_unique<DAh>();
-    ah->impl = DPd::from(pd)->real().create_ah(ibverbs::from_ibv(*attr));
+    ah->impl = DPd::from(pd)->real().create_ah(abi::from_ibv(*attr));
     ah->context = pd->context;
     ah->pd = pd;
     return ah.release();

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
 
 IbvAh::IbvAh(ibv_pd* pd, const AhAttr& attr) : attr_(attr) {
-  ibv_ah_attr a = to_ibv(attr);
+  ibv_ah_attr a = abi::to_ibv(attr);
   errno = 0;
   ah_ = ::ibv_create_ah(pd, &a);
   if (ah_ == nullptr) {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::ibverbs {
@@ -70,7 +70,7 @@ class DeviceList {
 
 DeviceInfo describe(ibv_device* dev) {
   const char* name = ::ibv_get_device_name(dev);
-  return {"ibverbs", name != nullptr ? name : "", guid_from_ibv(::ibv_get_device_guid(dev))};
+  return {"ibverbs", name != nullptr ? name : "", abi::guid_from_ibv(::ibv_get_device_guid(dev))};
 }
 
 std::string no_device_message(int list_error) {

@@ -22,8 +22,8 @@
 #include <string>
 
 #include "objects.hpp"
-#include "sockaddr.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/sockaddr.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -39,7 +39,7 @@ int cm_errno() noexcept { return errno != 0 ? errno : EIO; }
 constexpr int kModifyMask = (IBV_QP_DEST_QPN << 1) - 1;
 
 // "RTS": the core's name of a QP state.
-std::string state_name(ibv_qp_state s) { return std::string(to_string(from_ibv(s))); }
+std::string state_name(ibv_qp_state s) { return std::string(to_string(abi::from_ibv(s))); }
 
 // A failed step of a QP transition: 0, or the errno and a description of what failed.
 struct StepError {
@@ -163,7 +163,7 @@ class IbvCmId final : public CmId {
   }
 
   void bind_addr(const SockAddr& addr) override {
-    sockaddr_storage sa = to_sockaddr(addr);
+    sockaddr_storage sa = abi::to_sockaddr(addr);
     errno = 0;
     if (::rdma_bind_addr(id_, reinterpret_cast<sockaddr*>(&sa)) != 0) {
       throw_verb_error("rdma_bind_addr", cm_errno(), addr.to_string());
@@ -176,7 +176,7 @@ class IbvCmId final : public CmId {
   }
 
   void resolve_addr(const SockAddr& dst, int timeout_ms) override {
-    sockaddr_storage sa = to_sockaddr(dst);
+    sockaddr_storage sa = abi::to_sockaddr(dst);
     errno = 0;
     if (::rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&sa), timeout_ms) != 0) {
       throw_verb_error("rdma_resolve_addr", cm_errno(), dst.to_string());
@@ -283,7 +283,7 @@ class IbvCmId final : public CmId {
     if (::rdma_init_qp_attr(id_, &a, &mask) != 0) {
       throw_verb_error("rdma_init_qp_attr", cm_errno());
     }
-    attr = from_ibv(a);
+    attr = abi::from_ibv(a);
     return static_cast<QpAttrMask>(mask & kModifyMask);
   }
 
@@ -310,8 +310,8 @@ class IbvCmId final : public CmId {
     return name != nullptr ? name : "";
   }
   std::uint8_t port_num() const noexcept override { return id_->port_num; }
-  SockAddr local_addr() const override { return from_sockaddr(::rdma_get_local_addr(id_)); }
-  SockAddr peer_addr() const override { return from_sockaddr(::rdma_get_peer_addr(id_)); }
+  SockAddr local_addr() const override { return abi::from_sockaddr(::rdma_get_local_addr(id_)); }
+  SockAddr peer_addr() const override { return abi::from_sockaddr(::rdma_get_peer_addr(id_)); }
   QueuePair* qp() const noexcept override { return qp_; }
 
   rdma_cm_id* native() const noexcept { return id_; }
@@ -416,7 +416,7 @@ bool IbvCmId::translate(const rdma_cm_event& ev, CmEvent& out) {
       if (ud()) {  // the SIDR reply: the server's QP, Q_Key and address
         e.peer_qp_num = ev.param.ud.qp_num;
         e.qkey = ev.param.ud.qkey;
-        e.ah_attr = from_ibv(ev.param.ud.ah_attr);
+        e.ah_attr = abi::from_ibv(ev.param.ud.ah_attr);
       } else {
         e.peer_qp_num = peer_qp_num_;
       }

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -48,8 +48,8 @@ DeviceAttr IbvContext::query_device() const {
   }
   DeviceAttr out;
   out.fw_ver.assign(a.fw_ver, ::strnlen(a.fw_ver, sizeof a.fw_ver));
-  out.node_guid = guid_from_ibv(a.node_guid);
-  out.sys_image_guid = guid_from_ibv(a.sys_image_guid);
+  out.node_guid = abi::guid_from_ibv(a.node_guid);
+  out.sys_image_guid = abi::guid_from_ibv(a.sys_image_guid);
   out.max_mr_size = a.max_mr_size;
   out.page_size_cap = a.page_size_cap;
   out.vendor_id = a.vendor_id;
@@ -84,9 +84,9 @@ PortAttr IbvContext::query_port(std::uint8_t port_num) const {
     throw_verb_error("ibv_query_port", returned_errno(ret), "port " + std::to_string(port_num));
   }
   PortAttr out;
-  out.state = from_ibv(a.state);
-  out.max_mtu = from_ibv(a.max_mtu);
-  out.active_mtu = from_ibv(a.active_mtu);
+  out.state = abi::from_ibv(a.state);
+  out.max_mtu = abi::from_ibv(a.max_mtu);
+  out.active_mtu = abi::from_ibv(a.active_mtu);
   out.gid_tbl_len = a.gid_tbl_len;
   out.port_cap_flags = a.port_cap_flags;
   out.max_msg_sz = a.max_msg_sz;
@@ -109,7 +109,7 @@ Gid IbvContext::query_gid(std::uint8_t port_num, int index) const {
     throw_verb_error("ibv_query_gid", err,
                      "port " + std::to_string(port_num) + " index " + std::to_string(index));
   }
-  return from_ibv(gid);
+  return abi::from_ibv(gid);
 }
 
 std::unique_ptr<ProtectionDomain> IbvContext::alloc_pd() { return std::make_unique<IbvPd>(*this); }
@@ -129,7 +129,7 @@ namespace {
 // The wrapper behind an event's element, through the context fields set at creation.
 AsyncEvent translate(const ibv_async_event& ev) noexcept {
   AsyncEvent out;
-  out.type = from_ibv(ev.event_type);
+  out.type = abi::from_ibv(ev.event_type);
   switch (ev.event_type) {
     case IBV_EVENT_CQ_ERR: out.cq = static_cast<CompletionQueue*>(ev.element.cq->cq_context); break;
     case IBV_EVENT_QP_FATAL:

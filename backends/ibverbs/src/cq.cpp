@@ -7,7 +7,7 @@
 #include <string>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -65,13 +65,13 @@ namespace {
 // numbering (see fix_up_from_ibv).
 template <bool KernelFlags>
 PollResult poll_cq(ibv_cq* cq, std::span<WorkCompletion> out) noexcept {
-  // The provider writes straight into `out` (translate.hpp's layout contract); one call, since
-  // fewer completions than asked for means the CQ is empty.
+  // The provider writes straight into `out` (verbsim/abi/translate.hpp's layout contract); one
+  // call, since fewer completions than asked for means the CQ is empty.
   const int want = static_cast<int>(std::min<std::size_t>(out.size(), kMaxPoll));
-  const int got = ::ibv_poll_cq(cq, want, as_ibv(out.data()));
+  const int got = ::ibv_poll_cq(cq, want, abi::as_ibv(out.data()));
   // A negative count carries no errno (mlx5 returns -2 for a bad CQE): report EIO.
   if (got < 0) [[unlikely]] return {0, EIO};
-  for (int i = 0; i < got; ++i) fix_up_from_ibv(out[static_cast<std::size_t>(i)], KernelFlags);
+  for (int i = 0; i < got; ++i) abi::fix_up_from_ibv(out[static_cast<std::size_t>(i)], KernelFlags);
   return {static_cast<std::uint32_t>(got), 0};
 }
 

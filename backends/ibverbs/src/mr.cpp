@@ -6,7 +6,7 @@
 #include <string>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -29,7 +29,7 @@ IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access)
     throw_verb_error("ibv_reg_mr", EINVAL, "empty range: " + describe(addr, length, access));
   }
   errno = 0;
-  mr_ = ::ibv_reg_mr(pd, addr, length, to_ibv(access));
+  mr_ = ::ibv_reg_mr(pd, addr, length, abi::to_ibv(access));
   if (mr_ == nullptr) {
     const int err = creator_errno();
     throw_verb_error("ibv_reg_mr", err, describe(addr, length, access));
@@ -61,7 +61,7 @@ void IbvMr::rereg(const MrChange& change) {
   if (change.access) flags |= IBV_REREG_MR_CHANGE_ACCESS;
   errno = 0;
   // 0, or an ibv_rereg_mr_err_code with errno set.
-  if (::ibv_rereg_mr(mr_, flags, pd, addr, length, change.access ? to_ibv(access) : 0) != 0) {
+  if (::ibv_rereg_mr(mr_, flags, pd, addr, length, change.access ? abi::to_ibv(access) : 0) != 0) {
     throw_verb_error("ibv_rereg_mr", errno != 0 ? errno : EINVAL, describe(addr, length, access));
   }
   addr_ = addr;

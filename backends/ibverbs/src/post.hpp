@@ -1,10 +1,10 @@
 // Building libibverbs WR chains from verbsim's spans without allocating.
 //
-// SGEs are not copied: a verbsim Sge is an ibv_sge (translate.hpp's layout contract), so each
-// ibv_*_wr points at the program's own SGE array. A batch is translated into a stack array, up
-// to kChunkWrs WRs at a time; a chunk is one provider call, so a batch of 64 WRs is a single
-// ibv_post_*. Bigger batches take several calls, and when one fails the chunks before it stay
-// posted, which is what PostResult::posted reports anyway.
+// SGEs are not copied: a verbsim Sge is an ibv_sge (verbsim/abi/translate.hpp's layout
+// contract), so each ibv_*_wr points at the program's own SGE array. A batch is translated into
+// a stack array, up to kChunkWrs WRs at a time; a chunk is one provider call, so a batch of 64
+// WRs is a single ibv_post_*. Bigger batches take several calls, and when one fails the chunks
+// before it stay posted, which is what PostResult::posted reports anyway.
 //
 // A batch of one WR, the usual post, takes a fast path instead: one ibv_*_wr on the stack, only
 // the fields the provider reads, no chunk bookkeeping, and a frame small enough that the general
@@ -21,7 +21,7 @@
 #include <system_error>
 
 #include "objects.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/types.hpp"
 
 namespace verbsim::ibverbs {
@@ -64,7 +64,7 @@ template <class Post>
       ibv_recv_wr& out = chain[n];
       out.wr_id = wr.wr_id;
       out.next = nullptr;
-      out.sg_list = as_ibv(wr.sg_list);
+      out.sg_list = abi::as_ibv(wr.sg_list);
       out.num_sge = static_cast<int>(wr.sg_list.size());
       if (n > 0) chain[n - 1].next = &out;
     }
@@ -91,7 +91,7 @@ PostResult post_one_recv(const RecvWr& wr, Post post) noexcept {
   ibv_recv_wr out;
   out.wr_id = wr.wr_id;
   out.next = nullptr;
-  out.sg_list = as_ibv(wr.sg_list);
+  out.sg_list = abi::as_ibv(wr.sg_list);
   out.num_sge = static_cast<int>(wr.sg_list.size());
   ibv_recv_wr* bad = nullptr;
   if (const int ret = post(&out, &bad); ret != 0) [[unlikely]] {

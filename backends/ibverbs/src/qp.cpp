@@ -8,7 +8,7 @@
 
 #include "objects.hpp"
 #include "post.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -89,13 +89,13 @@ IbvQp::IbvQp(ibv_pd* pd, const QpInitAttr& attr)
   init.send_cq = send_cq->native();
   init.recv_cq = recv_cq->native();
   init.srq = srq != nullptr ? srq->native() : nullptr;
-  init.cap = to_ibv(attr.cap);
+  init.cap = abi::to_ibv(attr.cap);
   if (srq != nullptr) {
     // Ignored by ibv_create_qp with an SRQ; zero so no provider validates them.
     init.cap.max_recv_wr = 0;
     init.cap.max_recv_sge = 0;
   }
-  init.qp_type = to_ibv(attr.type);
+  init.qp_type = abi::to_ibv(attr.type);
   init.sq_sig_all = attr.sq_sig_all ? 1 : 0;
   errno = 0;
   qp_ = ::ibv_create_qp(pd, &init);
@@ -104,7 +104,7 @@ IbvQp::IbvQp(ibv_pd* pd, const QpInitAttr& attr)
     throw_verb_error("ibv_create_qp", err, describe(attr));
   }
   qp_num_ = qp_->qp_num;
-  cap_ = from_ibv(init.cap);  // ibv_create_qp wrote back what it gave
+  cap_ = abi::from_ibv(init.cap);  // ibv_create_qp wrote back what it gave
   unbind_needs_mr_ = is_rxe(qp_->context);
 }
 
@@ -144,7 +144,7 @@ const char* fill_bind_info(ibv_mw_bind_info& out, const MwBindInfo& in) noexcept
   }
   out.addr = in.addr;
   out.length = in.length;
-  out.mw_access_flags = to_ibv(in.access);
+  out.mw_access_flags = abi::to_ibv(in.access);
   return nullptr;
 }
 
@@ -230,10 +230,10 @@ void note_binds(std::span<const SendWr> posted) noexcept {
         binds = true;
       }
       out.wr_id = wr.wr_id;
-      out.sg_list = as_ibv(wr.sg_list);
+      out.sg_list = abi::as_ibv(wr.sg_list);
       out.num_sge = static_cast<int>(wr.sg_list.size());
-      out.opcode = to_ibv(wr.opcode);
-      out.send_flags = to_ibv(wr.flags);
+      out.opcode = abi::to_ibv(wr.opcode);
+      out.send_flags = abi::to_ibv(wr.flags);
       if (n > 0) chain[n - 1].next = &out;
     }
     if (n > 0) {
@@ -273,10 +273,10 @@ PostResult IbvQp::post_send(std::span<const SendWr> wrs) noexcept {
   ibv_send_wr out;
   out.wr_id = wr.wr_id;
   out.next = nullptr;
-  out.sg_list = as_ibv(wr.sg_list);
+  out.sg_list = abi::as_ibv(wr.sg_list);
   out.num_sge = static_cast<int>(wr.sg_list.size());
   out.opcode = static_cast<ibv_wr_opcode>(opcode);
-  out.send_flags = to_ibv(wr.flags);
+  out.send_flags = abi::to_ibv(wr.flags);
   out.imm_data = htonl(wr.imm_data);
   out.wr.rdma.remote_addr = wr.remote_addr;
   out.wr.rdma.rkey = wr.rkey;
@@ -306,7 +306,7 @@ PostResult IbvQp::bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept {
   if (const char* why = unusable(w)) return {0, EINVAL, why};
   ibv_mw_bind b{};
   b.wr_id = bind.wr_id;
-  b.send_flags = to_ibv(bind.flags);
+  b.send_flags = abi::to_ibv(bind.flags);
   if (const char* why = fill_bind_info(b.bind_info, bind.info)) return {0, EINVAL, why};
   // An unbind (length 0) names no MR. The rxe kernel looks no MR up for it, but the rxe provider
   // dereferences bind_info.mr regardless: hand it an MR of the window's PD with lkey 0.
@@ -329,31 +329,31 @@ PostResult IbvQp::bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept {
 }
 
 void IbvQp::modify(const QpAttr& attr, QpAttrMask mask) {
-  ibv_qp_attr a = to_ibv(attr);
-  if (const int ret = ::ibv_modify_qp(qp_, &a, to_ibv(mask)); ret != 0) {
+  ibv_qp_attr a = abi::to_ibv(attr);
+  if (const int ret = ::ibv_modify_qp(qp_, &a, abi::to_ibv(mask)); ret != 0) {
     // qp_->state is libibverbs' record of the last state set through ibv_modify_qp.
     throw_verb_error("ibv_modify_qp", returned_errno(ret),
-                     describe_modify(qp_num_, from_ibv(qp_->state), attr, mask));
+                     describe_modify(qp_num_, abi::from_ibv(qp_->state), attr, mask));
   }
 }
 
 QpAttr IbvQp::query(QpAttrMask mask) const {
   ibv_qp_attr a{};
   ibv_qp_init_attr init{};
-  const int ibv_mask = to_ibv(mask | QpAttrMask::state);
+  const int ibv_mask = abi::to_ibv(mask | QpAttrMask::state);
   if (const int ret = ::ibv_query_qp(qp_, &a, ibv_mask, &init); ret != 0) {
     char detail[32];
     std::snprintf(detail, sizeof detail, "qp 0x%x", qp_num_);
     throw_verb_error("ibv_query_qp", returned_errno(ret), detail);
   }
-  return from_ibv(a);
+  return abi::from_ibv(a);
 }
 
 QpState IbvQp::state() const noexcept {
   ibv_qp_attr a{};
   ibv_qp_init_attr init{};
-  if (::ibv_query_qp(qp_, &a, IBV_QP_STATE, &init) != 0) return from_ibv(qp_->state);
-  return from_ibv(a.qp_state);
+  if (::ibv_query_qp(qp_, &a, IBV_QP_STATE, &init) != 0) return abi::from_ibv(qp_->state);
+  return abi::from_ibv(a.qp_state);
 }
 
 ibv_qp* native(verbsim::QueuePair& qp) noexcept {

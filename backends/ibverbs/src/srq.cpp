@@ -6,7 +6,7 @@
 
 #include "objects.hpp"
 #include "post.hpp"
-#include "translate.hpp"
+#include "verbsim/abi/translate.hpp"
 #include "verbsim/ibverbs/backend.hpp"
 
 namespace verbsim::ibverbs {
@@ -60,7 +60,7 @@ void IbvSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {
     throw_verb_error("ibv_modify_srq", EINVAL, "resizing an SRQ (max_wr) is not supported");
   }
   ibv_srq_attr a{attr.max_wr, attr.max_sge, attr.srq_limit};
-  if (const int ret = ::ibv_modify_srq(srq_, &a, to_ibv(mask)); ret != 0) {
+  if (const int ret = ::ibv_modify_srq(srq_, &a, abi::to_ibv(mask)); ret != 0) {
     throw_verb_error("ibv_modify_srq", returned_errno(ret),
                      "srq_limit=" + std::to_string(attr.srq_limit));
   }

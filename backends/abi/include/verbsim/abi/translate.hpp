@@ -1,8 +1,13 @@
-// Conversions between verbsim's value types and libibverbs' structs.
+// Conversions between verbsim's value types and libibverbs' structs, both ways: the ibverbs
+// backend turns core values into libibverbs' (and reads back what a provider wrote), the
+// libibverbs drop-in turns a program's libibverbs structs into core values (and writes back
+// completions). Header-only: the drop-in links neither the system libibverbs nor, in sanitizer
+// builds, the core's library.
 //
 // Every core enum has the numeric values of its libibverbs counterpart, so enums convert with a
-// static_cast; the static_asserts below prove each value. Structs are copied field by field,
-// except on the data path: Sge and WorkCompletion share libibverbs' layout (checked below).
+// static_cast; the static_asserts below prove each value. Where a core struct has libibverbs'
+// layout (Sge, WorkCompletion, QpCap, Gid: asserted below) it is reinterpreted or bit_cast, not
+// copied field by field; the other structs (AhAttr, QpAttr) differ and are copied field by field.
 // imm_data is host order in verbsim and network order in libibverbs.
 #pragma once
 
@@ -10,13 +15,13 @@
 #include <endian.h>
 #include <infiniband/verbs.h>
 
+#include <bit>
 #include <cstddef>
-#include <cstring>
 #include <span>
 
 #include "verbsim/types.hpp"
 
-namespace verbsim::ibverbs {
+namespace verbsim::abi {
 
 template <class E>
 constexpr int num(E e) noexcept {
@@ -166,6 +171,48 @@ static_assert(num(LinkLayer::ethernet) == IBV_LINK_LAYER_ETHERNET);
 static_assert(sizeof(Gid::raw) == sizeof(ibv_gid::raw));
 
 // ---------------------------------------------------------------------------------------------
+// Layout contract of the data path (core/include/verbsim/types.hpp): an Sge is an ibv_sge and a
+// WorkCompletion an ibv_wc, field for field, so a post hands the program's SGE array to the
+// provider as it is and a poll lets the provider write straight into the program's completion
+// array; the drop-in hands a program's arrays to the simulator the same way. The provider is a
+// separate library reached through a function pointer, so the compiler sees only opaque reads
+// and writes of that memory.
+
+#define VERBSIM_SAME_FIELD(ours, theirs, field)                                  \
+  static_assert(offsetof(ours, field) == offsetof(theirs, field) &&            \
+                    sizeof(ours::field) == sizeof(theirs::field),               \
+                #ours "::" #field " is not where " #theirs " has it")
+static_assert(sizeof(Sge) == sizeof(ibv_sge) && alignof(Sge) == alignof(ibv_sge));
+VERBSIM_SAME_FIELD(Sge, ibv_sge, addr);
+VERBSIM_SAME_FIELD(Sge, ibv_sge, length);
+VERBSIM_SAME_FIELD(Sge, ibv_sge, lkey);
+static_assert(sizeof(WorkCompletion) == sizeof(ibv_wc) &&
+              alignof(WorkCompletion) == alignof(ibv_wc));
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wr_id);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, status);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, opcode);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, vendor_err);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, byte_len);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, imm_data);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, qp_num);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, src_qp);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wc_flags);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, pkey_index);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, slid);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, sl);
+VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, dlid_path_bits);
+// Off the data path: a QP's capabilities are ibv_qp_cap's five numbers, a Gid an ibv_gid's raw
+// bytes (ibv_gid is also a union of two 64-bit words, so it is more aligned: values only).
+static_assert(sizeof(QpCap) == sizeof(ibv_qp_cap) && alignof(QpCap) == alignof(ibv_qp_cap));
+VERBSIM_SAME_FIELD(QpCap, ibv_qp_cap, max_send_wr);
+VERBSIM_SAME_FIELD(QpCap, ibv_qp_cap, max_recv_wr);
+VERBSIM_SAME_FIELD(QpCap, ibv_qp_cap, max_send_sge);
+VERBSIM_SAME_FIELD(QpCap, ibv_qp_cap, max_recv_sge);
+VERBSIM_SAME_FIELD(QpCap, ibv_qp_cap, max_inline_data);
+static_assert(sizeof(Gid) == sizeof(ibv_gid) && offsetof(Gid, raw) == offsetof(ibv_gid, raw));
+#undef VERBSIM_SAME_FIELD
+
+// ---------------------------------------------------------------------------------------------
 // Enums and flags
 
 inline ibv_qp_type to_ibv(QpType t) noexcept { return static_cast<ibv_qp_type>(t); }
@@ -195,17 +242,8 @@ inline Access access_from_ibv(unsigned flags) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Structs
 
-inline ibv_gid to_ibv(const Gid& g) noexcept {
-  ibv_gid out;
-  std::memcpy(out.raw, g.raw.data(), sizeof out.raw);
-  return out;
-}
-
-inline Gid from_ibv(const ibv_gid& g) noexcept {
-  Gid out;
-  std::memcpy(out.raw.data(), g.raw, sizeof g.raw);
-  return out;
-}
+inline ibv_gid to_ibv(const Gid& g) noexcept { return std::bit_cast<ibv_gid>(g); }
+inline Gid from_ibv(const ibv_gid& g) noexcept { return std::bit_cast<Gid>(g); }
 
 inline ibv_ah_attr to_ibv(const AhAttr& a) noexcept {
   ibv_ah_attr out{};
@@ -238,13 +276,8 @@ inline AhAttr from_ibv(const ibv_ah_attr& a) noexcept {
   return out;
 }
 
-inline ibv_qp_cap to_ibv(const QpCap& c) noexcept {
-  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
-}
-
-inline QpCap from_ibv(const ibv_qp_cap& c) noexcept {
-  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
-}
+inline ibv_qp_cap to_ibv(const QpCap& c) noexcept { return std::bit_cast<ibv_qp_cap>(c); }
+inline QpCap from_ibv(const ibv_qp_cap& c) noexcept { return std::bit_cast<QpCap>(c); }
 
 // All fields; the mask passed alongside says which the verb reads.
 inline ibv_qp_attr to_ibv(const QpAttr& a) noexcept {
@@ -298,44 +331,22 @@ inline QpAttr from_ibv(const ibv_qp_attr& a) noexcept {
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Layout contract of the data path (core/include/verbsim/types.hpp): an Sge is an ibv_sge and a
-// WorkCompletion an ibv_wc, field for field, so a post hands the program's SGE array to the
-// provider as it is and a poll lets the provider write straight into the program's completion
-// array. The provider is a separate library reached through a function pointer, so the compiler
-// sees only opaque reads and writes of that memory.
-
-#define VERBSIM_SAME_FIELD(ours, theirs, field)                                  \
-  static_assert(offsetof(ours, field) == offsetof(theirs, field) &&            \
-                    sizeof(ours::field) == sizeof(theirs::field),               \
-                #ours "::" #field " is not where " #theirs " has it")
-static_assert(sizeof(Sge) == sizeof(ibv_sge) && alignof(Sge) == alignof(ibv_sge));
-VERBSIM_SAME_FIELD(Sge, ibv_sge, addr);
-VERBSIM_SAME_FIELD(Sge, ibv_sge, length);
-VERBSIM_SAME_FIELD(Sge, ibv_sge, lkey);
-static_assert(sizeof(WorkCompletion) == sizeof(ibv_wc) &&
-              alignof(WorkCompletion) == alignof(ibv_wc));
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wr_id);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, status);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, opcode);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, vendor_err);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, byte_len);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, imm_data);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, qp_num);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, src_qp);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, wc_flags);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, pkey_index);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, slid);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, sl);
-VERBSIM_SAME_FIELD(WorkCompletion, ibv_wc, dlid_path_bits);
-#undef VERBSIM_SAME_FIELD
-
 // The program's SGEs as the provider's sg_list (providers only read it).
 inline ibv_sge* as_ibv(std::span<const Sge> sges) noexcept {
   return const_cast<ibv_sge*>(reinterpret_cast<const ibv_sge*>(sges.data()));
 }
 
 inline ibv_wc* as_ibv(WorkCompletion* wcs) noexcept { return reinterpret_cast<ibv_wc*>(wcs); }
+
+// The other way, for the drop-in: a program's sg_list as core SGEs (the simulator copies them
+// when the WR is posted), and its ibv_wc array as the simulator's completion array.
+inline std::span<const Sge> as_core(const ibv_sge* sges, std::size_t n) noexcept {
+  return {reinterpret_cast<const Sge*>(sges), n};
+}
+
+inline WorkCompletion* as_core(ibv_wc* wcs) noexcept {
+  return reinterpret_cast<WorkCompletion*>(wcs);
+}
 
 // The kernel's ib_wc_flags differ from libibverbs' past bit 1: IB_WC_WITH_INVALIDATE is bit 2
 // (IBV_WC_IP_CSUM_OK's), IB_WC_IP_CSUM_OK bit 3 (IBV_WC_WITH_INV's). A provider that copies
@@ -367,8 +378,19 @@ inline void fix_up_from_ibv(WorkCompletion& wc, bool kernel_flags) noexcept {
   wc.wc_flags = static_cast<WcFlags>(flags & kNamed);
 }
 
+// Turns a completion the simulator wrote in verbsim's terms into ibv_wc's, in place (the
+// drop-in's ibv_poll_cq): with WITH_IMM imm_data in network order; with WITH_INV the invalidated
+// rkey (host order; ibv_wc's invalidated_rkey shares imm_data's place); 0 otherwise. Every other
+// field already has ibv_wc's value.
+inline void to_ibv_in_place(WorkCompletion& wc) noexcept {
+  const unsigned flags = to_underlying(wc.wc_flags);
+  if ((flags & IBV_WC_WITH_INV) == 0) {
+    wc.imm_data = (flags & IBV_WC_WITH_IMM) != 0 ? htonl(wc.imm_data) : 0;
+  }
+}
+
 // GUIDs travel in network order (__be64); verbsim shows them as host-order numbers, so
 // 0x0002c903000a1b2c reads as ibv_devinfo prints it.
 inline std::uint64_t guid_from_ibv(__be64 guid) noexcept { return be64toh(guid); }
 
-}  // namespace verbsim::ibverbs
+}  // namespace verbsim::abi

@@ -11,7 +11,7 @@
 
 #include "verbsim/cm.hpp"
 
-namespace verbsim::ibverbs {
+namespace verbsim::abi {
 
 inline sockaddr_storage to_sockaddr(const SockAddr& a) noexcept {
   sockaddr_storage out{};
@@ -51,4 +51,4 @@ inline SockAddr from_sockaddr(const sockaddr* sa) noexcept {
   return out;
 }
 
-}  // namespace verbsim::ibverbs
+}  // namespace verbsim::abi
