@@ -18,7 +18,7 @@ namespace verbsim {
 namespace {
 
 // libibverbs' values are kernel/user ABI and never change; the library itself asserts every
-// enumerator against the IBV_* constants (backends/ibverbs/src/translate.hpp). These repeat a
+// enumerator against the IBV_* constants (backends/abi/include/verbsim/abi/translate.hpp). These repeat a
 // sample without including <infiniband/verbs.h>, which only the backend may.
 static_assert(static_cast<int>(WcStatus::wr_flush_err) == 5);        // IBV_WC_WR_FLUSH_ERR
 static_assert(static_cast<int>(WcStatus::rem_access_err) == 10);     // IBV_WC_REM_ACCESS_ERR

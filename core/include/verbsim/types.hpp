@@ -3,7 +3,7 @@
 // Numeric values of every enum equal their libibverbs counterparts (IBV_WC_REM_ACCESS_ERR is
 // WcStatus::rem_access_err == 10), so logs and test expectations read the same on every backend.
 // Sge and WorkCompletion also have the layout of ibv_sge and ibv_wc, so the ibverbs backend hands
-// them to the provider without copying (backends/ibverbs/src/translate.hpp checks it).
+// them to the provider without copying (backends/abi/include/verbsim/abi/translate.hpp checks it).
 #pragma once
 
 #include <array>
