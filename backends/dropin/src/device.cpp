@@ -272,7 +272,7 @@ ibv_context* ibv_import_device(int cmd_fd) {
       auto* c = static_cast<DContext*>(p);
       struct stat have{};
       if (::fstat(c->cmd_fd, &have) == 0 && have.st_dev == want.st_dev && have.st_ino == want.st_ino) {
-        if (world()->config().profile == sim::Profile::rxe) return fail_null<ibv_context>(EOPNOTSUPP);
+        if (!sim::dropin_traits(*world()).import_device) return fail_null<ibv_context>(EOPNOTSUPP);
         return make_context(c->device, c->impl, cmd_fd);
       }
     }

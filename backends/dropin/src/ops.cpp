@@ -4,6 +4,7 @@
 #include "objects.hpp"
 #include "ops.hpp"
 #include "state.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 namespace verbsim::dropin {
 
@@ -22,7 +23,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) noexcept {
 // calls them. The rxe profile has none, as rxe (EOPNOTSUPP, measured).
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) noexcept {
   return with_null<ibv_pd>("ibv_alloc_parent_domain", [&]() -> ibv_pd* {
-    if (world()->config().profile == sim::Profile::rxe) return fail_null<ibv_pd>(EOPNOTSUPP);
+    if (!sim::dropin_traits(*world()).parent_domain) return fail_null<ibv_pd>(EOPNOTSUPP);
     constexpr std::uint32_t kKnown =
         IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
     if (attr->pd == nullptr || (attr->comp_mask & ~kKnown) != 0) return fail_null<ibv_pd>(EINVAL);

@@ -373,7 +373,7 @@ ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
     a.max_sge = init->attr.max_sge;
     a.srq_limit = init->attr.srq_limit;
     srq->impl = DPd::from(pd)->real().create_srq(a);
-    if (world()->config().profile != sim::Profile::rxe) {  // rxe leaves the request (measured)
+    if (!sim::dropin_traits(*world()).create_reports_requested) {
       const SrqAttr got = srq->impl->query();
       init->attr.max_wr = got.max_wr;
       init->attr.max_sge = got.max_sge;

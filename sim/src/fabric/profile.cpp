@@ -42,6 +42,8 @@ constexpr ProfileTraits kStrict{
     .window_range_is_mr = false,
     .rereg_mr = true,
     .srq_resize = false,  // mlx5_ib_modify_srq refuses IB_SRQ_MAX_WR
+    .parent_domain = true,
+    .import_device = true,
     .type2_window_pins_qp = false,
     .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
@@ -90,6 +92,8 @@ constexpr ProfileTraits kRxe{
     .window_range_is_mr = true,          // measured: conformance MemoryWindows.*PastWindowEnd
     .rereg_mr = false,                   // measured: -4 (IBV_REREG_MR_ERR_CMD), EOPNOTSUPP
     .srq_resize = true,                  // measured: max_wr 2, 16 -> depth 3, 31; 0 is EINVAL
+    .parent_domain = false,              // measured: EOPNOTSUPP
+    .import_device = false,              // measured: EOPNOTSUPP
     .type2_window_pins_qp = true,        // measured: __rxe_cleanup's 50 s timeout, then
                                          // refcount_t underflow (the random verb test)
     .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)

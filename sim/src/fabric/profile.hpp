@@ -29,7 +29,8 @@ struct ProfileTraits {
   bool post_checks_opcode;        // false on rxe: an opcode the QP type lacks fails later, in
                                   // its completion (LOC_QP_OP_ERR)
   bool ud_oversize_refused;       // false on rxe: a UD send above the MTU completes unsent
-  bool create_reports_requested;  // rxe: create's cap echoes the request, query tells the truth
+  bool create_reports_requested;  // rxe: create_qp's cap and create_srq's attributes echo
+                                  // the request; query tells the truth
   bool retire_on_poll;            // send slot frees when its completion is polled (hardware)
   bool cq_overrun_is_error;       // strict: CQ error + QPs to ERR; rxe: drop + event per entry
   bool recv_cq_overrun_errors_qp;  // rxe: a receive lost to a full CQ takes the responder to
@@ -63,6 +64,8 @@ struct ProfileTraits {
                             // range, not the window's (rxe_resp's check_rkey)
   bool rereg_mr;            // false on rxe: ibv_rereg_mr is EOPNOTSUPP
   bool srq_resize;          // rxe: ibv_modify_srq may change max_wr (IBV_DEVICE_SRQ_RESIZE)
+  bool parent_domain;       // false on rxe: ibv_alloc_parent_domain is EOPNOTSUPP
+  bool import_device;       // false on rxe: ibv_import_device is EOPNOTSUPP
   bool type2_window_pins_qp;      // rxe: a bound type 2 window holds a reference on its QP, so
                                   // destroying the QP blocks 50 s and frees it under the window
                                   // (kernel 6.1): the simulator destroys it and warns

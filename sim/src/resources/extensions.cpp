@@ -26,4 +26,9 @@ bool can_resize_srq(const World& world) noexcept {
   return ProfileTraits::of(world.config().profile).srq_resize;
 }
 
+DropinTraits dropin_traits(const World& world) noexcept {
+  const ProfileTraits& t = ProfileTraits::of(world.config().profile);
+  return {t.parent_domain, t.import_device, t.create_reports_requested};
+}
+
 }  // namespace verbsim::sim

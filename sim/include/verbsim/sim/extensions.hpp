@@ -25,4 +25,14 @@ void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr);
 // Whether the world's devices can resize an SRQ (IBV_DEVICE_SRQ_RESIZE).
 bool can_resize_srq(const World& world) noexcept;
 
+// What the drop-in's own verbs (those of the C ABI that the core API lacks) do differently on
+// the world's profile; all of it comes from the profile's table, as every provider difference.
+struct DropinTraits {
+  bool parent_domain;  // ibv_alloc_parent_domain is supported (rxe: EOPNOTSUPP)
+  bool import_device;  // ibv_import_device is supported (rxe: EOPNOTSUPP)
+  bool create_reports_requested;  // ibv_create_srq leaves the requested max_wr and max_sge in
+                                  // its init attributes (rxe), instead of what was given
+};
+DropinTraits dropin_traits(const World& world) noexcept;
+
 }  // namespace verbsim::sim
