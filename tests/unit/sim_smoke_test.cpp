@@ -3,12 +3,25 @@
 #include <cstring>
 
 #include "../support/sim_pair.hpp"
+#include "fabric/assert.hpp"
 
 namespace verbsim {
 namespace {
 
 using testing::SimPair;
 using testing::poll_n;
+
+// The simulator's invariants abort with a message naming the broken one, in the builds that
+// check them (Debug and sanitizer builds: CI's); Release compiles them out.
+TEST(SimAssert, ABrokenInvariantAbortsNamingIt) {
+#if VERBSIM_ASSERTS_ON
+  const int posted = 1;
+  EXPECT_DEATH(VERBSIM_ASSERT(posted < 0, "sent <= posted"),
+               "invariant broken at .*sim_smoke_test.cpp:[0-9]+: posted < 0 \\(sent <= posted\\)");
+#else
+  GTEST_SKIP() << "VERBSIM_ASSERT is compiled out of this build (NDEBUG without VERBSIM_ASSERTS)";
+#endif
+}
 
 TEST(SimSmoke, SendRecvMovesBytesAndCompletesBothSides) {
   SimPair p;
