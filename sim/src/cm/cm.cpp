@@ -155,30 +155,14 @@ struct CmFabric {
   std::vector<std::uint32_t> free_wires;
   std::uint16_t next_port = kFirstEphemeralPort;
 
-  std::vector<RuleCheck> drops;  // the fault plan's cm_drop rules
-
-  explicit CmFabric(World::Impl& world) : w(world) {
-    const auto& rules = w.config.faults.cm;
-    for (std::size_t i = 0; i < rules.size(); ++i) {
-      drops.emplace_back(rules[i].when, rules[i].where, static_cast<std::uint32_t>(i), w.devs);
-    }
-  }
+  explicit CmFabric(World::Impl& world) : w(world) {}
 
   // Does a cm_drop rule lose `m`, sent from device `dev`?
   bool dropped(const Wire& m, int dev) {
-    const auto& rules = w.config.faults.cm;
     const std::uint32_t from_qpn = m.from != kNone ? node(m.from).qpn : 0;
     const std::uint32_t to_qpn = m.to != kNone ? node(m.to).qpn : 0;
     const auto kind = static_cast<CmMessage>(static_cast<int>(m.kind) + 1);
-    for (RuleCheck& r : drops) {
-      const CmMessage want = rules[r.index].msg;
-      if ((want == CmMessage::any || want == kind) && r.matches_where(from_qpn, to_qpn, dev) &&
-          r.fires(w.rng)) {
-        w.digest.add(0xcd000000ull | r.index);
-        return true;
-      }
-    }
-    return false;
+    return w.faults().cm_message(kind, from_qpn, to_qpn, dev);
   }
 
   CmNode& node(std::uint32_t n) { return nodes[n]; }
@@ -226,7 +210,7 @@ struct CmFabric {
     CmNode& nd = node(n);
     if (!nd.alive) return;
     ev.node = n;
-    w.digest.add(0xc3000000ull | static_cast<std::uint64_t>(ev.type) << 16 | (n & 0xffff));
+    w.digest().add(0xc3000000ull | static_cast<std::uint64_t>(ev.type) << 16 | (n & 0xffff));
     CmChannelCore& ch = *nd.ch;
     ch.events.push_back(std::move(ev));
     signal_fd(ch.efd);
@@ -248,7 +232,7 @@ struct CmFabric {
       from_dev = from.dev;
       if (!w.port_up(static_cast<std::uint32_t>(from.dev), from.port)) return;  // lost
     }
-    if (!drops.empty() && dropped(m, from_dev)) return;
+    if (dropped(m, from_dev)) return;
     std::uint32_t slot;
     if (free_wires.empty()) {
       slot = static_cast<std::uint32_t>(wires.size());
@@ -259,7 +243,7 @@ struct CmFabric {
     }
     wires[slot] = std::move(m);
     Event e{};
-    e.time = w.now + w.config.link_latency_ns;
+    e.time = w.now() + w.config().link_latency_ns;
     e.kind = EvKind::cm;
     e.code = static_cast<std::uint8_t>(Code::message);
     e.dev = static_cast<std::uint16_t>(to_dev);
@@ -284,7 +268,7 @@ struct CmFabric {
   void arm(std::uint32_t n, Code code, std::uint64_t after_ns) {
     CmNode& nd = node(n);
     Event e{};
-    e.time = w.now + after_ns;
+    e.time = w.now() + after_ns;
     e.kind = EvKind::cm;
     e.code = static_cast<std::uint8_t>(code);
     e.dev = static_cast<std::uint16_t>(std::max(nd.dev, 0));
@@ -627,7 +611,7 @@ struct CmFabric {
     if (sq->dev().index != nd.dev) {
       throw_verb_error(verb, EINVAL,
                        "the QP is on " + sq->dev().name + ", the id on " +
-                           w.devs[static_cast<std::size_t>(nd.dev)]->name);
+                           w.devices()[static_cast<std::size_t>(nd.dev)]->name);
     }
     if (qp.type() != (nd.ud ? QpType::ud : QpType::rc)) {
       throw_verb_error(verb, EINVAL, nd.ud ? "the QP is not UD (a UDP id)" : "the QP is not RC");
@@ -653,7 +637,7 @@ struct CmFabric {
     o.qkey = kCmUdpQkey;
     verbsim::connect(qp, 0, Endpoint{}, o);
   }
-  std::uint32_t initial_psn() { return static_cast<std::uint32_t>(w.rng.next() & 0xffffff); }
+  std::uint32_t initial_psn() { return static_cast<std::uint32_t>(w.rng().next() & 0xffffff); }
 };
 
 namespace {
@@ -919,7 +903,7 @@ class SimCmId final : public CmId {
 
   std::string device_name() const override {
     const CmNode& nd = f_->node(n_);
-    return nd.dev < 0 ? std::string() : f_->w.devs[static_cast<std::size_t>(nd.dev)]->name;
+    return nd.dev < 0 ? std::string() : f_->w.devices()[static_cast<std::size_t>(nd.dev)]->name;
   }
   std::uint8_t port_num() const noexcept override { return f_->node(n_).port; }
   SockAddr local_addr() const override { return f_->node(n_).local; }
@@ -932,7 +916,7 @@ class SimCmId final : public CmId {
   // left as it was.
   void injected(Verb v, const char* verb) {
     const CmNode& nd = node();
-    const DevCore* dev = nd.dev >= 0 ? f_->w.devs[static_cast<std::size_t>(nd.dev)].get() : nullptr;
+    const DevCore* dev = nd.dev >= 0 ? f_->w.devices()[static_cast<std::size_t>(nd.dev)].get() : nullptr;
     if (const int err = f_->w.verb_fault(v, nd.qpn, dev)) {
       throw_verb_error(verb, err, "injected by the fault plan");
     }
@@ -1099,9 +1083,9 @@ class SimCmChannel final : public CmEventChannel {
 
 void World::Impl::run_cm_event(const Event& e) {
   if (static_cast<Code>(e.code) == Code::message) {
-    cm->on_message(e);
+    cm_->on_message(e);
   } else {
-    cm->on_timer(e);
+    cm_->on_timer(e);
   }
 }
 
@@ -1112,12 +1096,12 @@ void SimCmId::migrate(CmEventChannel& to) {
 }
 
 bool World::Impl::cm_timer_is_stale(const Event& e) const noexcept {
-  return static_cast<Code>(e.code) != Code::message && e.value != cm->nodes[e.index].timer_gen;
+  return static_cast<Code>(e.code) != Code::message && e.value != cm_->nodes[e.index].timer_gen;
 }
 
 std::unique_ptr<CmEventChannel> World::create_cm_channel() {
-  if (!impl_->cm) impl_->cm = std::make_shared<CmFabric>(*impl_);
-  return std::make_unique<SimCmChannel>(impl_->cm);
+  if (!impl_->cm()) impl_->cm() = std::make_shared<CmFabric>(*impl_);
+  return std::make_unique<SimCmChannel>(impl_->cm());
 }
 
 }  // namespace verbsim::sim

@@ -44,22 +44,25 @@ Config Config::from_env() {
 }
 
 
-World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(config.profile)), rng(config.seed) {
-  digest.add(config.seed);
-  history.resize(kHistory);
-  for (int d = 0; d < config.devices; ++d) {
+namespace {
+
+// The world's devices, named sim0, sim1, ...: each port has a link-local GID and an IPv4-mapped
+// one (10.0.<device>.<port>), as a RoCE v2 port does.
+std::vector<std::unique_ptr<DevCore>> make_devices(const Config& c, const ProfileTraits& t) {
+  std::vector<std::unique_ptr<DevCore>> devs;
+  for (int d = 0; d < c.devices; ++d) {
     auto dev = std::make_unique<DevCore>();
     dev->index = d;
     dev->name = "sim" + std::to_string(d);
     dev->guid = 0x0200'5eff'fe00'0000ull | (static_cast<std::uint64_t>(d) << 8) | 1;
-    for (int p = 0; p < config.ports_per_device; ++p) {
+    for (int p = 0; p < c.ports_per_device; ++p) {
       PortCore port;
       port.attr.state = PortState::active;
       port.attr.max_mtu = Mtu::mtu_4096;
       port.attr.active_mtu = Mtu::mtu_1024;
-      port.attr.gid_tbl_len = traits->limits.gid_tbl_len;
+      port.attr.gid_tbl_len = t.limits.gid_tbl_len;
       port.attr.pkey_tbl_len = 1;
-      port.attr.max_msg_sz = traits->limits.max_msg_sz;
+      port.attr.max_msg_sz = t.limits.max_msg_sz;
       port.attr.port_cap_flags = 0x00010000;  // IsDeviceManagementNotSupported, as RoCE ports say
       port.attr.active_width = 2;  // 4x
       port.attr.active_speed = 32; // EDR-class; 4x -> 100 Gb/s
@@ -78,22 +81,20 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
     }
     devs.push_back(std::move(dev));
   }
-  wires.resize(devs.size() * static_cast<std::size_t>(config.ports_per_device));
-  busy_wires.assign((wires.size() + 63) / 64, 0);
-  const FaultPlan& plan = config.faults;
-  for (std::size_t i = 0; i < plan.verbs.size(); ++i) {
-    const auto v = static_cast<std::size_t>(plan.verbs[i].verb);
-    faults.verbs[v] = true;
-    faults.verb_rules[v].emplace_back(plan.verbs[i].when, plan.verbs[i].where,
-                                      static_cast<std::uint32_t>(i), devs);
-  }
-  for (std::size_t i = 0; i < plan.packets.size(); ++i) {
-    RuleCheck& r = faults.packet_rules.emplace_back(plan.packets[i].when, plan.packets[i].where,
-                                                     static_cast<std::uint32_t>(i), devs);
-    r.any_psn = !plan.packets[i].psn.has_value();
-    r.psn = plan.packets[i].psn.value_or(0);
-  }
-  faults.packets = !plan.packets.empty();
+  return devs;
+}
+
+}  // namespace
+
+World::Impl::Impl(Config c)
+    : config_(std::move(c)),
+      traits_(&ProfileTraits::of(config_.profile)),
+      rng_(config_.seed),
+      devs_(make_devices(config_, *traits_)),
+      events_(devs_.size() * static_cast<std::size_t>(config_.ports_per_device)),
+      faults_(config_.faults, devs_, rng_, digest_) {
+  digest_.add(config_.seed);
+  const FaultPlan& plan = config_.faults;
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
     Event e{};
     e.time = plan.timed[i].at_ns;
@@ -103,74 +104,26 @@ World::Impl::Impl(Config c) : config(std::move(c)), traits(&ProfileTraits::of(co
   }
 }
 
-namespace {
-struct Later {
-  bool operator()(const World::Impl::HeapKey& a, const World::Impl::HeapKey& b) const noexcept {
-    return a.time != b.time ? a.time > b.time : a.seq_slot > b.seq_slot;
-  }
-};
-}  // namespace
-
-void World::Impl::schedule(Event e) {
-  e.seq = seq++;
-  std::uint32_t slot;
-  if (free_slots.empty()) {
-    slot = static_cast<std::uint32_t>(slab.size());
-    slab.push_back(e);
-  } else {
-    slot = free_slots.back();
-    free_slots.pop_back();
-    slab[slot] = e;
-  }
-  heap.push_back({e.time, (e.seq << 24) | slot});
-  earliest_scheduled = std::min(earliest_scheduled, e.time);
-  std::push_heap(heap.begin(), heap.end(), Later{});
-}
-
-inline int World::Impl::next_event(std::uint64_t& time, std::uint64_t& runner_up) const noexcept {
-  int best = kNoEvent;
-  std::uint64_t best_seq = 0;
-  runner_up = UINT64_MAX;
-  if (!heap.empty()) {
-    best = kHeapEvent;
-    time = heap.front().time;
-    best_seq = heap.front().seq_slot >> 24;
-  }
-  if (in_flight == 0) return best;
-  for (std::size_t word = 0; word < busy_wires.size(); ++word) {
-    for (std::uint64_t bits = busy_wires[word]; bits != 0; bits &= bits - 1) {
-      const std::size_t i = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
-      const Event& e = wires[i].front();
-      if (best == kNoEvent || e.time < time || (e.time == time && e.seq < best_seq)) {
-        if (best != kNoEvent) runner_up = std::min(runner_up, time);
-        best = static_cast<int>(i);
-        time = e.time;
-        best_seq = e.seq;
-      } else {
-        runner_up = std::min(runner_up, e.time);
-      }
-    }
-  }
-  return best;
-}
-
-inline void World::Impl::dispatch(const Event& e) {
-  digest.add(e.time);
-  digest.add((static_cast<std::uint64_t>(e.kind) << 56) | (static_cast<std::uint64_t>(e.code) << 48) |
-             (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
-  digest.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
+// Inline in step(): it runs once per event.
+[[gnu::always_inline]] inline void World::Impl::dispatch(const Event& e) {
+  digest_.add(e.time);
+  digest_.add((static_cast<std::uint64_t>(e.kind) << 56) |
+              (static_cast<std::uint64_t>(e.code) << 48) |
+              (static_cast<std::uint64_t>(e.dev) << 32) | e.qpn);
+  digest_.add((static_cast<std::uint64_t>(e.index) << 32) | e.epoch);
   if (e.kind >= EvKind::fault) [[unlikely]] {  // not for a QP: fault, wake or cm
     if (e.kind == EvKind::fault) {
-      run_timed_fault(config.faults.timed[e.index], e.code == 1);
+      run_timed_fault(config_.faults.timed[e.index], e.code == 1);
     } else if (e.kind == EvKind::cm) {
       run_cm_event(e);
     } else {  // sim::sleep_for of a fiber
       auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
+      const auto& sleepers = fibers_.sleepers;
       if (std::find(sleepers.begin(), sleepers.end(), queue) != sleepers.end()) notify_all(*queue);
     }
     return;
   }
-  if (faults.links_changed && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // link down
+  if (faults_.links_changed() && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // down
   SimQp* qp = find_qp(e.dev, e.qpn);
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
   if (e.kind == EvKind::deliver) [[likely]] {  // one per message: most events
@@ -189,93 +142,68 @@ inline void World::Impl::dispatch(const Event& e) {
   }
 }
 
-bool World::Impl::drop_idle_timer_on_top() {
-  if (heap.empty()) return false;
-  const auto slot = static_cast<std::uint32_t>(heap.front().seq_slot & 0xffffff);
-  const Event& e = slab[slot];
+inline bool World::Impl::timer_is_idle(const Event& e) {
   if (e.kind == EvKind::timeout) {
-    if (SimQp* qp = find_qp(e.dev, e.qpn); qp != nullptr && !qp->drop_idle_timer(e)) return false;
-  } else if (e.kind != EvKind::cm || !cm_timer_is_stale(e)) {
-    return false;
+    SimQp* qp = find_qp(e.dev, e.qpn);
+    return qp == nullptr || qp->drop_idle_timer(e);
   }
-  std::pop_heap(heap.begin(), heap.end(), Later{});
-  heap.pop_back();
-  free_slots.push_back(slot);
-  return true;
+  return e.kind == EvKind::cm && cm_timer_is_stale(e);
 }
 
-inline int World::Impl::next_source(std::uint64_t& time, std::uint64_t& runner_up) noexcept {
-  // The wire the last event came from usually holds the next one too (a train of packets):
-  // then no scan is needed, as long as nothing scheduled since can come first.
-  if (hint_wire >= 0) {
-    const std::uint64_t others = std::min(hint_runner_up, earliest_scheduled);
-    const std::uint64_t t = wires[static_cast<std::size_t>(hint_wire)].front().time;
-    if (t < others) {
-      time = t;
-      runner_up = others;
-      return hint_wire;
-    }
-  }
-  earliest_scheduled = UINT64_MAX;
-  int from = next_event(time, runner_up);
-  // A timer that would do nothing is dropped rather than run: time must not jump to it (an
-  // application that polls an idle CQ just before it posts more work would wait a whole ACK
-  // timeout, which no NIC makes it do).
-  while (from == kHeapEvent && drop_idle_timer_on_top()) from = next_event(time, runner_up);
-  return from;
-}
+bool World::Impl::step() { return events_.step<false>(UINT64_MAX, now_, *this); }
+bool World::Impl::step_until(std::uint64_t limit) { return events_.step<true>(limit, now_, *this); }
 
-bool World::Impl::step() { return step_impl<false>(UINT64_MAX); }
-bool World::Impl::step_until(std::uint64_t limit) { return step_impl<true>(limit); }
-
-template <bool kLimited>
-bool World::Impl::step_impl(std::uint64_t limit) {
-  std::uint64_t t = 0;
-  std::uint64_t runner_up = 0;  // no other source has an event before this
-  int from = next_source(t, runner_up);
-  if (from == kNoEvent) return false;
-  if (kLimited && t > limit) {
-    hint_wire = kNoEvent;  // next_source may have spent what its shortcut relies on
-    return false;
-  }
-  if (t > now) now = t;
+void World::Impl::run_until(std::uint64_t deadline) {
   for (;;) {
-    // The event goes straight into the history ring and runs from there (no handler steps
-    // the world, so the slot stays put while it runs).
-    Event& e = history[history_next++ % kHistory];
-    bool source_has_more;  // its heap or wire holds another event of this instant
-    hint_wire = kNoEvent;
-    if (from == kHeapEvent) {
-      std::pop_heap(heap.begin(), heap.end(), Later{});
-      const auto slot = static_cast<std::uint32_t>(heap.back().seq_slot & 0xffffff);
-      heap.pop_back();
-      e = slab[slot];
-      free_slots.push_back(slot);
-      source_has_more = !heap.empty() && heap.front().time <= now;
-    } else {
-      const auto w = static_cast<std::size_t>(from);
-      pop_wire(w, e);
-      source_has_more = !wires[w].empty() && wires[w].front().time <= now;
+    // Stop before the first event later than the deadline (idle timers do not count).
+    while (events_.drop_idle_timer_on_top(*this)) {
     }
-    earliest_scheduled = UINT64_MAX;
-    dispatch(e);
-    // What the handler scheduled may come before the other sources' events.
-    runner_up = std::min(runner_up, earliest_scheduled);
-    earliest_scheduled = UINT64_MAX;
-    if (from >= 0 && !wires[static_cast<std::size_t>(from)].empty()) {
-      hint_wire = from;
-      hint_runner_up = runner_up;
-    }
-    // Look again only if something else may belong to this instant: an event that was pending
-    // elsewhere, the next one of the same source, or one the handler just scheduled.
-    if (!source_has_more && runner_up > now) return true;
-    from = next_source(t, runner_up);
-    if (from == kNoEvent || t > now) return true;
+    if (events_.earliest() > deadline) break;
+    step();
   }
+  if (deadline > now_) now_ = deadline;
+}
+
+bool World::Impl::port_up(std::uint32_t dev, std::uint8_t port) const noexcept {
+  if (dev >= devs_.size()) return false;
+  const DevCore& d = *devs_[dev];
+  return d.ports[port_index(d, port)].attr.state == PortState::active;
+}
+
+std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t psn) {
+  const std::uint32_t from_dev = packet.kind == EvKind::deliver ? packet.src_dev : packet.dev;
+  if (faults_.links_changed() &&
+      (!port_up(packet.src_dev, 1) || !port_up(packet.dev, 1) || !port_up(from_dev, 1))) {
+    return packet.time;
+  }
+  const std::uint32_t sender_qpn = packet.kind == EvKind::deliver ? packet.src_qpn : 0;
+  const int sender = from_dev < devs_.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
+  PacketFate fate;
+  if (!faults_.packet(psn, sender_qpn, packet.qpn, sender, fate)) {
+    events_.push_wire(packet);  // on time
+    return packet.time;
+  }
+  // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
+  // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
+  // but speed.
+  const std::uint64_t time = packet.time + fate.delay_ns;
+  if (fate.drop) return time;
+  if (fate.delay_ns == 0) {
+    events_.push_wire(packet);
+    if (!fate.duplicate) return time;
+  }
+  Event late = packet;
+  late.time = time;
+  if (fate.delay_ns != 0) schedule(late);
+  if (fate.duplicate) {
+    late.time += fate.duplicate_ns;
+    schedule(late);
+  }
+  return late.time;
 }
 
 World::Impl::GidPlace World::Impl::locate(const Gid& gid) const noexcept {
-  for (const auto& dev : devs) {
+  for (const auto& dev : devs_) {
     for (std::size_t p = 0; p < dev->ports.size(); ++p) {
       const auto& gids = dev->ports[p].gids;
       for (std::size_t i = 0; i < gids.size(); ++i) {
@@ -306,50 +234,36 @@ World::World(Config config) : impl_(std::make_unique<Impl>(with_env_seed(std::mo
 
 World::~World() {
   notify_destroyed(*this);
-  if (impl_->open_contexts != 0) {
+  if (impl_->open_contexts() != 0) {
     std::fprintf(stderr, "verbsim: sim::World destroyed with %d contexts still open\n",
-                 impl_->open_contexts);
+                 impl_->open_contexts());
   }
 }
 
 std::vector<DeviceInfo> World::devices() {
   std::vector<DeviceInfo> out;
-  for (const auto& d : impl_->devs) out.push_back({"sim", d->name, d->guid});
+  for (const auto& d : impl_->devices()) out.push_back({"sim", d->name, d->guid});
   return out;
 }
 
 std::unique_ptr<Context> World::open(std::string_view device) {
-  for (const auto& d : impl_->devs) {
+  for (const auto& d : impl_->devices()) {
     if (device.empty() || d->name == device) return std::make_unique<SimContext>(*impl_, *d);
   }
   std::string names;
-  for (const auto& d : impl_->devs) names += (names.empty() ? "" : ", ") + d->name;
+  for (const auto& d : impl_->devices()) names += (names.empty() ? "" : ", ") + d->name;
   throw VerbError("ibv_open_device", ENODEV,
                   "no simulated device '" + std::string(device) + "'; this world has " + names);
 }
 
-const Config& World::config() const noexcept { return impl_->config; }
-std::uint64_t World::seed() const noexcept { return impl_->config.seed; }
-std::uint64_t World::now() const noexcept { return impl_->now; }
+const Config& World::config() const noexcept { return impl_->config(); }
+std::uint64_t World::seed() const noexcept { return impl_->config().seed; }
+std::uint64_t World::now() const noexcept { return impl_->now(); }
 bool World::step() { return impl_->step(); }
 bool World::step_until(std::uint64_t deadline_ns) { return impl_->step_until(deadline_ns); }
-void World::set_poll_horizon(std::uint64_t ns) noexcept { impl_->poll_horizon = ns; }
+void World::set_poll_horizon(std::uint64_t ns) noexcept { impl_->set_poll_horizon(ns); }
 
-void World::run_until(std::uint64_t deadline_ns) {
-  for (;;) {
-    // Stop before the first event later than the deadline (idle timers do not count).
-    while (impl_->drop_idle_timer_on_top()) {
-    }
-    std::uint64_t next = UINT64_MAX;
-    if (!impl_->heap.empty()) next = impl_->heap.front().time;
-    for (const auto& f : impl_->wires) {
-      if (!f.empty()) next = std::min(next, f.front().time);
-    }
-    if (next > deadline_ns) break;
-    impl_->step();
-  }
-  if (deadline_ns > impl_->now) impl_->now = deadline_ns;
-}
+void World::run_until(std::uint64_t deadline_ns) { impl_->run_until(deadline_ns); }
 
 std::uint64_t World::run_until_idle(std::uint64_t max_events) {
   std::uint64_t n = 0;
@@ -358,7 +272,7 @@ std::uint64_t World::run_until_idle(std::uint64_t max_events) {
 }
 
 std::size_t World::pending_events() const noexcept { return impl_->pending(); }
-std::uint64_t World::digest() const noexcept { return impl_->digest.value(); }
+std::uint64_t World::digest() const noexcept { return impl_->digest().value(); }
 
 std::string World::digest_hex() const {
   char buf[17];
@@ -367,8 +281,8 @@ std::string World::digest_hex() const {
 }
 
 Accounting World::accounting() const noexcept {
-  Accounting a = impl_->acct;
-  for (const auto& d : impl_->devs) {
+  Accounting a = impl_->acct();
+  for (const auto& d : impl_->devices()) {
     d->qps.for_each([&a](const SimQp& qp) { a.outstanding += qp.outstanding(); });
     for (const SrqCore* srq : d->srqs) a.outstanding += srq->rq.size();
   }
@@ -378,16 +292,14 @@ Accounting World::accounting() const noexcept {
 std::string World::recent_history() const {
   static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault", "wake", "cm"};
   std::string out;
-  const std::size_t n = std::min(impl_->history_next, Impl::kHistory);
-  for (std::size_t i = impl_->history_next - n; i < impl_->history_next; ++i) {
-    const Event& e = impl_->history[i % Impl::kHistory];
+  impl_->events().for_each_recent([&out](const Event& e) {
     char line[160];
     std::snprintf(line, sizeof line, "t=%llu ns %s dev=%u qp=%u from=%u:%u wqe=%u epoch=%u code=%u\n",
                   static_cast<unsigned long long>(e.time), kinds[static_cast<int>(e.kind)],
                   static_cast<unsigned>(e.dev), e.qpn, e.src_dev, e.src_qpn, e.index, e.epoch,
                   static_cast<unsigned>(e.code));
     out += line;
-  }
+  });
   return out;
 }
 

@@ -58,13 +58,4 @@ struct RuleCheck {
   }
 };
 
-// The fault plan's rules at run time (the plan itself stays in Config).
-struct FaultState {
-  std::vector<RuleCheck> verb_rules[kVerbCount];  // per verb, in plan order
-  std::vector<RuleCheck> packet_rules;            // in plan order
-  bool verbs[kVerbCount] = {};
-  bool packets = false;  // any packet rule, or a link is or was down
-  bool links_changed = false;  // a timed fault took a link or device down at some point
-};
-
 }  // namespace verbsim::sim

@@ -22,8 +22,8 @@
 namespace verbsim::sim {
 
 struct WaitQueue {
-  explicit WaitQueue(World::Impl& w) : world(w) { world.wait_queues.push_back(this); }
-  ~WaitQueue() { std::erase(world.wait_queues, this); }
+  explicit WaitQueue(World::Impl& w) : world(w) { world.fibers().wait_queues.push_back(this); }
+  ~WaitQueue() { std::erase(world.fibers().wait_queues, this); }
   World::Impl& world;
   boost::fibers::mutex mutex;
   boost::fibers::condition_variable_any cv;
@@ -52,7 +52,7 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
 
   boost::fibers::context* pick_next() noexcept override {
     if (ready_.empty()) return nullptr;
-    const std::size_t i = ready_.size() == 1 ? 0 : static_cast<std::size_t>(world_.rng.below(ready_.size()));
+    const std::size_t i = ready_.size() == 1 ? 0 : static_cast<std::size_t>(world_.rng().below(ready_.size()));
     boost::fibers::context* ctx = ready_[i];
     ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(i));
     return ctx;
@@ -86,15 +86,15 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   // sleeping. (Simulation::run normally does this itself and never lets it come to this.)
   void suspend_until(const std::chrono::steady_clock::time_point&) noexcept override {
     if (world_.step()) return;
-    if (!world_.deadlocked) {
-      world_.deadlocked = true;
-      for (WaitQueue* q : world_.wait_queues) q->cv.notify_all();
+    if (!world_.fibers().deadlocked) {
+      world_.fibers().deadlocked = true;
+      for (WaitQueue* q : world_.fibers().wait_queues) q->cv.notify_all();
       return;
     }
     std::fprintf(stderr,
                  "verbsim: deadlock: every fiber is blocked and the simulated world (seed %llu) "
                  "has nothing left to run\n",
-                 static_cast<unsigned long long>(world_.config.seed));
+                 static_cast<unsigned long long>(world_.config().seed));
     std::abort();
   }
 
@@ -131,7 +131,7 @@ Simulation::~Simulation() {
   for (auto& h : impl_->hosts) {
     if (h->fiber.joinable()) h->fiber.detach();
   }
-  world_.impl().fibers = nullptr;
+  world_.impl().fibers().running = nullptr;
   boost::fibers::use_scheduling_algorithm<boost::fibers::algo::round_robin>();
 }
 
@@ -158,8 +158,8 @@ void Simulation::spawn(std::string name, std::function<void()> body) {
 
 void Simulation::run() {
   World::Impl& w = world_.impl();
-  w.fibers = impl_.get();
-  w.deadlocked = false;
+  w.fibers().running = impl_.get();
+  w.fibers().deadlocked = false;
   std::string deadlock;
   int grace = 0;
   while (impl_->live > 0) {
@@ -178,18 +178,18 @@ void Simulation::run() {
         impl_->algo->world_moved();
         continue;
       }
-      if (!w.deadlocked) {
-        w.deadlocked = true;
+      if (!w.fibers().deadlocked) {
+        w.fibers().deadlocked = true;
         std::string blocked;
         for (const auto& h : impl_->hosts) {
           if (!h->done) blocked += (blocked.empty() ? "" : ", ") + h->name;
         }
         deadlock = "deadlock: every fiber is blocked (" + blocked +
                    ") and the simulated world has nothing left to run; seed " +
-                   std::to_string(w.config.seed) + ", virtual time " + std::to_string(w.now) +
-                   " ns; reproduce with VERBSIM_SEED=" + std::to_string(w.config.seed) +
+                   std::to_string(w.config().seed) + ", virtual time " + std::to_string(w.now()) +
+                   " ns; reproduce with VERBSIM_SEED=" + std::to_string(w.config().seed) +
                    "\nrecent events:\n" + world_.recent_history();
-        for (WaitQueue* q : w.wait_queues) q->cv.notify_all();
+        for (WaitQueue* q : w.fibers().wait_queues) q->cv.notify_all();
       } else if (++grace > 10000) {
         break;  // hosts ignore EDEADLK: give up on them
       }
@@ -198,14 +198,14 @@ void Simulation::run() {
   for (auto& h : impl_->hosts) {
     if (h->done && h->fiber.joinable()) h->fiber.join();
   }
-  w.fibers = nullptr;
-  w.deadlocked = false;
+  w.fibers().running = nullptr;
+  w.fibers().deadlocked = false;
   if (impl_->error) std::rethrow_exception(impl_->error);
   if (!deadlock.empty()) throw DeadlockError(deadlock);
 }
 
 void spin_wait(World::Impl& world) noexcept {
-  auto* sim = static_cast<Simulation::Impl*>(world.fibers);
+  auto* sim = static_cast<Simulation::Impl*>(world.fibers().running);
   boost::fibers::context* self = boost::fibers::context::active();
   sim->algo->spin(self);
   boost::this_fiber::yield();
@@ -214,7 +214,7 @@ void spin_wait(World::Impl& world) noexcept {
 
 void sleep_for(World& world, std::chrono::nanoseconds d) {
   World::Impl& w = world.impl();
-  const std::uint64_t until = w.now + static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 0));
+  const std::uint64_t until = w.now() + static_cast<std::uint64_t>(std::max<std::int64_t>(d.count(), 0));
   if (!fibers_running(w)) {
     world.run_until(until);
     return;
@@ -226,9 +226,9 @@ void sleep_for(World& world, std::chrono::nanoseconds d) {
   e.value = reinterpret_cast<std::uintptr_t>(&queue);
   queue.reset(new WaitQueue(w));
   w.schedule(e);
-  w.sleepers.push_back(&queue);
-  while (w.now < until && !w.deadlocked) wait_on(w, queue);
-  std::erase(w.sleepers, &queue);
+  w.fibers().sleepers.push_back(&queue);
+  while (w.now() < until && !w.fibers().deadlocked) wait_on(w, queue);
+  std::erase(w.fibers().sleepers, &queue);
 }
 
 }  // namespace verbsim::sim

@@ -9,7 +9,7 @@
 namespace verbsim::sim {
 
 // A Simulation is running on this world (the caller is one of its fibers or its driver).
-inline bool fibers_running(const World::Impl& world) noexcept { return world.fibers != nullptr; }
+inline bool fibers_running(const World::Impl& world) noexcept { return world.fibers().running != nullptr; }
 // Blocks the calling fiber until `queue` is notified (creating the queue on first use).
 void wait_on(World::Impl& world, WaitQueuePtr& queue);
 // Wakes every fiber waiting on `queue`.
@@ -33,7 +33,7 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
   for (;;) {
     if (take()) return {};
     if (fibers_running(w)) {
-      if (w.deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+      if (w.fibers().deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
       if (wait == Wait::blocking) {
         wait_on(w, waiters);
         continue;

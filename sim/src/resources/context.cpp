@@ -44,7 +44,7 @@ std::string str(std::uint64_t v) { return std::to_string(v); }
 // Context
 
 void CtxCore::raise(const AsyncEvent& e) {
-  world->digest.add(0xa5000000ull | static_cast<std::uint64_t>(e.type) << 16 | e.qp_num);
+  world->digest().add(0xa5000000ull | static_cast<std::uint64_t>(e.type) << 16 | e.qp_num);
   async.push_back(e);
   signal_fd(async_efd);
   notify_all(waiters);
@@ -62,7 +62,7 @@ CtxCore::~CtxCore() {
   if (async_efd >= 0) ::close(async_efd);
 }
 
-std::uint64_t WorldClock::now_ns() const noexcept { return world_.now; }
+std::uint64_t WorldClock::now_ns() const noexcept { return world_.now(); }
 
 SimContext::SimContext(World::Impl& world, DevCore& dev)
     : core_(std::make_shared<CtxCore>()), clock_(world) {
@@ -71,20 +71,20 @@ SimContext::SimContext(World::Impl& world, DevCore& dev)
   core_->info = {"sim", dev.name, dev.guid};
   core_->async_efd = make_eventfd();
   dev.contexts.push_back(core_.get());
-  ++world.open_contexts;
+  ++world.open_contexts();
 }
 
 SimContext::~SimContext() {
-  if (!destroyed_) --core_->world->open_contexts;
+  if (!destroyed_) --core_->world->open_contexts();
 }
 
 void SimContext::destroy() {
-  if (!destroyed_) --core_->world->open_contexts;
+  if (!destroyed_) --core_->world->open_contexts();
   destroyed_ = true;
 }
 
 DeviceAttr SimContext::query_device() const {
-  const ProfileTraits& t = *core_->world->traits;
+  const ProfileTraits& t = core_->world->traits();
   DeviceAttr a;
   a.fw_ver = "verbsim-0.1 (" + std::string(to_string(t.profile)) + ")";
   a.node_guid = core_->dev->guid;
@@ -150,7 +150,7 @@ std::unique_ptr<CompletionChannel> SimContext::create_comp_channel() {
   auto ch = std::make_shared<ChannelCore>();
   ch->ctx = core_;
   ch->efd = make_eventfd();
-  if (core_->world->faults.verbs[static_cast<int>(Verb::get_cq_event)]) {
+  if (core_->world->faults().targets(Verb::get_cq_event)) {
     return std::make_unique<FaultyChannel>(std::move(ch));
   }
   return std::make_unique<SimChannel>(std::move(ch));
@@ -180,8 +180,8 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
     ++cq->channel->users;
   }
   ++core_->dev->live_cqs;
-  const bool faulty = w.faults.verbs[static_cast<int>(Verb::poll_cq)] ||
-                      w.faults.verbs[static_cast<int>(Verb::req_notify_cq)];
+  const bool faulty = w.faults().targets(Verb::poll_cq) ||
+                      w.faults().targets(Verb::req_notify_cq);
   std::unique_ptr<SimCq> handle = faulty ? std::make_unique<FaultyCq>(std::move(cq))
                                          : std::make_unique<SimCq>(std::move(cq));
   handle->channel_ = channel;
@@ -239,7 +239,7 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   mr.length = length;
   mr.access = access;
   const std::uint32_t index = dev.next_mr_index++;
-  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng.next() & 0xff);
+  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng().next() & 0xff);
   mr.key = (index << 8) | key_byte;
   return std::make_unique<SimMr>(std::move(mr));
 }
@@ -287,7 +287,7 @@ void SimMr::destroy() {
 // ibv_rereg_mr in place: the keys stay, and every QP's cached MR lookup is invalidated.
 void SimMr::rereg(const MrChange& change) {
   MrCore& core = core_;
-  if (!core.pd->ctx->world->traits->rereg_mr) {
+  if (!core.pd->ctx->world->traits().rereg_mr) {
     fail("ibv_rereg_mr", EOPNOTSUPP, "the rxe profile has no rereg_mr, as rxe");
   }
   // A window bound to it would keep the range it was bound to, which the MR may no longer
@@ -391,7 +391,7 @@ void CqCore::notify() {
   channel->events.push_back(handle);
   signal_fd(channel->efd);
   notify_all(channel->waiters);
-  ctx->world->digest.add(0xc0ffee00ull);
+  ctx->world->digest().add(0xc0ffee00ull);
 }
 
 }  // namespace verbsim::sim

@@ -16,12 +16,12 @@ namespace verbsim::sim {
 bool CqCore::drop() {
   World::Impl& w = *world;
   ++dropped;
-  ++w.acct.lost_to_overrun;
+  ++w.acct().lost_to_overrun;
   if (error) return false;
   AsyncEvent ev;
   ev.type = AsyncEventType::cq_err;
   ev.cq = handle;
-  if (w.traits->cq_overrun_is_error) {
+  if (w.traits().cq_overrun_is_error) {
     // Hardware: the CQ is in error from now on and every QP feeding it fails.
     error = true;
     ctx->raise(ev);
@@ -38,7 +38,7 @@ void CqCore::notify_if_armed(const CqEntry& e, bool solicited) {
   // An error completion counts as solicited, except a send's where rxe posts it unsolicited
   // (its flushed receives do count).
   const bool failed = e.wc.status != WcStatus::success &&
-                      (!e.send || world->traits->send_error_is_solicited);
+                      (!e.send || world->traits().send_error_is_solicited);
   if (arm == Arm::any || (arm == Arm::solicited && (solicited || failed))) notify();
 }
 
@@ -93,7 +93,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
     }
     if (c.count == 0) return {0, 0};
   }
-  const bool retire = w.traits->retire_on_poll;
+  const bool retire = w.traits().retire_on_poll;
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(out.size(), c.count));
   const auto size = static_cast<std::uint32_t>(c.ring.size());
   const CqEntry* const ring = c.ring.data();
@@ -118,7 +118,7 @@ std::error_code SimCq::req_notify(bool solicited_only) noexcept {
 }
 
 std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w) {
-  const ProfileTraits& t = *w.traits;
+  const ProfileTraits& t = w.traits();
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.limits.max_cqe) {
     fail(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.limits.max_cqe));
   }
@@ -126,7 +126,7 @@ std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w) {
 }
 
 std::uint32_t cq_ring_size(std::uint32_t depth, const World::Impl& w) noexcept {
-  const std::uint32_t shrunk = w.config.faults.cq_depth;
+  const std::uint32_t shrunk = w.config().faults.cq_depth;
   return shrunk != 0 ? std::min(depth, shrunk) : depth;
 }
 
@@ -190,7 +190,7 @@ void SimSrq::release() noexcept {
   core_->pd->ctx->forget_events_of(static_cast<SharedReceiveQueue*>(this));
   --core_->pd->users;
   if (core_->users == 0) {
-    core_->pd->ctx->world->acct.discarded += core_->rq.size();
+    core_->pd->ctx->world->acct().discarded += core_->rq.size();
     core_->rq.clear();
     std::erase(core_->dev->srqs, core_.get());
   }
@@ -208,7 +208,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
     copy_sges(wr.sg_list, rq.sge_at(rq.tail));
     ++rq.tail;
-    ++core_->pd->ctx->world->acct.posted;
+    ++core_->pd->ctx->world->acct().posted;
   }
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
@@ -241,7 +241,7 @@ std::uint32_t srq_depth(const char* verb, std::uint32_t max_wr, const ProfileTra
 // rxe's rxe_srq_chk_attr and queue resize, measured: the depth is rounded as at creation and
 // must hold the receives already posted; a max_wr below an armed limit is refused.
 void SimSrq::resize(std::uint32_t max_wr) {
-  const ProfileTraits& t = *core_->pd->ctx->world->traits;
+  const ProfileTraits& t = core_->pd->ctx->world->traits();
   if (!t.srq_resize) fail("ibv_modify_srq", EINVAL, "this device cannot resize an SRQ (max_wr)");
   const std::uint32_t depth = srq_depth("ibv_modify_srq", max_wr, t);
   if (core_->limit != 0 && max_wr < core_->limit) {
@@ -281,7 +281,7 @@ void RecvQueue::init(std::uint32_t capacity, std::uint32_t sge) {
 }
 
 std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
-  const ProfileTraits& t = *core_->ctx->world->traits;
+  const ProfileTraits& t = core_->ctx->world->traits();
   World::Impl& w = *core_->ctx->world;
   if (const int err = w.verb_fault(Verb::create_srq, 0, core_->ctx->dev)) {
     fail("ibv_create_srq", err, "injected by the fault plan");
@@ -299,7 +299,7 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   srq->dev->srqs.push_back(srq.get());
   ++core_->users;
   std::unique_ptr<SimSrq> handle;
-  if (w.faults.verbs[static_cast<int>(Verb::post_srq_recv)]) {
+  if (w.faults().targets(Verb::post_srq_recv)) {
     handle = std::make_unique<FaultySrq>(std::move(srq));
   } else {
     handle = std::make_unique<SimSrq>(std::move(srq));

@@ -101,7 +101,7 @@ struct CqCore {
     return ring[i < size ? i : i - size];
   }
   bool commit(const CqEntry& e, bool solicited) {
-    Digest& d = world->digest;
+    Digest& d = world->digest();
     d.add(e.wc.wr_id);
     d.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
           static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);

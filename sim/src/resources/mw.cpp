@@ -47,7 +47,7 @@ std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
     fail("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
   }
   DevCore& dev = *core_->ctx->dev;
-  const std::uint32_t max_mw = core_->ctx->world->traits->limits.max_mw;
+  const std::uint32_t max_mw = core_->ctx->world->traits().limits.max_mw;
   if (dev.live_mws >= static_cast<int>(max_mw) || dev.next_mw_index > kMaxMwIndex) {
     fail("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
   }
@@ -55,7 +55,7 @@ std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
   mw.pd = core_;
   mw.dev = &dev;
   mw.type = type;
-  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng.next() & 0xff);
+  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng().next() & 0xff);
   mw.key = (dev.next_mw_index++ << 8) | key_byte;
   return std::make_unique<SimMw>(std::move(mw));
 }
@@ -213,7 +213,7 @@ bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t l
   // Its MR is gone only if the program dropped the MR's handle with the window bound.
   const MrCore* mr = dev_->mr_of(mw->mr_key);
   if (mr == nullptr) return false;
-  if (world().traits->window_range_is_mr) return covers(*mr, addr, len, Access::none);
+  if (world().traits().window_range_is_mr) return covers(*mr, addr, len, Access::none);
   return spans(mw->addr, mw->length, addr, len);
 }
 

@@ -11,19 +11,6 @@
 
 namespace verbsim::sim {
 
-bool SimQp::acknowledge_until(std::uint32_t end) {
-  while (sq_done_ != end) {
-    if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
-      --rd_atomic_outstanding_;
-    }
-    complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
-    if (hot_.qp_state == QpState::err) return false;  // its CQ overran
-  }
-  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
-  check_queues();
-  return true;
-}
-
 void SimQp::on_ack(const Event& e) {
   if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
@@ -89,7 +76,7 @@ void SimQp::on_rnr_nak(const Event& e) {
   rewind();
   rnr_wait_ = true;
   Event r{};
-  r.time = world().now + rnr_timer_ns(static_cast<std::uint8_t>(e.value));
+  r.time = world().now() + rnr_timer_ns(static_cast<std::uint8_t>(e.value));
   r.kind = EvKind::rnr_retry;
   r.dev = static_cast<std::uint16_t>(dev_->index);
   r.qpn = qpn_;
@@ -109,14 +96,14 @@ void SimQp::complete_next(WcStatus status) {
 
 void SimQp::complete_send(std::uint32_t index, WcStatus status) {
   if (status == WcStatus::success) return complete_send_ok(index);
-  ++world().acct.completed;
+  ++world().acct().completed;
   push_send_wc(index, status, !traits().error_wc_zeroed);  // an error is always completed
 }
 
 bool SimQp::complete_recv(RecvWqe wqe, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                           std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
                           bool solicited) {
-  ++world().acct.completed;
+  ++world().acct().completed;
   return push_recv_wc(wqe.wr_id, status, opcode, byte_len, imm, imm_flag, src_qp, solicited);
 }
 

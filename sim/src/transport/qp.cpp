@@ -25,7 +25,7 @@ SimCq* sim_cq(CompletionQueue* cq, const std::shared_ptr<CtxCore>& ctx) {
 }  // namespace
 
 std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
-  const ProfileTraits& t = *core_->ctx->world->traits;
+  const ProfileTraits& t = core_->ctx->world->traits();
   if (init.type != QpType::rc && init.type != QpType::uc && init.type != QpType::ud) {
     fail("ibv_create_qp", EINVAL, "unsupported QP type");
   }
@@ -52,7 +52,7 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
     if (srq == nullptr || srq->core()->pd->ctx != core_->ctx) {
       fail("ibv_create_qp", EINVAL, "the SRQ belongs to another device");
     }
-    if (init.type == QpType::uc && !core_->ctx->world->traits->uc_on_srq) {
+    if (init.type == QpType::uc && !core_->ctx->world->traits().uc_on_srq) {
       fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
     }
   }
@@ -63,8 +63,8 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
   }
   if (dev.next_qpn > 0xffffff) fail("ibv_create_qp", ENOMEM, "QP numbers exhausted");
   const std::uint32_t qpn = dev.next_qpn++;
-  if (w.faults.verbs[static_cast<int>(Verb::post_send)] ||
-      w.faults.verbs[static_cast<int>(Verb::post_recv)]) {
+  if (w.faults().targets(Verb::post_send) ||
+      w.faults().targets(Verb::post_recv)) {
     return std::make_unique<FaultyQp>(core_, init, qpn);
   }
   return std::make_unique<SimQp>(core_, init, qpn);
@@ -146,7 +146,7 @@ SimQp::~SimQp() {
 void SimQp::destroy() {
   if (destroyed_) return;
   if (traits().type2_window_pins_qp && dev_->live_mws > 0) warn_if_windows_pin();
-  world().acct.discarded += outstanding();
+  world().acct().discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
   --dev_->live_qps;
@@ -233,7 +233,7 @@ std::uint64_t SimQp::outstanding() const noexcept {
 }
 
 void SimQp::reset_queues() {
-  world().acct.discarded += outstanding();
+  world().acct().discarded += outstanding();
   forget_cq_entries();
   sq_retired_ = sq_done_ = sq_sent_ = sq_post_ = 0;
   sq_psn_base_index_ = 0;

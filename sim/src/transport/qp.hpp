@@ -12,6 +12,7 @@
 #include "fabric/world_impl.hpp"
 #include "resources/handles.hpp"
 #include "transport/send_wqe.hpp"
+#include "transport/wire.hpp"
 #include "verbsim/queue_pair.hpp"
 
 namespace verbsim::sim {
@@ -125,7 +126,7 @@ class alignas(64) SimQp : public QueuePair {
 
  protected:
   World::Impl& world() const noexcept { return *world_; }
-  const ProfileTraits& traits() const noexcept { return *world_->traits; }
+  const ProfileTraits& traits() const noexcept { return world_->traits(); }
   // post_send for a QP of type `Type`, and its steps for each WR.
   template <QpType Type>
   PostResult post_send_as(std::span<const SendWr> wrs) noexcept;
@@ -365,8 +366,21 @@ inline void SimQp::push_send_wc(std::uint32_t index, WcStatus status, bool detai
 }
 
 inline void SimQp::complete_send_ok(std::uint32_t index) {
-  ++world().acct.completed;
+  ++world().acct().completed;
   if (sq_at(index).signaled) push_send_wc(index, WcStatus::success, true);
+}
+
+inline bool SimQp::acknowledge_until(std::uint32_t end) {
+  while (sq_done_ != end) {
+    if (is_read_or_atomic(sq_at(sq_done_).opcode) && rd_atomic_outstanding_ > 0) {
+      --rd_atomic_outstanding_;
+    }
+    complete_send_ok(sq_done_++);  // advanced first: an overrun flushes from sq_done_ on
+    if (hot_.qp_state == QpState::err) return false;  // its CQ overran
+  }
+  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  check_queues();
+  return true;
 }
 
 // Writes a receive completion into the receive CQ; false when the CQ dropped it. An error
@@ -400,7 +414,7 @@ inline bool SimQp::push_recv_wc(std::uint64_t wr_id, WcStatus status, WcOpcode o
 inline bool SimQp::complete_recv_ok(std::uint64_t wr_id, WcOpcode opcode, std::uint32_t byte_len,
                                     std::uint32_t imm, WcFlags imm_flag, std::uint32_t src_qp,
                                     bool solicited) {
-  ++world().acct.completed;
+  ++world().acct().completed;
   return push_recv_wc(wr_id, WcStatus::success, opcode, byte_len, imm, imm_flag, src_qp,
                       solicited);
 }

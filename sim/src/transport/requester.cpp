@@ -137,7 +137,7 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   if (early && t.post_send_needs_rts && !t.rejected_send_stays_queued) {
     return {0, EINVAL, "QP is not in RTS"};
   }
-  Accounting& acct = world().acct;
+  Accounting& acct = world().acct();
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
     std::uint64_t length = 0;
     const char* reason = "";
@@ -275,7 +275,7 @@ void SimQp::transmit_as() {
 // before the (since pushed back) deadline, it re-arms itself for the deadline.
 void SimQp::arm_timer() {
   if (hot_.timeout == 0) return;  // infinite: a lost message waits forever, as on hardware
-  timer_deadline_ = world().now + ack_timeout_ns(hot_.timeout);
+  timer_deadline_ = world().now() + ack_timeout_ns(hot_.timeout);
   if (!timer_armed_) schedule_timer();
 }
 
@@ -301,7 +301,7 @@ bool SimQp::drop_idle_timer(const Event& e) noexcept {
 void SimQp::on_timeout(const Event& e) {
   if (drop_idle_timer(e)) return;
   timer_armed_ = false;
-  if (world().now < timer_deadline_) {
+  if (world().now() < timer_deadline_) {
     schedule_timer();  // progress since it was armed: sleep until the current deadline
     return;
   }

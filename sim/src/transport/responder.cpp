@@ -42,7 +42,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++tail;
   }
   rq_.tail = tail;
-  world().acct.posted += i;
+  world().acct().posted += i;
   // On an ERR QP what was taken is flushed at once, also when a later WR of the batch failed.
   if (hot_.qp_state == QpState::err && traits().post_recv_in_err_completes) {
     while (rq_.size() > 0) {
@@ -66,10 +66,10 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
 [[gnu::always_inline]] inline Event* SimQp::ack_successor(const Event& e) noexcept {
   if (type_ != QpType::rc) return nullptr;  // only RC ACKs
   World::Impl& w = world();
-  if (!w.traits->coalesce_acks) return nullptr;
-  World::Impl::Fifo& wire = w.wires[e.wire];
-  if (wire.empty()) return nullptr;
-  Event& next = wire.front();
+  if (!w.traits().coalesce_acks) return nullptr;
+  Event* on_wire = w.wire_front(e.wire);
+  if (on_wire == nullptr) return nullptr;
+  Event& next = *on_wire;
   // A deliver (code 0) of the same flow: kind, code, dev, qpn, src_dev, wire and src_qpn are
   // two words; then the next index of the same epoch.
   static_assert(offsetof(Event, kind) + 16 == offsetof(Event, index) &&

@@ -50,7 +50,8 @@ inline bool is_local_op(WrOpcode op) noexcept {
 
 
 // Scatters `len` bytes from `src` into the SGE list.
-inline void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, std::uint64_t len) noexcept {
+inline void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src,
+                    std::uint64_t len) noexcept {
   for (std::uint32_t i = 0; i < n && len > 0; ++i) {
     const std::uint64_t k = std::min<std::uint64_t>(dst[i].length, len);
     std::memcpy(reinterpret_cast<void*>(dst[i].addr), src, k);
@@ -60,7 +61,8 @@ inline void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src, st
 }
 
 // Copies from one SGE list to another (sizes already checked), in general.
-inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src, std::uint32_t ns) noexcept {
+inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src,
+                          std::uint32_t ns) noexcept {
   std::uint32_t di = 0;
   std::uint64_t doff = 0;
   for (std::uint32_t si = 0; si < ns; ++si) {
@@ -92,7 +94,8 @@ inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src, std:
 // The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
 // rxe's build_rdma_network_hdr and mlx5 lay it out: 20 unused bytes, then the IPv4 header;
 // otherwise an IPv6 header (RoCE v2 over IPv6, next header UDP).
-inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid, std::uint32_t length) noexcept {
+inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid,
+                      std::uint32_t length) noexcept {
   std::memset(out, 0, 40);
   // UDP (8) + BTH (12) + DETH (8) + payload + ICRC (4)
   const std::uint32_t udp_len = 8 + 12 + 8 + length + 4;

@@ -1,0 +1,93 @@
+// The fault plan at run time: one module, built from the world's FaultPlan when the world is
+// made, that the data path asks whether a fault fires: on a verb call, on a packet, on a CM
+// message. (Timed faults are events the world runs: faults/timed.cpp.) Every rule that fires
+// is recorded in the run's digest under a tag naming its kind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fabric/rng.hpp"
+#include "faults/rule_check.hpp"
+#include "resources/ids.hpp"
+#include "verbsim/sim/faults.hpp"
+
+namespace verbsim::sim {
+
+// What the digest records of a rule that fired: its kind's tag | the rule's index in the plan.
+enum class FaultTag : std::uint64_t {
+  verb = 0xfa000000,
+  packet = 0xfb000000,
+  cm_message = 0xcd000000,
+};
+
+// What the packet rules that fired do to a packet.
+struct PacketFate {
+  bool drop = false;
+  bool duplicate = false;
+  std::uint64_t delay_ns = 0;      // delay and reorder rules, added up
+  std::uint64_t duplicate_ns = 0;  // how long after the (delayed) packet its copy arrives
+};
+
+class FaultInjector {
+ public:
+  // `plan` (the world's), `rng` and `digest` outlive the injector; `devs` resolves dev= names.
+  FaultInjector(const FaultPlan& plan, const std::vector<std::unique_ptr<DevCore>>& devs,
+                Rng& rng, Digest& digest);
+
+  // Does a rule name `verb`? (Resources whose data-path verbs are named are made as Faulty*
+  // classes, so the plain ones never ask.)
+  bool targets(Verb verb) const noexcept { return targets_[static_cast<std::size_t>(verb)]; }
+  // The errno a call of `verb` on QP `qpn` (0: none) of `dev` (nullptr: none) fails with, or 0.
+  int verb(Verb verb, std::uint32_t qpn, const DevCore* dev) noexcept {
+    if (!targets(verb)) return 0;
+    const int device = dev != nullptr ? dev->index : RuleCheck::kNoDevice;
+    for (RuleCheck& r : verb_rules_[static_cast<std::size_t>(verb)]) {
+      if (!r.matches_where(qpn, qpn, device) || !r.fires(rng_)) continue;
+      digest_.add(static_cast<std::uint64_t>(FaultTag::verb) | r.index);
+      return plan_.verbs[r.index].err;
+    }
+    return 0;
+  }
+
+  // Must packets be asked about (a packet rule exists, or a link is or was down)?
+  bool checks_packets() const noexcept { return checks_packets_; }
+  // A link or device went down at some point: packets are checked against link states.
+  bool links_changed() const noexcept { return links_changed_; }
+  void link_state_changed() noexcept { checks_packets_ = links_changed_ = true; }
+  // Do packet rules fire on a packet carrying PSN `psn` (or kNoPsn) from QP `from` of device
+  // `sender` (kNoDevice: none) to QP `to`? If so, `fate` says what they do. (The scan is
+  // inline: every packet makes it while a packet rule exists.)
+  bool packet(std::uint32_t psn, std::uint32_t from, std::uint32_t to, int sender,
+              PacketFate& fate) {
+    for (std::size_t i = 0; i < packet_rules_.size(); ++i) {
+      if (packet_rules_[i].fires_on_packet(psn, from, to, sender, rng_)) {
+        fate = act_on_packet(i, psn, from, to, sender);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Does a cm_drop rule lose a message of `kind` from QP `from_qpn` to `to_qpn` (0: none),
+  // sent from device `dev`?
+  bool cm_message(CmMessage kind, std::uint32_t from_qpn, std::uint32_t to_qpn, int dev);
+
+ private:
+  // What rule `fired` and the later rules that fire on the packet do to it.
+  PacketFate act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
+                           std::uint32_t to, int sender);
+
+  const FaultPlan& plan_;
+  Rng& rng_;
+  Digest& digest_;
+  std::vector<RuleCheck> verb_rules_[kVerbCount];  // per verb, in plan order
+  bool targets_[kVerbCount] = {};
+  std::vector<RuleCheck> packet_rules_;  // in plan order
+  std::vector<RuleCheck> cm_rules_;      // in plan order
+  bool checks_packets_ = false;
+  bool links_changed_ = false;
+};
+
+}  // namespace verbsim::sim
