@@ -23,7 +23,7 @@ constexpr QpKey kPeer{1, 0x11};  // the same QP number on the other device
 
 WorkCompletion wc_of(QpKey qp, std::uint64_t wr_id, WcOpcode opcode,
                      WcStatus status = WcStatus::success, std::uint32_t byte_len = 0) {
-  WorkCompletion wc;
+  WorkCompletion wc{};  // (no member initializers: zero every field)
   wc.wr_id = wr_id;
   wc.qp_num = qp.second;
   wc.opcode = opcode;
