@@ -1,6 +1,6 @@
 // Test support for simulator scenarios: profile-parameterised suites, free-form nodes (a device
 // with a PD and a registered buffer) for setups SimPair does not cover, VerbError checks, async
-// event collection and a Ledger that checks every posted WR ends in exactly one completion.
+// event collection and a Ledger that posts and polls through a WrChecker (wr_checker.hpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "sim_pair.hpp"
+#include "wr_checker.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 
@@ -184,8 +186,10 @@ inline void run_idle(sim::World& world) {
   EXPECT_EQ(world.pending_events(), 0u) << "the world never went idle";
 }
 
-// Accounting of posted work: every signaled send and every receive the device accepted ends in
-// exactly one completion; an unsignaled send completes at most once and only with an error.
+// Posts and polls through a WrChecker, for tests with no device indexes at hand: every
+// signaled send and every receive the device accepted ends in exactly one completion, in its
+// queue's order, with its WR's opcode; an unsignaled send completes at most once and only with
+// an error. wr_ids must differ per QP number (both QPs of a SimPair may have the same one).
 // Post and poll through the ledger, then EXPECT_TRUE(ledger.balanced()) at the end.
 class Ledger {
  public:
@@ -205,35 +209,35 @@ class Ledger {
   PostResult post_recv(QueuePair& qp, const RecvWr& wr) { return post_recv(qp, std::span(&wr, 1)); }
   PostResult post_bind(QueuePair& qp, MemoryWindow& mw, const MwBind& bind) {
     const PostResult r = qp.bind_mw(mw, bind);
-    if (r) add({qp.qp_num(), bind.wr_id}, any(bind.flags, SendFlags::signaled));
+    if (r) {
+      const bool signaled = any(bind.flags, SendFlags::signaled);
+      if (unique(qp.qp_num(), bind.wr_id)) {
+        checker_.took_send(key(qp), bind.wr_id, WcOpcode::bind_mw, signaled, signaled);
+      }
+    }
     return r;
   }
   PostResult post_recv(SharedReceiveQueue& srq, std::span<const RecvWr> wrs) {
     const PostResult r = srq.post_recv(wrs);
-    for (std::uint32_t i = 0; i < r.posted; ++i) add({kSrqOwner, wrs[i].wr_id}, true);
+    for (std::uint32_t i = 0; i < r.posted; ++i) {
+      if (!unique(kSrqOwner, wrs[i].wr_id)) continue;
+      checker_.took_srq_recv(key(srq), wrs[i].wr_id, wrs[i].sg_list);
+    }
     return r;
   }
 
   // For WRs that run although their post reported an error (the rxe quirk).
   void add_send(const QueuePair& qp, const SendWr& wr, bool sig_all = false) {
-    add({qp.qp_num(), wr.wr_id}, sig_all || any(wr.flags, SendFlags::signaled));
+    const bool signaled = sig_all || any(wr.flags, SendFlags::signaled);
+    if (!unique(qp.qp_num(), wr.wr_id)) return;
+    checker_.took_send(key(qp), wr.wr_id, wc_opcode_for(wr.opcode), signaled, signaled);
   }
-  void add_recv(const QueuePair& qp, const RecvWr& wr) { add({qp.qp_num(), wr.wr_id}, true); }
+  void add_recv(const QueuePair& qp, const RecvWr& wr) {
+    if (unique(qp.qp_num(), wr.wr_id)) checker_.took_recv(key(qp), wr.wr_id, wr.sg_list);
+  }
 
   void record(std::span<const WorkCompletion> wcs) {
-    for (const WorkCompletion& wc : wcs) {
-      auto it = owed_.find({wc.qp_num, wc.wr_id});
-      if (it == owed_.end()) it = owed_.find({kSrqOwner, wc.wr_id});
-      if (it == owed_.end()) {
-        problem() << "completion for wr_id " << wc.wr_id << " on QP " << wc.qp_num
-                  << " that was never posted (" << to_string(wc.status) << ")\n";
-        continue;
-      }
-      ++it->second.seen;
-      if (!it->second.required && wc.status == WcStatus::success) {
-        problem() << "unsignaled wr_id " << wc.wr_id << " completed successfully\n";
-      }
-    }
+    checker_.completed(WrChecker::kAnyDevice, wcs);
   }
   // Like testing::poll_n and testing::drain, but a world that never goes idle (an RNR loop
   // with rnr_retry=7) fails the test instead of hanging it.
@@ -248,38 +252,30 @@ class Ledger {
     return wcs;
   }
 
-  ::testing::AssertionResult balanced() const {
-    std::ostringstream out;
-    out << problems_.str();
-    for (const auto& [key, owed] : owed_) {
-      if (owed.seen > 1 || (owed.required && owed.seen == 0)) {
-        out << "wr_id " << key.second << " on "
-            << (key.first == kSrqOwner ? std::string("an SRQ") : "QP " + std::to_string(key.first))
-            << ": " << owed.seen << " completions\n";
-      }
-    }
-    if (out.str().empty()) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << out.str();
-  }
+  // Every owed completion came (the checker reported any other problem when it saw it).
+  ::testing::AssertionResult balanced() const { return checker_.balanced(); }
+  WrChecker& checker() { return checker_; }
 
  private:
   static constexpr std::uint64_t kSrqOwner = ~0ull;
-  using Key = std::pair<std::uint64_t, std::uint64_t>;  // (QP number or kSrqOwner, wr_id)
-  struct Owed {
-    bool required;
-    int seen = 0;
-  };
 
-  void add(Key key, bool required) {
-    if (!owed_.emplace(key, Owed{required}).second) {
-      problem() << "wr_id " << key.second
-                << " posted twice on one queue (ledger needs unique ids)\n";
-    }
+  // The checker tells QPs apart by (device, QP number); the ledger knows neither device, so each
+  // QP and SRQ object it sees stands for a device of its own.
+  QpKey key(const QueuePair& qp) { return {ordinal(&qp), qp.qp_num()}; }
+  SrqKey key(const SharedReceiveQueue& srq) { return {ordinal(&srq), 0}; }
+  int ordinal(const void* object) {
+    return ordinals_.emplace(object, static_cast<int>(ordinals_.size())).first->second;
   }
-  std::ostringstream& problem() { return problems_; }
+  // A completion names its QP by number alone: (QP number or kSrqOwner, wr_id) must be unique.
+  bool unique(std::uint64_t owner, std::uint64_t wr_id) {
+    if (posted_.emplace(owner, wr_id).second) return true;
+    ADD_FAILURE() << "wr_id " << wr_id << " posted twice on one queue (ledger needs unique ids)";
+    return false;
+  }
 
-  std::map<Key, Owed> owed_;
-  std::ostringstream problems_;
+  WrChecker checker_;
+  std::map<const void*, int> ordinals_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> posted_;
 };
 
 }  // namespace verbsim::testing

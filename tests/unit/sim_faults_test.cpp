@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "../support/sim_pair.hpp"
+#include "../support/wr_checker.hpp"
 #include "verbsim/sim/faults.hpp"
 #include "verbsim/sim/scenario.hpp"
 
@@ -16,6 +17,7 @@ using testing::drain;
 using testing::PairOptions;
 using testing::poll_n;
 using testing::SimPair;
+using testing::WrChecker;
 
 sim::Config with_faults(const char* text, std::uint64_t seed = 1) {
   sim::Config c;
@@ -34,20 +36,32 @@ SendWr send_wr(const testing::Side& s, const Sge& sge, std::uint64_t id) {
   return wr;
 }
 
+// The checker's names for a SimPair's QPs: a is on device 0, b on device 1.
+testing::QpKey key_a(const SimPair& p) { return {0, p.a.qp->qp_num()}; }
+testing::QpKey key_b(const SimPair& p) { return {1, p.b.qp->qp_num()}; }
+
 // Posts `n` receives on b and `n` SENDs on a (n <= 16, the queues' depth), returns a's `n`
-// send completions, polling as they come unless `poll` is false.
-std::vector<WorkCompletion> exchange(SimPair& p, int n, bool poll = true) {
+// send completions, polling as they come unless `poll` is false. A `checker` learns of every WR
+// posted and every completion returned.
+std::vector<WorkCompletion> exchange(SimPair& p, int n, bool poll = true,
+                                     WrChecker* checker = nullptr) {
   const Sge rs = p.b.sge(0, 256);
   const Sge ss = p.a.sge(0, 64);
   for (int i = 0; i < n; ++i) {
-    EXPECT_FALSE(p.b.qp->post_recv(RecvWr{static_cast<std::uint64_t>(100 + i), {&rs, 1}}).error());
+    const auto id = static_cast<std::uint64_t>(100 + i);
+    EXPECT_FALSE(p.b.qp->post_recv(RecvWr{id, {&rs, 1}}).error());
+    if (checker != nullptr) checker->took_recv(key_b(p), id, {&rs, 1});
   }
   for (int i = 0; i < n; ++i) {
-    const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, static_cast<std::uint64_t>(i)));
+    const auto id = static_cast<std::uint64_t>(i);
+    const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, id));
     EXPECT_FALSE(r.error()) << r.reason;
+    if (checker != nullptr) checker->took_send(key_a(p), id, WcOpcode::send, true, true);
   }
   if (!poll) return {};
-  return poll_n(p.world, *p.a.cq, static_cast<std::size_t>(n));
+  auto wcs = poll_n(p.world, *p.a.cq, static_cast<std::size_t>(n));
+  if (checker != nullptr) checker->completed(0, wcs);
+  return wcs;
 }
 
 TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
@@ -158,8 +172,10 @@ TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {
 TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
   for (const char* plan : {"drop p=0.2", "duplicate p=0.3", "reorder p=0.5 by=3us",
                            "delay p=0.3 by=2us; drop p=0.1; duplicate p=0.1"}) {
+    SCOPED_TRACE(plan);
     SimPair p(with_faults(plan, 7));
-    const auto wcs = exchange(p, 16);
+    WrChecker checker;  // each WR once, in order, with its opcode, whatever the packets do
+    const auto wcs = exchange(p, 16, true, &checker);
     ASSERT_EQ(wcs.size(), 16u) << plan;
     std::uint64_t next_send = 0;
     std::uint64_t next_recv = 100;
@@ -173,6 +189,8 @@ TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
     const auto recvs = drain(p.world, *p.b.cq);
     ASSERT_EQ(recvs.size(), 16u) << plan;
     for (const auto& wc : recvs) EXPECT_EQ(wc.wr_id, next_recv++) << plan;
+    checker.completed(1, recvs);
+    EXPECT_TRUE(checker.balanced());
   }
 }
 
@@ -189,6 +207,9 @@ TEST(PacketFaults, AtomicsRunOnceWhateverIsLostOrDuplicated) {
     o.connect_options.timeout = 8;
     o.connect_options.retry_cnt = 7;
     SimPair p(with_faults(plan, 11), o);
+    // The checker follows the same chain: each FETCH_ADD returns what the ones before it left.
+    WrChecker checker;
+    checker.start_chain(key_a(p), reinterpret_cast<std::byte*>(p.b.buf.data()), 0);
     std::uint64_t expected = 0;
     for (int batch = 0; batch < 4; ++batch) {
       std::vector<Sge> landing;
@@ -206,9 +227,15 @@ TEST(PacketFaults, AtomicsRunOnceWhateverIsLostOrDuplicated) {
         wr.compare_add = wr.wr_id + 1;
         before[static_cast<std::size_t>(i)] = expected;
         expected += wr.compare_add;
+        const std::uint64_t result = landing[static_cast<std::size_t>(i)].addr;
+        checker.chain_atomic(key_a(p), wr, reinterpret_cast<const std::byte*>(result));
       }
       ASSERT_EQ(p.a.qp->post_send(wrs).err, 0);
+      for (const SendWr& wr : wrs) {
+        checker.took_send(key_a(p), wr.wr_id, WcOpcode::fetch_add, true, true);
+      }
       const auto wcs = poll_n(p.world, *p.a.cq, 16);
+      checker.completed(0, wcs);
       ASSERT_EQ(wcs.size(), 16u);
       for (std::size_t i = 0; i < 16; ++i) {
         EXPECT_EQ(wcs[i].status, WcStatus::success) << to_string(wcs[i].status);
@@ -221,6 +248,8 @@ TEST(PacketFaults, AtomicsRunOnceWhateverIsLostOrDuplicated) {
     std::uint64_t word;
     std::memcpy(&word, p.b.buf.data(), 8);
     EXPECT_EQ(word, expected);
+    EXPECT_TRUE(checker.balanced());  // and the word holds what the chain computed
+    EXPECT_EQ(checker.atomics_checked(), 64u);
   }
 }
 

@@ -46,7 +46,7 @@ class Windows : public ProfileTest {
   WorkCompletion bind_type1(MemoryWindow& mw, std::size_t offset, std::uint64_t length,
                             Access access, const MemoryRegion* mr = nullptr) {
     MwBind bind;
-    bind.wr_id = 77;
+    bind.wr_id = next_bind_id++;
     bind.flags = SendFlags::signaled;
     bind.info = {mr != nullptr ? mr : window_mr.get(), at(offset), length, access};
     EXPECT_TRUE(led.post_bind(*p->b.qp, mw, bind));
@@ -58,7 +58,7 @@ class Windows : public ProfileTest {
                             Access access) {
     bind_wr = {&mw, {window_mr.get(), at(offset), length, access}};
     SendWr wr;
-    wr.wr_id = 78;
+    wr.wr_id = next_bind_id++;
     wr.opcode = WrOpcode::bind_mw;
     wr.flags = SendFlags::signaled;
     wr.rkey = inc_rkey(mw.rkey());
@@ -92,6 +92,7 @@ class Windows : public ProfileTest {
   BindMwWr bind_wr;
   Ledger led;
   std::uint64_t next_id = 1;
+  std::uint64_t next_bind_id = 1000;  // the binds of bind_type1 and bind_type2 on b's QP
 };
 
 TEST_P(Windows, DeviceOffersBothTypes) {
@@ -108,7 +109,7 @@ TEST_P(Windows, Type1BindGivesTheNextKeyAndOpensOnlyItsRange) {
   const WorkCompletion wc = bind_type1(*mw, 1024, 256, Access::remote_write);
   EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
   EXPECT_EQ(wc.opcode, WcOpcode::bind_mw);
-  EXPECT_EQ(wc.wr_id, 77u);
+  EXPECT_EQ(wc.wr_id, 1000u);
   EXPECT_EQ(mw->rkey(), inc_rkey(before));
   EXPECT_EQ(mw->rkey() >> 8, before >> 8);
 

@@ -57,11 +57,14 @@
 #include <vector>
 
 #include "../support/sim_checks.hpp"
+#include "../support/wr_checker.hpp"
 
 namespace verbsim {
 namespace {
 
 using sim::Profile;
+using testing::QpKey;
+using testing::WrChecker;
 
 constexpr int kSteps = 400;
 constexpr int kSeedsPerProfile = 20;
@@ -80,8 +83,6 @@ constexpr std::size_t kSlotsAt = kSrcBytes + kScratchBytes;
 constexpr std::size_t kAtomicWords = 1024;
 constexpr std::size_t kAtomicsAt = kSlotsAt + kSlots * kSlotBytes;
 constexpr std::size_t kBufBytes = kAtomicsAt + kAtomicWords * 8;
-constexpr std::size_t kNoWord = kAtomicWords;
-constexpr std::uint32_t kUdGrhBytes = 40;  // a UD receive starts with the packet's GRH
 
 // The source region's content at `offset`.
 std::byte source_byte(std::size_t offset) {
@@ -129,9 +130,6 @@ class Dice {
   std::uint64_t state_;
 };
 
-// A QP of the run: QP numbers are per device, so the device is part of it.
-using QpKey = std::pair<int, std::uint32_t>;  // (device index, QP number)
-
 // One device: a PD, a registered buffer, a send CQ and a receive CQ for all its QPs.
 struct Host {
   Host(std::unique_ptr<Context> context, int index_in_run)
@@ -157,10 +155,6 @@ struct Host {
   std::unique_ptr<CompletionChannel> channel;  // rcq's
   std::unique_ptr<CompletionQueue> scq;
   std::unique_ptr<CompletionQueue> rcq;
-  int rcq_arms = 0;     // req_notify calls on rcq
-  int rcq_events = 0;   // events taken from the channel (never more than the arms)
-  int srq_arms = 0;     // SRQ limits set
-  int srq_events = 0;   // SRQ limit events taken (never more than the arms)
   std::vector<std::byte> buf;
   std::unique_ptr<MemoryRegion> mr;
   std::unique_ptr<SharedReceiveQueue> srq;
@@ -180,11 +174,6 @@ struct Host {
 
   std::uint64_t base() const { return reinterpret_cast<std::uint64_t>(buf.data()); }
   std::size_t atomic_word_at(std::size_t word) const { return kAtomicsAt + 8 * word; }
-  std::uint64_t atomic_word(std::size_t word) const {
-    std::uint64_t v;
-    std::memcpy(&v, buf.data() + atomic_word_at(word), sizeof v);
-    return v;
-  }
   // The first free slot from `from` on (wrapping), or kSlots.
   std::size_t first_free_slot(std::size_t from) const {
     for (std::size_t i = 0; i < kSlots; ++i) {
@@ -192,17 +181,6 @@ struct Host {
     }
     return kSlots;
   }
-};
-
-// Stands for a host's SRQ where a QP number is expected: its receives belong to no QP.
-constexpr std::uint32_t kSrqOwner = 0xffffffff;
-
-// The checked atomics of one RC QP: all on one word of the peer's, until one fails or the QP is
-// reset (then the next checked atomic takes a fresh word).
-struct AtomicChain {
-  std::size_t word = kNoWord;  // in the peer's buffer
-  std::uint64_t value = 0;     // what the word holds once every atomic posted so far has run
-  int pending = 0;             // posted and not completed yet
 };
 
 struct Qp {
@@ -213,152 +191,9 @@ struct Qp {
   bool bound_mw2 = false;  // a BIND_MW of its host's type 2 window went through it
   std::unique_ptr<QueuePair> qp;
   std::unique_ptr<AddressHandle> ah;  // UD: to the peer's device
-  AtomicChain chain;
 
   QpKey key() const { return {host->index, qp->qp_num()}; }
 };
-
-// What the test expects of every WR the device took.
-class Tracker {
- public:
-  // `owes`: it must complete once; otherwise it may complete at most once, successfully only
-  // if `signaled` (a send).
-  // `sges`: where a SEND_WITH_IMM (`named`) takes its payload from, or where a receive puts it.
-  void took(std::uint64_t wr_id, QpKey qp, bool send, bool owes, bool signaled, WcOpcode opcode,
-            std::uint64_t room, std::vector<Sge> sges = {}, bool named = false) {
-    wrs_.emplace(wr_id, Wr{qp, send, owes, signaled, opcode, room, std::move(sges), named});
-  }
-
-  // A move to RESET or a destroy: the QP's WRs that have not completed never will, except that
-  // where CQs keep such a QP's completions (rxe; mlx5 cleans them out) one generated before may
-  // still be polled.
-  // Returns the WRs it discarded.
-  std::vector<std::uint64_t> discard(QpKey qp, bool cq_keeps_entries) {
-    std::vector<std::uint64_t> ids;
-    for (auto& [id, wr] : wrs_) {
-      if (wr.qp == qp && wr.seen == 0 && !wr.discarded) {
-        wr.discarded = true;
-        wr.may_still_complete = cq_keeps_entries;
-        ids.push_back(id);
-      }
-    }
-    return ids;
-  }
-
-  struct Wr {
-    QpKey qp;
-    bool send;
-    bool owes;         // a signaled send or a receive, as a rule
-    bool signaled;     // sends
-    WcOpcode opcode;   // sends: what a successful completion reports
-    std::uint64_t room;  // receives: bytes their SGEs hold
-    std::vector<Sge> sges;
-    bool named = false;  // a SEND_WITH_IMM whose immediate is its wr_id
-    int seen = 0;
-    bool discarded = false;
-    bool may_still_complete = false;
-  };
-
-  const Wr* find(std::uint64_t wr_id) const {
-    const auto it = wrs_.find(wr_id);
-    return it == wrs_.end() ? nullptr : &it->second;
-  }
-
-  // A completion polled from a CQ of device `dev`.
-  void completed(int dev, const WorkCompletion& wc) {
-    const auto it = wrs_.find(wc.wr_id);
-    if (it == wrs_.end()) {
-      ADD_FAILURE() << "a completion for wr_id " << wc.wr_id << ", which was never taken";
-      return;
-    }
-    Wr& wr = it->second;
-    ++census_[census_key(wr.send, wc)];
-    SCOPED_TRACE("wr_id " + std::to_string(wc.wr_id) + " " + std::string(to_string(wc.status)));
-    if (wr.qp.second == kSrqOwner) {
-      EXPECT_EQ(dev, wr.qp.first) << "an SRQ receive completed on another device";
-    } else {
-      EXPECT_EQ(QpKey(dev, wc.qp_num), wr.qp);
-    }
-    EXPECT_TRUE(!wr.discarded || wr.may_still_complete)
-        << "completed after a move to RESET discarded it";
-    ++wr.seen;
-    EXPECT_EQ(wr.seen, 1) << "a second completion";
-    EXPECT_LE(static_cast<unsigned>(wc.status), static_cast<unsigned>(WcStatus::general_err));
-    std::uint64_t& last = last_[{wr.qp, wr.send}];
-    EXPECT_GT(wc.wr_id, last) << "out of order on its queue (after wr_id " << last << ")";
-    last = wc.wr_id;
-    if (wc.status != WcStatus::success) return;
-    ++successes_;
-    if (wr.send) {
-      EXPECT_TRUE(wr.signaled) << "an unsignaled send completed successfully";
-      EXPECT_EQ(wc.opcode, wr.opcode) << to_string(wc.opcode);
-    } else if (wc.opcode == WcOpcode::recv) {
-      EXPECT_LE(wc.byte_len, wr.room);
-    } else {
-      EXPECT_EQ(wc.opcode, WcOpcode::recv_rdma_with_imm) << to_string(wc.opcode);
-    }
-  }
-
-  // Every owed completion came, except as many as full CQs dropped (`lost`: the world's count
-  // of completions an overrun cost).
-  void expect_balanced(std::uint64_t lost) const {
-    std::uint64_t missing = 0;
-    std::string which;
-    for (const auto& [id, wr] : wrs_) {
-      if (wr.owes && !wr.discarded && wr.seen == 0) {
-        ++missing;
-        if (missing > 10) continue;
-        std::ostringstream one;
-        one << " " << id << " (qp " << wr.qp.second << " of sim" << wr.qp.first << ", "
-            << (wr.send ? to_string(wr.opcode) : "RECV") << ")";
-        which += one.str();
-      }
-    }
-    EXPECT_LE(missing, lost) << "WRs that never completed (first ones:" << which << "), of which "
-                             << lost << " may be completions a CQ overrun dropped";
-  }
-
-  std::size_t successes() const { return successes_; }
-
-  // How many completions of each kind a run polled: the side, status, opcode and flags, and
-  // which fields are non-zero. Compared between real rxe and the rxe profile
-  // (tests/rxe/census-compare.sh), a kind that only one of them produces points at a
-  // difference (two found so far: SimQp's WITH_IMM on send completions, the receive a failed
-  // WRITE with immediate takes on rxe).
-  const std::map<std::string, int>& census() const { return census_; }
-
- private:
-  static std::string census_key(bool send, const WorkCompletion& wc) {
-    std::string key = send ? "send " : "recv ";
-    key += std::string(to_string(wc.status)) + " " + std::string(to_string(wc.opcode));
-    key += " flags=" + std::to_string(static_cast<unsigned>(wc.wc_flags));
-    key += wc.byte_len != 0 ? " len" : "";
-    key += wc.imm_data != 0 ? " imm" : "";
-    key += wc.src_qp != 0 ? " src_qp" : "";
-    key += wc.vendor_err != 0 ? " vendor_err" : "";
-    return key;
-  }
-  std::map<std::string, int> census_;
-  std::map<std::uint64_t, Wr> wrs_;
-  std::map<std::pair<QpKey, bool>, std::uint64_t> last_;  // (QP, send) -> last wr_id
-  std::size_t successes_ = 0;
-};
-
-WcOpcode wc_opcode_for(WrOpcode op) {
-  switch (op) {
-    case WrOpcode::send:
-    case WrOpcode::send_with_imm:
-    case WrOpcode::send_with_inv: return WcOpcode::send;
-    case WrOpcode::rdma_write:
-    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
-    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
-    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
-    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
-    case WrOpcode::local_inv: return WcOpcode::local_inv;
-    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
-  }
-  return WcOpcode::send;
-}
 
 // Where a scenario runs: a simulated world, or a real device through the ibverbs backend.
 class Fabric {
@@ -522,29 +357,12 @@ class Scenario {
       for (const std::string& l : log_) lines += "  " + l + "\n";
       ADD_FAILURE() << "the last steps of the run (of seed " << fabric_.seed() << "):\n" << lines;
     }
-    return {tracker_.successes(), payloads_checked_, atomics_checked_, async_events_,
+    return {checker_.successes(), checker_.payloads_checked(), checker_.atomics_checked(),
+            async_events_,
             fabric_.overrun_lost()};
   }
 
  private:
-  // A checked READ or WRITE.
-  struct Transfer {
-    bool read;
-    std::vector<Sge> local;     // where a READ lands, where a WRITE takes its bytes from
-    int remote_host;
-    std::size_t remote_offset;  // into the peer's buffer: its source region, or a slot
-    std::uint32_t length;
-    std::pair<int, std::size_t> slot;  // (host, slot) it holds until it completes
-  };
-
-  // A checked atomic: the chain it belongs to and what it must return.
-  struct CheckedAtomic {
-    Qp* qp;
-    std::size_t word;
-    std::uint64_t before;              // the word's value when it runs
-    std::pair<int, std::size_t> slot;  // (host, slot) where that value lands
-  };
-
   static std::unique_ptr<QueuePair> create_qp(Host& host, QpType type, bool on_srq) {
     QpInitAttr init;
     init.type = type;
@@ -636,11 +454,15 @@ class Scenario {
       Host& slot_host = read || atomic ? *q.host : *q.peer->host;
       const bool chained = atomic && type == QpType::rc && before == QpState::rts &&
                            any(wr.flags, SendFlags::signaled) && !inlined && nsge == 1 &&
-                           (q.chain.word != kNoWord || remote.atomic_words_taken < kAtomicWords);
+                           (checker_.chain_word(q.key()) != nullptr ||
+                            remote.atomic_words_taken < kAtomicWords);
       if (type == QpType::rc && any(wr.flags, SendFlags::signaled) &&
           (((read || write) && !inlined && nsge <= 2) || chained)) {
         slot = slot_host.first_free_slot(dice_.below(kSlots));
-        if (slot != kSlots) slot_host.slot_busy[slot] = true;
+        if (slot != kSlots) {
+          slot_host.slot_busy[slot] = true;
+          slots_[wr.wr_id] = {slot_host.index, slot};
+        }
       }
       const std::size_t slot_at = kSlotsAt + slot * kSlotBytes;
       // Sends and writes read the source region; reads and atomics land in scratch.
@@ -680,8 +502,14 @@ class Scenario {
         const std::size_t remote_offset =
             read ? dice_.below(static_cast<std::uint32_t>(kSrcBytes - length)) : slot_at;
         wr.remote_addr = remote.mr->address(remote_offset);
-        transfers_[wr.wr_id] = Transfer{read, sges[i], remote.index, remote_offset, length,
-                                        {slot_host.index, slot}};
+        std::byte* at = remote.buf.data() + remote_offset;
+        if (read) {
+          std::vector<std::byte> want(length);
+          for (std::uint32_t b = 0; b < length; ++b) want[b] = source_byte(remote_offset + b);
+          checker_.expect_read(q.key(), wr.wr_id, sges[i], at, std::move(want));
+        } else {
+          checker_.expect_write(q.key(), wr.wr_id, sges[i], at);
+        }
       }
       if (dice_.percent(1)) wr.remote_addr += kBufBytes;
       if (atomic && dice_.percent(2)) wr.remote_addr += 4;  // misaligned
@@ -693,7 +521,7 @@ class Scenario {
       }
       wr.compare_add = dice_.next();
       wr.swap = dice_.next();
-      if (slot != kSlots && atomic) chain_atomic(q, wr, {q.host->index, slot});
+      if (slot != kSlots && atomic) chain_atomic(q, wr, slot_at);
       if (type == QpType::ud) {
         wr.ah = q.ah.get();
         wr.remote_qpn = q.peer->qp->qp_num();
@@ -723,17 +551,22 @@ class Scenario {
     }
     // The chain goes on from the first checked atomic not taken, as if it had not been posted.
     for (std::uint32_t i = n; i-- > took;) {
-      if (const auto a = atomics_.find(wrs[i].wr_id); a != atomics_.end()) {
-        q.chain.value = a->second.before;
-      }
+      checker_.withdraw(q.key(), wrs[i].wr_id);
       free_slot(wrs[i].wr_id);
     }
-    for (std::uint32_t i = 0; i < took; ++i) q.chain.pending += atomics_.count(wrs[i].wr_id);
     for (std::uint32_t i = 0; i < took; ++i) {
       const bool signaled = any(wrs[i].flags, SendFlags::signaled);
-      const bool named = wrs[i].opcode == WrOpcode::send_with_imm;
-      tracker_.took(wrs[i].wr_id, q.key(), true, signaled && !maybe, signaled,
-                    wc_opcode_for(wrs[i].opcode), 0, named ? sges[i] : std::vector<Sge>{}, named);
+      checker_.took_send(q.key(), wrs[i].wr_id, testing::wc_opcode_for(wrs[i].opcode), signaled,
+                         signaled && !maybe);
+      // A SEND_WITH_IMM names itself: its payload, the bytes of the source region its SGEs name.
+      if (wrs[i].opcode != WrOpcode::send_with_imm) continue;
+      std::vector<std::byte> payload;
+      for (const Sge& s : sges[i]) {
+        for (std::uint32_t b = 0; b < s.length; ++b) {
+          payload.push_back(source_byte(s.addr - q.host->base() + b));
+        }
+      }
+      checker_.sends_payload(wrs[i].wr_id, std::move(payload));
     }
   }
 
@@ -786,7 +619,7 @@ class Scenario {
     check_post("bind_mw", r, 1);
     if (r.posted == 0) return;
     const bool signaled = any(bind.flags, SendFlags::signaled);
-    tracker_.took(bind.wr_id, q.key(), true, signaled, signaled, WcOpcode::bind_mw, 0);
+    checker_.took_send(q.key(), bind.wr_id, WcOpcode::bind_mw, signaled, signaled);
   }
 
   void post_recvs(Qp& q) {
@@ -794,7 +627,6 @@ class Scenario {
     const std::uint32_t n = 1 + dice_.below(4);
     std::vector<std::vector<Sge>> sges(n);
     std::vector<RecvWr> wrs(n);
-    std::vector<std::uint64_t> room(n, 0);
     std::vector<std::size_t> slot(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       // Each receive in a slot of its own, its SGEs side by side in it.
@@ -807,7 +639,6 @@ class Scenario {
       for (std::uint32_t s = 0; s < nsge; ++s) {
         sges[i].push_back(local_sge(h, at, kSlotBytes / 3, kSlotBytes / 3 - 8));
         at += kSlotBytes / 3;
-        room[i] += sges[i].back().length;
       }
       wrs[i] = {++next_wr_id_, sges[i]};
     }
@@ -829,135 +660,48 @@ class Scenario {
     const bool err_around =
         before == QpState::err || (!fabric_.simulated() && q.qp->state() == QpState::err);
     const bool owes = !to_srq && !(profile_ == Profile::rxe && err_around);
-    const QpKey owner = to_srq ? QpKey{q.host->index, kSrqOwner} : q.key();
     for (std::uint32_t i = 0; i < n; ++i) {
       if (i >= r.posted) {
         h.slot_busy[slot[i]] = false;
         continue;
       }
-      tracker_.took(wrs[i].wr_id, owner, false, owes, true, WcOpcode::recv, room[i], sges[i]);
-      recv_slot_[wrs[i].wr_id] = {h.index, slot[i]};
+      if (to_srq) {
+        checker_.took_srq_recv({h.index, 0}, wrs[i].wr_id, sges[i], owes);
+      } else {
+        checker_.took_recv(q.key(), wrs[i].wr_id, sges[i], owes);
+      }
+      slots_[wrs[i].wr_id] = {h.index, slot[i]};
     }
   }
 
-  // A receive's slot is free again once the receive completed or was discarded.
+  // A slot is free again once the receive, checked READ or WRITE or checked atomic that holds
+  // it completed, was discarded or was not taken.
   void free_slot(std::uint64_t wr_id) {
-    if (const auto it = recv_slot_.find(wr_id); it != recv_slot_.end()) {
+    if (const auto it = slots_.find(wr_id); it != slots_.end()) {
       host(it->second.first).slot_busy[it->second.second] = false;
-      recv_slot_.erase(it);
-    }
-    if (const auto it = transfers_.find(wr_id); it != transfers_.end()) {
-      host(it->second.slot.first).slot_busy[it->second.slot.second] = false;
-      transfers_.erase(it);
-    }
-    if (const auto it = atomics_.find(wr_id); it != atomics_.end()) {
-      host(it->second.slot.first).slot_busy[it->second.slot.second] = false;
-      atomics_.erase(it);
+      slots_.erase(it);
     }
   }
 
-  // `wr`, a signaled atomic of `q` landing in `slot`, joins q's chain: it targets the chain's
-  // word (a fresh one, with a value of its own, if the chain has none), well formed, and what it
-  // returns and leaves follow from what the atomics before it left.
-  void chain_atomic(Qp& q, SendWr& wr, std::pair<int, std::size_t> slot) {
+  // `wr`, a signaled atomic of `q` landing at `result_at` in its host's buffer, joins q's chain:
+  // it targets the chain's word (a fresh one, with a value of its own, if the chain has none),
+  // well formed, and what it returns and leaves follow from what the atomics before it left.
+  void chain_atomic(Qp& q, SendWr& wr, std::size_t result_at) {
     Host& remote = *q.peer->host;
-    AtomicChain& chain = q.chain;
-    if (chain.word == kNoWord) {
-      chain = {remote.atomic_words_taken++, dice_.next(), 0};
-      std::memcpy(remote.buf.data() + remote.atomic_word_at(chain.word), &chain.value, 8);
+    if (checker_.chain_word(q.key()) == nullptr) {
+      std::byte* word = remote.buf.data() + remote.atomic_word_at(remote.atomic_words_taken++);
+      checker_.start_chain(q.key(), word, dice_.next());
     }
-    wr.remote_addr = remote.mr->address(remote.atomic_word_at(chain.word));
+    const std::byte* word = checker_.chain_word(q.key());
+    wr.remote_addr = remote.mr->address(static_cast<std::size_t>(word - remote.buf.data()));
     wr.rkey = remote.mr->rkey();
-    const std::uint64_t before = chain.value;
-    if (wr.opcode == WrOpcode::atomic_fetch_and_add) {
-      chain.value += wr.compare_add;
-    } else {
-      if (dice_.percent(50)) wr.compare_add = before;  // a swap that happens
-      if (before == wr.compare_add) chain.value = wr.swap;
+    if (wr.opcode == WrOpcode::atomic_cmp_and_swp && dice_.percent(50)) {
+      wr.compare_add = checker_.chain_value(q.key());  // a swap that happens
     }
-    atomics_[wr.wr_id] = CheckedAtomic{&q, chain.word, before, slot};
-  }
-
-  // A checked atomic completed: a successful one returned what the atomics before it left; once
-  // none is pending, the word holds what they all computed. A failed one ends the chain: whether
-  // it (or one after it) ran at the responder is unknown.
-  void check_atomic(const WorkCompletion& wc, const CheckedAtomic& a) {
-    AtomicChain& chain = a.qp->chain;
-    if (chain.word != a.word) return;  // the chain ended before
-    if (wc.status != WcStatus::success) {
-      chain = {};
-      return;
-    }
-    const Host& here = host(a.slot.first);
-    std::uint64_t returned;
-    std::memcpy(&returned, here.buf.data() + kSlotsAt + a.slot.second * kSlotBytes, 8);
-    EXPECT_EQ(wc.byte_len, 8u) << "atomic wr_id " << wc.wr_id;
-    EXPECT_EQ(returned, a.before) << "atomic wr_id " << wc.wr_id << " returned another value";
-    ++atomics_checked_;
-    if (--chain.pending == 0) check_chain_word(*a.qp);
-  }
-
-  void check_chain_word(const Qp& q) {
-    EXPECT_EQ(q.peer->host->atomic_word(q.chain.word), q.chain.value)
-        << "the atomics of qp " << q.qp->qp_num() << " left another value in their word";
-  }
-
-  // A successful READ holds the peer's source bytes it named; after a successful WRITE (on RC,
-  // so the responder has written) the peer's slot holds the bytes the WRITE took.
-  void check_transfer(const WorkCompletion& wc, const Transfer& t) {
-    std::vector<std::byte> local;
-    const Host& here = host(t.remote_host == 0 ? 1 : 0);
-    for (const Sge& s : t.local) {
-      const auto* p = here.buf.data() + (s.addr - here.base());
-      local.insert(local.end(), p, p + s.length);
-    }
-    const Host& peer = host(t.remote_host);
-    std::vector<std::byte> remote(peer.buf.begin() + static_cast<std::ptrdiff_t>(t.remote_offset),
-                                  peer.buf.begin() +
-                                      static_cast<std::ptrdiff_t>(t.remote_offset + t.length));
-    ASSERT_EQ(local.size(), t.length);
-    if (t.read) {
-      std::vector<std::byte> want(t.length);
-      for (std::uint32_t i = 0; i < t.length; ++i) want[i] = source_byte(t.remote_offset + i);
-      EXPECT_EQ(wc.byte_len, t.length) << "READ wr_id " << wc.wr_id;
-      EXPECT_TRUE(local == want) << "READ wr_id " << wc.wr_id << " brought other bytes";
-      EXPECT_TRUE(remote == want) << "the source region changed";
-    } else {
-      EXPECT_TRUE(remote == local) << "WRITE wr_id " << wc.wr_id << " left other bytes";
-    }
-    ++payloads_checked_;
+    checker_.chain_atomic(q.key(), wr, q.host->buf.data() + result_at);
   }
 
   Host& host(int index) { return index == 0 ? *a_ : *b_; }
-
-  // A successful receive of a SEND_WITH_IMM holds the sender's payload (after the GRH on UD):
-  // the bytes of the source region its SGEs named, which never change.
-  void check_payload(const Host& receiver, const WorkCompletion& wc, const Tracker::Wr& recv) {
-    const Tracker::Wr* send = tracker_.find(wc.imm_data);
-    if (send == nullptr || !send->named) return;  // no payload to compare
-    if (recv.discarded) return;  // its slot may have been reused
-    std::vector<std::byte> want;
-    const std::uint64_t src = host(send->qp.first).base();
-    for (const Sge& s : send->sges) {
-      for (std::uint32_t i = 0; i < s.length; ++i) want.push_back(source_byte(s.addr - src + i));
-    }
-    // Only the bytes the message landed in: an SGE past them may point anywhere.
-    std::vector<std::byte> got;
-    for (const Sge& s : recv.sges) {
-      const std::size_t k = std::min<std::size_t>(s.length, wc.byte_len - got.size());
-      const auto* p = receiver.buf.data() + (s.addr - receiver.base());
-      got.insert(got.end(), p, p + k);
-    }
-    const bool ud = wc.byte_len == want.size() + kUdGrhBytes;
-    ASSERT_EQ(wc.byte_len, want.size() + (ud ? kUdGrhBytes : 0))
-        << "wr_id " << wc.wr_id << " received " << wc.byte_len << " bytes of wr_id "
-        << wc.imm_data << "'s " << want.size();
-    got.erase(got.begin(), got.begin() + (ud ? kUdGrhBytes : 0));
-    got.resize(want.size());
-    EXPECT_TRUE(got == want) << "wr_id " << wc.wr_id << " holds other bytes than wr_id "
-                             << wc.imm_data << " sent";
-    ++payloads_checked_;
-  }
 
   bool cq_keeps_entries() const { return profile_ == Profile::rxe; }
 
@@ -972,8 +716,7 @@ class Scenario {
 
   // A move to RESET or a destroy: the QP's outstanding WRs are gone, their slots free.
   void discard(Qp& q) {
-    for (const std::uint64_t id : tracker_.discard(q.key(), cq_keeps_entries())) free_slot(id);
-    q.chain = {};
+    for (const std::uint64_t id : checker_.discard(q.key(), cq_keeps_entries())) free_slot(id);
   }
 
   static void check_post(const char* verb, const PostResult& r, std::uint32_t n) {
@@ -995,26 +738,8 @@ class Scenario {
     for (std::uint32_t i = 0; i < r.count; ++i) {
       note("  completion sim", host.index, " qp ", wc[i].qp_num, " wr_id ", wc[i].wr_id, " ",
            to_string(wc[i].status), " ", to_string(wc[i].opcode));
-      tracker_.completed(host.index, wc[i]);
-      const Tracker::Wr* wr = tracker_.find(wc[i].wr_id);
-      if (wr != nullptr && wr->send) {
-        if (const auto a = atomics_.find(wc[i].wr_id); a != atomics_.end()) {
-          if (!wr->discarded) check_atomic(wc[i], a->second);
-          free_slot(wc[i].wr_id);
-          continue;
-        }
-        const auto t = transfers_.find(wc[i].wr_id);
-        if (t == transfers_.end() || wr->discarded) continue;
-        if (wc[i].status == WcStatus::success) check_transfer(wc[i], t->second);
-        free_slot(wc[i].wr_id);
-        continue;
-      }
-      if (wr == nullptr) continue;
-      if (wc[i].status == WcStatus::success && wc[i].opcode == WcOpcode::recv &&
-          any(wc[i].wc_flags, WcFlags::with_imm)) {
-        check_payload(host, wc[i], *wr);
-      }
-      if (!wr->discarded) free_slot(wc[i].wr_id);
+      checker_.completed(host.index, wc[i]);
+      free_slot(wc[i].wr_id);
     }
     return r.count;
   }
@@ -1067,7 +792,7 @@ class Scenario {
       const bool solicited_only = dice_.percent(30);
       note("req_notify sim", h.index, solicited_only ? " solicited only" : "");
       EXPECT_FALSE(h.rcq->req_notify(solicited_only));
-      ++h.rcq_arms;
+      checker_.armed_cq(*h.rcq);
       return;
     }
     CompletionQueue* fired = nullptr;
@@ -1078,12 +803,12 @@ class Scenario {
       return;
     }
     EXPECT_EQ(fired, h.rcq.get());
-    EXPECT_LE(++h.rcq_events, h.rcq_arms) << "more events than armings";
+    checker_.cq_event(*h.rcq);
     fired->ack_events(1);
   }
 
   // One of the host's CQs resized, to between its depth at creation and twice that: the
-  // completions it holds stay, in order (the tracker checks both). On the simulator, where
+  // completions it holds stay, in order (the checker checks both). On the simulator, where
   // nothing arrives meanwhile, first to a size that may be below what it holds: EINVAL and no
   // change then, else it goes back up at once.
   void resize(Host& h) {
@@ -1123,7 +848,7 @@ class Scenario {
       attr.srq_limit = 1 + dice_.below(16);
       note("arm the SRQ limit of sim", h.index, " at ", attr.srq_limit);
       h.srq->modify(attr, SrqAttrMask::limit);
-      ++h.srq_arms;
+      checker_.armed_srq_limit(*h.srq);
       return;
     }
     take_async_events(h);
@@ -1146,7 +871,7 @@ class Scenario {
       switch (ev.type) {
         case AsyncEventType::srq_limit_reached:
           EXPECT_EQ(ev.srq, h.srq.get());
-          EXPECT_LE(++h.srq_events, h.srq_arms) << "more SRQ limit events than armings";
+          checker_.srq_limit_event(*h.srq);
           break;
         case AsyncEventType::qp_last_wqe_reached:
         case AsyncEventType::qp_fatal:
@@ -1256,9 +981,9 @@ class Scenario {
       if (got == 0 && fabric_.settled(now - last)) break;
       if (got == 0) fabric_.advance();  // a device: wait a little rather than spin
     }
-    tracker_.expect_balanced(fabric_.overrun_lost());
+    EXPECT_TRUE(checker_.balanced(fabric_.overrun_lost()));
     if (std::getenv("VERBSIM_CENSUS") != nullptr) {
-      for (const auto& [kind, n] : tracker_.census()) std::printf("census %s: %d\n", kind.c_str(), n);
+      for (const auto& [kind, n] : checker_.census()) std::printf("census %s: %d\n", kind.c_str(), n);
     }
     std::vector<const Qp*> last_wqe;
     for (Host* h : {a_.get(), b_.get()}) {
@@ -1272,9 +997,6 @@ class Scenario {
     } else {
       EXPECT_TRUE(last_wqe.empty()) << "rxe raises no QP_LAST_WQE_REACHED";
     }
-    for (const Qp& q : qps_) {
-      if (q.chain.word != kNoWord && q.chain.pending == 0) check_chain_word(q);
-    }
   }
 
   Fabric& fabric_;
@@ -1285,13 +1007,9 @@ class Scenario {
   std::unique_ptr<Host> a_;
   std::unique_ptr<Host> b_;
   std::vector<Qp> qps_;  // pairs: [0] with [1], [2] with [3], ...; go before the hosts
-  Tracker tracker_;
+  WrChecker checker_;
   std::uint64_t next_wr_id_ = 0;
-  std::map<std::uint64_t, std::pair<int, std::size_t>> recv_slot_;  // wr_id -> (host, slot)
-  std::map<std::uint64_t, Transfer> transfers_;
-  std::size_t payloads_checked_ = 0;
-  std::map<std::uint64_t, CheckedAtomic> atomics_;
-  std::size_t atomics_checked_ = 0;
+  std::map<std::uint64_t, std::pair<int, std::size_t>> slots_;  // wr_id -> (host, slot) it holds
   std::size_t async_events_ = 0;
   std::deque<std::string> log_;  // the last kLogLines steps, for a failure report
   bool trace_ = std::getenv("VERBSIM_TRACE") != nullptr;  // every step to stderr as it happens
