@@ -178,7 +178,7 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
   }
   const std::uint32_t sender_qpn = packet.kind == EvKind::deliver ? packet.src_qpn : 0;
   const int sender = from_dev < devs_.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
-  PacketFate fate;
+  PacketFaults fate;
   if (!faults_.packet(psn, sender_qpn, packet.qpn, sender, fate)) {
     events_.push_wire(packet);  // on time
     return packet.time;

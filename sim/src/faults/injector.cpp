@@ -46,11 +46,11 @@ FaultInjector::FaultInjector(const FaultPlan& plan,
   checks_packets_ = !plan.packets.empty();
 }
 
-PacketFate FaultInjector::act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
+PacketFaults FaultInjector::act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
                                         std::uint32_t to, int sender) {
   // Rule `fired` and every later one that fires on the packet act, in plan order (a reorder
   // draws its delay there).
-  PacketFate fate;
+  PacketFaults fate;
   for (std::size_t i = fired; i < packet_rules_.size(); ++i) {
     RuleCheck& r = packet_rules_[i];
     if (i != fired && !r.fires_on_packet(psn, from, to, sender, rng_)) continue;

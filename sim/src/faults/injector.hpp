@@ -23,7 +23,7 @@ enum class FaultTag : std::uint64_t {
 };
 
 // What the packet rules that fired do to a packet.
-struct PacketFate {
+struct PacketFaults {
   bool drop = false;
   bool duplicate = false;
   std::uint64_t delay_ns = 0;      // delay and reorder rules, added up
@@ -60,7 +60,7 @@ class FaultInjector {
   // `sender` (kNoDevice: none) to QP `to`? If so, `fate` says what they do. (The scan is
   // inline: every packet makes it while a packet rule exists.)
   bool packet(std::uint32_t psn, std::uint32_t from, std::uint32_t to, int sender,
-              PacketFate& fate) {
+              PacketFaults& fate) {
     for (std::size_t i = 0; i < packet_rules_.size(); ++i) {
       if (packet_rules_[i].fires_on_packet(psn, from, to, sender, rng_)) {
         fate = act_on_packet(i, psn, from, to, sender);
@@ -76,7 +76,7 @@ class FaultInjector {
 
  private:
   // What rule `fired` and the later rules that fire on the packet do to it.
-  PacketFate act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
+  PacketFaults act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
                            std::uint32_t to, int sender);
 
   const FaultPlan& plan_;

@@ -1,0 +1,108 @@
+// Seeing what a simulated run does: observers a world tells about every packet its fabric
+// carries (with what the fault plan did to it) and every work request's completion. The
+// packet capture (VERBSIM_PCAP) and the timeline (VERBSIM_TIMELINE) are observers; so can a
+// test's own be. A world without observers pays nothing for them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "verbsim/types.hpp"
+
+namespace verbsim::sim {
+
+// What a packet is. The simulator moves a message as one unit; a capture may cut it into
+// MTU-sized packets (FIRST/MIDDLE/LAST), as a NIC would.
+enum class PacketKind : std::uint8_t {
+  request,          // SEND, WRITE, READ request, atomic (`opcode` says which)
+  ack,              // an ACK without data (`psn`: the last request it acknowledges)
+  nak,              // a NAK: `nak` says which, `rnr_timer` for receiver-not-ready
+  read_response,    // a READ's data
+  atomic_response,  // an atomic's original value
+};
+
+// The AETH syndrome of a NAK (IBTA 9.7.5.2.7), as the simulator's responder sends them.
+enum class NakCode : std::uint8_t {
+  rnr,               // receiver not ready
+  psn_seq,           // PSN sequence error: a message was lost
+  rem_access,        // remote access error
+  inv_req,           // invalid request
+  rem_op,            // remote operational error
+};
+
+// What the fabric did with the packet.
+enum class PacketFate : std::uint8_t {
+  delivered,   // on time
+  delayed,     // a delay or reorder rule held it back (arrives_ns says until when)
+  duplicated,  // a duplicate rule: it arrives twice (the copy at duplicate_ns)
+  dropped,     // a drop rule lost it
+  link_down,   // lost: a port on its way is down
+};
+
+std::string_view to_string(PacketKind k) noexcept;
+std::string_view to_string(NakCode c) noexcept;
+std::string_view to_string(PacketFate f) noexcept;
+
+struct PacketRecord {
+  std::uint64_t sent_ns = 0;     // virtual time it left its port
+  std::uint64_t arrives_ns = 0;  // when it arrives (lost: when it would have)
+  std::uint64_t duplicate_ns = 0;  // duplicated: when the copy arrives
+  PacketFate fate = PacketFate::delivered;
+  PacketKind kind = PacketKind::request;
+  QpType qp_type = QpType::rc;
+  WrOpcode opcode = WrOpcode::send;  // a request's; a response's: of the request answered
+  NakCode nak = NakCode::rnr;        // kind == nak
+  std::uint8_t rnr_timer = 0;        // kind == nak, nak == rnr: the responder's timer code
+  bool solicited = false;
+  std::uint16_t src_dev = 0;  // device indices (sim0 is 0)
+  std::uint16_t dst_dev = 0;
+  std::uint8_t src_port = 1;
+  std::uint8_t dst_port = 1;
+  Gid src_gid{};  // the ports' RoCE v2 GIDs (IPv4-mapped)
+  Gid dst_gid{};
+  std::uint32_t src_qpn = 0;
+  std::uint32_t dst_qpn = 0;
+  std::uint32_t psn = 0;     // requests: the message's first PSN; responses: the request's
+  std::uint32_t length = 0;  // bytes of the message (requests) or of the response's data
+  std::uint64_t wr_id = 0;   // the requester's work request
+  std::uint64_t remote_addr = 0;  // RETH, AtomicETH
+  std::uint32_t rkey = 0;
+  std::uint64_t compare_add = 0;  // AtomicETH
+  std::uint64_t swap = 0;
+  std::uint64_t atomic_original = 0;  // AtomicAckETH
+  std::uint32_t imm = 0;   // ImmDt (..._WITH_IMM) or IETH (SEND_WITH_INV: the rkey)
+  std::uint32_t qkey = 0;  // DETH (UD)
+  // The data the packet carries (requests that carry data, READ responses). Valid only during
+  // the call; empty when the capture of payloads is off or the bytes cannot be read.
+  std::span<const std::uint8_t> payload;
+};
+
+// A completion the simulator generated (before the program polls it), with the time.
+struct CompletionRecord {
+  std::uint64_t time_ns = 0;
+  std::uint16_t dev = 0;
+  bool send = false;  // a send-queue completion, else a receive
+  WorkCompletion wc{};
+  bool dropped = false;  // lost to a CQ overrun or a CQ in error
+};
+
+// A moment worth marking: a fault that fired, an async event, a CM event.
+struct InstantRecord {
+  std::uint64_t time_ns = 0;
+  std::uint16_t dev = 0;
+  std::uint32_t qpn = 0;  // 0: not about one QP
+  std::string_view what;  // "fault: drop (rule 0)", "async: QP_FATAL", ...
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void packet(const PacketRecord&) {}
+  virtual void completion(const CompletionRecord&) {}
+  virtual void instant(const InstantRecord&) {}
+  // The world is going away (flush files here).
+  virtual void finished(std::uint64_t /*time_ns*/) {}
+};
+
+}  // namespace verbsim::sim
