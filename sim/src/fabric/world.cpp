@@ -8,6 +8,8 @@
 
 #include "transport/qp.hpp"
 #include "fibers/wait.hpp"
+#include "observe/stats.hpp"
+#include "observe/timeline.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
@@ -102,6 +104,14 @@ World::Impl::Impl(Config c)
     e.index = static_cast<std::uint32_t>(i);
     schedule(e);
   }
+  if (config_.stats) {
+    // VERBSIM_STATS=1 also prints them when the world ends.
+    const char* env = std::getenv("VERBSIM_STATS");
+    auto stats = std::make_unique<StatsObserver>(env != nullptr && std::string_view(env) == "1");
+    stats_ = stats.get();
+    own_observer(std::move(stats));
+  }
+  if (!config_.timeline.empty()) own_observer(std::make_unique<TimelineWriter>(config_.timeline));
 }
 
 // Inline in step(): it runs once per event.
@@ -174,20 +184,35 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
   const std::uint32_t from_dev = packet.kind == EvKind::deliver ? packet.src_dev : packet.dev;
   if (faults_.links_changed() &&
       (!port_up(packet.src_dev, 1) || !port_up(packet.dev, 1) || !port_up(from_dev, 1))) {
+    if (observing_) observe_packet(packet, psn, PacketFate::link_down, packet.time, 0);
     return packet.time;
   }
   const std::uint32_t sender_qpn = packet.kind == EvKind::deliver ? packet.src_qpn : 0;
   const int sender = from_dev < devs_.size() ? static_cast<int>(from_dev) : RuleCheck::kNoDevice;
-  PacketFaults fate;
-  if (!faults_.packet(psn, sender_qpn, packet.qpn, sender, fate)) {
+  const int fired = faults_.first_packet_rule(psn, sender_qpn, packet.qpn, sender);
+  if (fired < 0) {
     events_.push_wire(packet);  // on time
+    if (observing_) [[unlikely]] {
+      observe_packet(packet, psn, PacketFate::delivered, packet.time, 0);
+    }
     return packet.time;
   }
   // A packet on time joins its port's FIFO (times there never decrease); one a fault delays
   // goes through the heap. Both are ordered by (time, sequence), so the choice changes nothing
   // but speed.
+  const PacketFaults fate =
+      faults_.act_on_packet(static_cast<std::size_t>(fired), psn, sender_qpn, packet.qpn, sender);
   const std::uint64_t time = packet.time + fate.delay_ns;
-  if (fate.drop) return time;
+  if (fate.drop) {
+    if (observing_) observe_packet(packet, psn, PacketFate::dropped, time, 0);
+    return time;
+  }
+  if (observing_) {
+    const PacketFate what = fate.duplicate    ? PacketFate::duplicated
+                            : fate.delay_ns != 0 ? PacketFate::delayed
+                                                 : PacketFate::delivered;
+    observe_packet(packet, psn, what, time, fate.duplicate ? time + fate.duplicate_ns : 0);
+  }
   if (fate.delay_ns == 0) {
     events_.push_wire(packet);
     if (!fate.duplicate) return time;
@@ -219,8 +244,15 @@ World::Impl::GidPlace World::Impl::locate(const Gid& gid) const noexcept {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-Config with_env_seed(Config c) {
+// What the environment overrides in every world, however its config was made: the seed, and
+// what the world writes about itself (which changes nothing in the run).
+Config with_env_overrides(Config c) {
   c.seed = env_u64("VERBSIM_SEED", c.seed);
+  if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
+  if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
+  if (const char* s = std::getenv("VERBSIM_STATS"); s != nullptr && std::string_view(s) == "1") {
+    c.stats = true;
+  }
   return c;
 }
 }  // namespace
@@ -228,11 +260,12 @@ Config with_env_seed(Config c) {
 void notify_created(World& w);
 void notify_destroyed(World& w);
 
-World::World(Config config) : impl_(std::make_unique<Impl>(with_env_seed(std::move(config)))) {
+World::World(Config config) : impl_(std::make_unique<Impl>(with_env_overrides(std::move(config)))) {
   notify_created(*this);
 }
 
 World::~World() {
+  impl_->finish_observers();
   notify_destroyed(*this);
   if (impl_->open_contexts() != 0) {
     std::fprintf(stderr, "verbsim: sim::World destroyed with %d contexts still open\n",
@@ -287,6 +320,12 @@ Accounting World::accounting() const noexcept {
     for (const SrqCore* srq : d->srqs) a.outstanding += srq->rq.size();
   }
   return a;
+}
+
+void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
+
+Stats World::stats() const {
+  return impl_->stats_observer() != nullptr ? impl_->stats_observer()->stats() : Stats{};
 }
 
 std::string World::recent_history() const {

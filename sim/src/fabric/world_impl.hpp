@@ -16,11 +16,13 @@
 #include "fabric/rng.hpp"
 #include "faults/injector.hpp"
 #include "resources/ids.hpp"
+#include "verbsim/sim/observe.hpp"
 #include "verbsim/sim/world.hpp"
 
 namespace verbsim::sim {
 
 struct CmFabric;
+class StatsObserver;
 struct WaitQueue;
 struct WaitQueueDeleter {
   void operator()(WaitQueue* q) const noexcept;
@@ -88,6 +90,21 @@ struct World::Impl {
     return faults_.verb(verb, qpn, dev);
   }
 
+  // ---- Observers (verbsim/sim/observe.hpp; observe/*.cpp). Nothing below runs without one:
+  // packets take the fault path's branch (FaultInjector::observe), the rest asks
+  // observing() where it already branches.
+  void add_observer(Observer* o);
+  // Observers the world made itself from its config (capture and timeline files) and owns.
+  void own_observer(std::unique_ptr<Observer> o);
+  bool observing() const noexcept { return observing_; }
+  // The counters' observer, made when Config::stats is set; else nullptr.
+  const StatsObserver* stats_observer() const noexcept { return stats_; }
+  void observe_completion(const CompletionRecord& r);
+  void observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what);
+  void observe_posted(const PostRecord& r);
+  // Tells every observer the world is done (World's destructor).
+  void finish_observers();
+
   // ---- Devices, ports and routing
   const std::vector<std::unique_ptr<DevCore>>& devices() const noexcept { return devs_; }
   // The QP `qpn` of device `dev`, or nullptr. `dev` must be a device of this world, as the
@@ -143,6 +160,10 @@ struct World::Impl {
   void run_cm_event(const Event& e);
   // A CM timer whose wait was answered meanwhile: it would do nothing.
   bool cm_timer_is_stale(const Event& e) const noexcept;
+  // The packet `e` as observers see it, and what became of it (observe/packets.cpp).
+  void observe_packet(const Event& e, std::uint32_t psn, PacketFate fate, std::uint64_t arrives,
+                      std::uint64_t duplicate_at);
+  void observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev, int err);
 
   Config config_;
   const ProfileTraits* traits_;
@@ -157,6 +178,11 @@ struct World::Impl {
   FiberState fibers_;
   int open_contexts_ = 0;
   std::shared_ptr<CmFabric> cm_;
+  bool observing_ = false;
+  std::vector<Observer*> observers_;
+  std::vector<std::unique_ptr<Observer>> owned_observers_;
+  std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload
+  StatsObserver* stats_ = nullptr;
 };
 
 }  // namespace verbsim::sim

@@ -46,39 +46,46 @@ class FaultInjector {
     for (RuleCheck& r : verb_rules_[static_cast<std::size_t>(verb)]) {
       if (!r.matches_where(qpn, qpn, device) || !r.fires(rng_)) continue;
       digest_.add(static_cast<std::uint64_t>(FaultTag::verb) | r.index);
-      return plan_.verbs[r.index].err;
+      const int err = plan_.verbs[r.index].err;
+      if (on_verb_fault_ != nullptr) on_verb_fault_(listener_, verb, qpn, dev, err);
+      return err;
     }
     return 0;
   }
 
-  // Must packets be asked about (a packet rule exists, or a link is or was down)?
+  // Must packets be asked about (a packet rule exists, a link is or was down, or an observer
+  // sees packets)?
   bool checks_packets() const noexcept { return checks_packets_; }
   // A link or device went down at some point: packets are checked against link states.
   bool links_changed() const noexcept { return links_changed_; }
   void link_state_changed() noexcept { checks_packets_ = links_changed_ = true; }
-  // Do packet rules fire on a packet carrying PSN `psn` (or kNoPsn) from QP `from` of device
-  // `sender` (kNoDevice: none) to QP `to`? If so, `fate` says what they do. (The scan is
-  // inline: every packet makes it while a packet rule exists.)
-  bool packet(std::uint32_t psn, std::uint32_t from, std::uint32_t to, int sender,
-              PacketFaults& fate) {
-    for (std::size_t i = 0; i < packet_rules_.size(); ++i) {
-      if (packet_rules_[i].fires_on_packet(psn, from, to, sender, rng_)) {
-        fate = act_on_packet(i, psn, from, to, sender);
-        return true;
-      }
-    }
-    return false;
+  // An observer wants every packet (they take the path that asks first_packet_rule()) and
+  // every verb fault that fires (`on_verb_fault(listener, ...)`).
+  using VerbFaultListener = void (*)(void* listener, Verb verb, std::uint32_t qpn,
+                                     const DevCore* dev, int err);
+  void observe(VerbFaultListener on_verb_fault, void* listener) noexcept {
+    checks_packets_ = true;
+    on_verb_fault_ = on_verb_fault;
+    listener_ = listener;
   }
+  // The first packet rule that fires on a packet carrying PSN `psn` (or kNoPsn) from QP `from`
+  // of device `sender` (kNoDevice: none) to QP `to`, or -1 (the common case, inline: every
+  // packet asks while a packet rule exists). Then act_on_packet says what the rules do.
+  int first_packet_rule(std::uint32_t psn, std::uint32_t from, std::uint32_t to, int sender) {
+    for (std::size_t i = 0; i < packet_rules_.size(); ++i) {
+      if (packet_rules_[i].fires_on_packet(psn, from, to, sender, rng_)) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // What rule `fired` and the later rules that fire on the packet do to it.
+  PacketFaults act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
+                             std::uint32_t to, int sender);
 
   // Does a cm_drop rule lose a message of `kind` from QP `from_qpn` to `to_qpn` (0: none),
   // sent from device `dev`?
   bool cm_message(CmMessage kind, std::uint32_t from_qpn, std::uint32_t to_qpn, int dev);
 
  private:
-  // What rule `fired` and the later rules that fire on the packet do to it.
-  PacketFaults act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
-                           std::uint32_t to, int sender);
-
   const FaultPlan& plan_;
   Rng& rng_;
   Digest& digest_;
@@ -88,6 +95,8 @@ class FaultInjector {
   std::vector<RuleCheck> cm_rules_;      // in plan order
   bool checks_packets_ = false;
   bool links_changed_ = false;
+  VerbFaultListener on_verb_fault_ = nullptr;
+  void* listener_ = nullptr;
 };
 
 }  // namespace verbsim::sim

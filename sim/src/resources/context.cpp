@@ -45,6 +45,10 @@ std::string str(std::uint64_t v) { return std::to_string(v); }
 
 void CtxCore::raise(const AsyncEvent& e) {
   world->digest().add(0xa5000000ull | static_cast<std::uint64_t>(e.type) << 16 | e.qp_num);
+  if (world->observing()) {
+    world->observe_instant(static_cast<std::uint16_t>(dev->index), e.qp_num,
+                           "async: " + std::string(to_string(e.type)));
+  }
   async.push_back(e);
   signal_fd(async_efd);
   notify_all(waiters);
@@ -167,6 +171,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   auto cq = std::make_shared<CqCore>();
   cq->ctx = core_;
   cq->world = &w;
+  cq->id = core_->dev->next_cq_id++;
   cq->requested = cqe;
   cq->reported = static_cast<int>(depth);
   cq->ring.resize(cq_ring_size(depth, w));

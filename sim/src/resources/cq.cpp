@@ -34,6 +34,17 @@ bool CqCore::drop() {
   return false;
 }
 
+void CqCore::observe(const CqEntry& e) {
+  CompletionRecord r;
+  r.time_ns = world->now();
+  r.dev = static_cast<std::uint16_t>(ctx->dev->index);
+  r.cq = id;
+  r.send = e.send;
+  r.wc = e.wc;
+  r.dropped = &e == &spill;
+  world->observe_completion(r);
+}
+
 void CqCore::notify_if_armed(const CqEntry& e, bool solicited) {
   // An error completion counts as solicited, except a send's where rxe posts it unsolicited
   // (its flushed receives do count).

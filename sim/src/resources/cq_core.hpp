@@ -79,6 +79,7 @@ struct CqCore {
   std::vector<CqEntry> ring;  // capacity == cqe
   std::uint32_t head = 0;
   std::uint32_t count = 0;
+  std::uint32_t id = 0;  // its number on the device (observers name CQs by it)
   int requested = 0;
   int reported = 0;  // cqe() as the provider reports it (the ring may be smaller under faults)
   int users = 0;  // QPs
@@ -106,6 +107,7 @@ struct CqCore {
     d.add(static_cast<std::uint64_t>(e.wc.status) << 40 |
           static_cast<std::uint64_t>(e.wc.opcode) << 32 | e.wc.byte_len);
     d.add(e.wc.qp_num);
+    if (world->observing()) [[unlikely]] observe(e);
     if (&e == &spill) [[unlikely]] return drop();
     ++count;  // e is ring[head + count]
     VERBSIM_ASSERT(count <= ring.size(), "a CQ holds at most its ring's entries");
@@ -113,6 +115,7 @@ struct CqCore {
     return true;
   }
   bool drop();  // the completion in `spill` is lost: overrun, or a CQ in error
+  void observe(const CqEntry& e);  // tells the world's observers of `e`
   void notify_if_armed(const CqEntry& e, bool solicited);
   void notify();
 };

@@ -85,6 +85,7 @@ struct DevCore {
   // before (SimQp::find_mr) must be looked up again.
   std::uint64_t mr_generation = 1;
   std::uint32_t next_pd_id = 1;
+  std::uint32_t next_cq_id = 1;  // CQs by number, for observers
   int live_qps = 0;
   int live_cqs = 0;
 };

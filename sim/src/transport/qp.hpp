@@ -122,6 +122,12 @@ class alignas(64) SimQp : public QueuePair {
     return *reinterpret_cast<BindOperands*>(&sq_atomic(i));
   }
   DevCore& dev() noexcept { return *dev_; }
+  // For observers (observe/packets.cpp): the RC/UC peer the AV names, and whether send queue
+  // index `i` still holds its WQE (posted, and not posted over since).
+  int peer_dev() const noexcept { return dst_dev_; }
+  std::uint32_t peer_qpn() const noexcept { return hot_.dest_qp_num; }
+  std::uint8_t port_num() const noexcept { return hot_.port_num; }
+  bool holds_wqe(std::uint32_t i) const noexcept { return sq_post_ - i - 1 <= sq_mask_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
 
  protected:
@@ -135,6 +141,7 @@ class alignas(64) SimQp : public QueuePair {
   int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
   template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
+  void observe_posts(std::span<const SendWr> wrs);
   // check_send for BIND_MW, LOCAL_INV and SEND_WITH_INV: why it is refused (EINVAL), or
   // nullptr.
   const char* window_op_refusal(const SendWr& wr) const noexcept;

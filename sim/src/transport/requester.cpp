@@ -138,21 +138,26 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
     return {0, EINVAL, "QP is not in RTS"};
   }
   Accounting& acct = world().acct();
+  const bool observed = world().observing();
   for (std::uint32_t i = 0; i < wrs.size(); ++i) {
     std::uint64_t length = 0;
     const char* reason = "";
     if (const int err = check_send<Type>(wrs[i], length, reason); err != 0) {
+      if (observed && s != QpState::err) [[unlikely]] observe_posts(wrs.first(i));
       if (i > 0 && s == QpState::rts) transmit();
       return {i, err, reason};
     }
     enqueue_send<Type>(wrs[i], static_cast<std::uint32_t>(length));
     ++acct.posted;
     if (s == QpState::err) {
+      // Flushed at once: observers hear of the post before its completion.
+      if (observed) [[unlikely]] observe_posts(wrs.subspan(i, 1));
       complete_next(WcStatus::wr_flush_err);
       sq_sent_ = sq_done_;
       if (!t.retire_on_poll) sq_retired_ = sq_done_;  // rxe: the slot frees on completion
     }
   }
+  if (observed && s != QpState::err) [[unlikely]] observe_posts(wrs);
   if (early && t.post_send_needs_rts) {
     // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
     // once the QP is in RTS and a later post_send rings the doorbell.
@@ -163,6 +168,22 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
+
+// Tells the world's observers of the send WRs `wrs`, just taken.
+[[gnu::noinline]] void SimQp::observe_posts(std::span<const SendWr> wrs) {
+  for (const SendWr& wr : wrs) {
+    PostRecord p;
+    p.time_ns = world().now();
+    p.dev = static_cast<std::uint16_t>(dev_->index);
+    p.qpn = qpn_;
+    p.send = true;
+    p.wr_id = wr.wr_id;
+    p.opcode = wr.opcode;
+    p.length = static_cast<std::uint32_t>(sges_length(wr.sg_list));
+    p.signaled = sq_sig_all_ || any(wr.flags, SendFlags::signaled);
+    world().observe_posted(p);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Sending
@@ -304,6 +325,9 @@ void SimQp::on_timeout(const Event& e) {
   if (world().now() < timer_deadline_) {
     schedule_timer();  // progress since it was armed: sleep until the current deadline
     return;
+  }
+  if (world().observing()) {
+    world().observe_instant(static_cast<std::uint16_t>(dev_->index), qpn_, "timeout");
   }
   if (retry_left_ == 0) {
     complete_next(WcStatus::retry_exc_err);

@@ -42,6 +42,17 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++tail;
   }
   rq_.tail = tail;
+  if (world().observing()) [[unlikely]] {
+    for (std::uint32_t k = 0; k < i; ++k) {
+      PostRecord rec;
+      rec.time_ns = world().now();
+      rec.dev = static_cast<std::uint16_t>(dev_->index);
+      rec.qpn = qpn_;
+      rec.wr_id = wrs[k].wr_id;
+      rec.length = static_cast<std::uint32_t>(sges_length(wrs[k].sg_list));
+      world().observe_posted(rec);
+    }
+  }
   world().acct().posted += i;
   // On an ERR QP what was taken is flushed at once, also when a later WR of the batch failed.
   if (hot_.qp_state == QpState::err && traits().post_recv_in_err_completes) {

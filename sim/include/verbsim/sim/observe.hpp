@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "verbsim/types.hpp"
 
@@ -78,10 +81,23 @@ struct PacketRecord {
   std::span<const std::uint8_t> payload;
 };
 
+// A work request the program posted (and the simulator took), with the time.
+struct PostRecord {
+  std::uint64_t time_ns = 0;
+  std::uint16_t dev = 0;
+  std::uint32_t qpn = 0;  // 0 for an SRQ's receive
+  bool send = false;      // a send queue's WR, else a receive
+  std::uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::send;  // sends
+  std::uint32_t length = 0;          // bytes its SGEs hold
+  bool signaled = true;              // sends: whether it completes when it succeeds
+};
+
 // A completion the simulator generated (before the program polls it), with the time.
 struct CompletionRecord {
   std::uint64_t time_ns = 0;
   std::uint16_t dev = 0;
+  std::uint32_t cq = 0;  // the CQ's number on its device (1, 2, ... in creation order)
   bool send = false;  // a send-queue completion, else a receive
   WorkCompletion wc{};
   bool dropped = false;  // lost to a CQ overrun or a CQ in error
@@ -98,11 +114,52 @@ struct InstantRecord {
 class Observer {
  public:
   virtual ~Observer() = default;
+  virtual void posted(const PostRecord&) {}
   virtual void packet(const PacketRecord&) {}
   virtual void completion(const CompletionRecord&) {}
   virtual void instant(const InstantRecord&) {}
   // The world is going away (flush files here).
   virtual void finished(std::uint64_t /*time_ns*/) {}
+};
+
+}  // namespace verbsim::sim
+
+namespace verbsim::sim {
+
+// Counters of a run (Config::stats, VERBSIM_STATS=1; World::stats()).
+struct QpCounters {
+  std::uint64_t packets_sent = 0;  // requests and responses this QP put on the wire
+  std::uint64_t bytes_sent = 0;    // their payload bytes
+  std::uint64_t packets_received = 0;  // that reached it (lost ones do not)
+  std::uint64_t bytes_received = 0;
+  std::uint64_t acks_sent = 0;      // ACKs, READ responses, atomic responses
+  std::uint64_t acks_received = 0;
+  std::uint64_t naks_sent[5] = {};  // by NakCode
+  std::uint64_t naks_received[5] = {};
+  std::uint64_t retransmissions = 0;  // requests sent again (a PSN it had sent before)
+  std::uint64_t rnr_waits = 0;        // RNR NAKs it waited out or gave up on
+  std::uint64_t timeouts = 0;         // local ACK timeouts that fired
+  std::uint64_t lost_to_faults = 0;     // its packets a fault dropped or a down link lost
+  std::uint64_t altered_by_faults = 0;  // its packets a fault delayed or duplicated
+  std::uint64_t completions[22] = {};   // by WcStatus, send and receive side
+};
+
+struct PortCounters {
+  std::uint64_t packets_sent = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t packets_received = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t packets_lost = 0;  // sent, and lost to a fault or a down link
+};
+
+struct Stats {
+  bool collected = false;  // false: the world was made without Config::stats
+  // By (device index, QP number) and (device index, port number), in order.
+  std::vector<std::pair<std::pair<int, std::uint32_t>, QpCounters>> qps;
+  std::vector<std::pair<std::pair<int, int>, PortCounters>> ports;
+  const QpCounters* qp(int dev, std::uint32_t qpn) const noexcept;
+  // Readable, one line per port and per QP (what VERBSIM_STATS=1 prints).
+  std::string to_string() const;
 };
 
 }  // namespace verbsim::sim

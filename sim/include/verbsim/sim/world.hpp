@@ -9,6 +9,7 @@
 
 #include "verbsim/backend.hpp"
 #include "verbsim/sim/faults.hpp"
+#include "verbsim/sim/observe.hpp"
 
 namespace verbsim::sim {
 
@@ -37,9 +38,14 @@ struct Config {
   std::uint64_t link_latency_ns = 1000;  // one way, port to port
   std::uint64_t link_gbps = 100;         // serialisation rate of every port
   FaultPlan faults;                      // see faults.hpp
+  // What the world writes about itself (docs/OBSERVABILITY.md); none of it changes the run.
+  std::string pcap;      // every packet as RoCE v2, in a pcapng file (Wireshark, tshark)
+  std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
+  bool stats = false;    // count packets, ACKs, NAKs, retries, completions (World::stats())
 
   // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
-  // VERBSIM_SIM_PORTS (ports per device) and VERBSIM_FAULTS.
+  // VERBSIM_SIM_PORTS (ports per device), VERBSIM_FAULTS, VERBSIM_PCAP, VERBSIM_TIMELINE and
+  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends).
   static Config from_env();
 };
 
@@ -98,6 +104,12 @@ class World final : public Backend {
   std::string digest_hex() const;
 
   Accounting accounting() const noexcept;
+  // Tells `observer` about every post, packet, completion and instant from now on
+  // (verbsim/sim/observe.hpp); it must outlive the world. Costs nothing without observers.
+  void add_observer(Observer& observer);
+  // The run's counters so far; `collected` is false unless the world was made with
+  // Config::stats (or VERBSIM_STATS=1).
+  Stats stats() const;
   // The last events the world ran, oldest first, one per line (for failure reports).
   std::string recent_history() const;
 

@@ -1,0 +1,189 @@
+// What observers are told (verbsim/sim/observe.hpp): packets described from the event on the
+// wire and the requester's WQE, completions, posts and instants. Runs only while a world has
+// an observer.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "fabric/world_impl.hpp"
+#include "transport/qp.hpp"
+#include "transport/wire.hpp"
+
+namespace verbsim::sim {
+
+std::string_view to_string(PacketKind k) noexcept {
+  switch (k) {
+    case PacketKind::request: return "request";
+    case PacketKind::ack: return "ack";
+    case PacketKind::nak: return "nak";
+    case PacketKind::read_response: return "read_response";
+    case PacketKind::atomic_response: return "atomic_response";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(NakCode c) noexcept {
+  switch (c) {
+    case NakCode::rnr: return "rnr";
+    case NakCode::psn_seq: return "psn_seq";
+    case NakCode::rem_access: return "rem_access";
+    case NakCode::inv_req: return "inv_req";
+    case NakCode::rem_op: return "rem_op";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(PacketFate f) noexcept {
+  switch (f) {
+    case PacketFate::delivered: return "delivered";
+    case PacketFate::delayed: return "delayed";
+    case PacketFate::duplicated: return "duplicated";
+    case PacketFate::dropped: return "dropped";
+    case PacketFate::link_down: return "link_down";
+  }
+  return "unknown";
+}
+
+static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op) &&
+              static_cast<int>(NakCode::psn_seq) == static_cast<int>(Nak::psn_seq));
+
+void World::Impl::add_observer(Observer* o) {
+  observers_.push_back(o);
+  observing_ = true;
+  faults_.observe(
+      [](void* world, Verb verb, std::uint32_t qpn, const DevCore* dev, int err) {
+        static_cast<World::Impl*>(world)->observe_verb_fault(verb, qpn, dev, err);
+      },
+      this);
+}
+
+void World::Impl::own_observer(std::unique_ptr<Observer> o) {
+  add_observer(o.get());
+  owned_observers_.push_back(std::move(o));
+}
+
+void World::Impl::finish_observers() {
+  for (Observer* o : observers_) o->finished(now_);
+}
+
+void World::Impl::observe_completion(const CompletionRecord& r) {
+  for (Observer* o : observers_) o->completion(r);
+}
+
+void World::Impl::observe_posted(const PostRecord& r) {
+  for (Observer* o : observers_) o->posted(r);
+}
+
+void World::Impl::observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what) {
+  const InstantRecord r{now_, dev, qpn, what};
+  for (Observer* o : observers_) o->instant(r);
+}
+
+void World::Impl::observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev, int err) {
+  const std::string what = "fault: " + std::string(to_string(verb)) + " fails with errno " +
+                           std::to_string(err);
+  observe_instant(dev != nullptr ? static_cast<std::uint16_t>(dev->index) : 0, qpn, what);
+}
+
+namespace {
+
+// Copies the bytes an SGE list names (already checked by the requester) into `out`.
+void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
+            std::uint64_t len) {
+  out.clear();
+  for (std::uint32_t i = 0; i < n && out.size() < len; ++i) {
+    const std::uint64_t k = std::min<std::uint64_t>(sges[i].length, len - out.size());
+    if (k == 0) continue;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(sges[i].addr);
+    out.insert(out.end(), p, p + k);
+  }
+}
+
+}  // namespace
+
+void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate fate,
+                                 std::uint64_t arrives, std::uint64_t duplicate_at) {
+  PacketRecord r;
+  r.sent_ns = now_;
+  r.arrives_ns = arrives;
+  r.duplicate_ns = duplicate_at;
+  r.fate = fate;
+  const std::size_t ports = static_cast<std::size_t>(config_.ports_per_device);
+  r.src_dev = static_cast<std::uint16_t>(e.wire / ports);
+  r.src_port = static_cast<std::uint8_t>(e.wire % ports + 1);
+  r.dst_dev = e.dev;
+  r.dst_qpn = e.qpn;
+  payload_.clear();
+  // The requester: the sender of a request, the receiver of a response.
+  const bool request = e.kind == EvKind::deliver;
+  SimQp* req = request ? find_qp(e.src_dev, e.src_qpn) : find_qp(e.dev, e.qpn);
+  const bool has_wqe = req != nullptr && req->holds_wqe(e.index);
+  if (req != nullptr) r.qp_type = req->type();
+  if (request) {
+    r.kind = PacketKind::request;
+    r.src_qpn = e.src_qpn;
+    r.psn = psn;
+    if (has_wqe) {
+      const SendWqe& wq = req->sq_at(e.index);
+      r.opcode = wq.opcode;
+      r.length = wq.length;
+      r.wr_id = wq.wr_id;
+      r.solicited = any(wq.flags, SendFlags::solicited);
+      r.imm = wq.imm;
+      if (r.qp_type == QpType::ud) {
+        r.qkey = wq.ud.remote_qkey;
+      } else {
+        r.remote_addr = wq.remote_addr;
+        r.rkey = wq.rkey;
+        if (is_atomic(wq.opcode)) {
+          r.compare_add = req->sq_atomic(e.index).compare_add;
+          r.swap = req->sq_atomic(e.index).swap;
+        }
+      }
+      if (wq.opcode != WrOpcode::rdma_read && !is_atomic(wq.opcode)) {
+        if (wq.inlined) {
+          payload_.assign(req->sq_inline(e.index), req->sq_inline(e.index) + wq.length);
+        } else {
+          gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+        }
+      }
+    }
+  } else {
+    r.src_qpn = req != nullptr ? req->peer_qpn() : 0;
+    r.kind = e.kind == EvKind::nak ? PacketKind::nak : PacketKind::ack;
+    if (e.kind == EvKind::nak) {
+      r.nak = static_cast<NakCode>(e.code);
+      r.rnr_timer = static_cast<std::uint8_t>(e.value);
+    }
+    if (has_wqe) {
+      const SendWqe& wq = req->sq_at(e.index);
+      r.opcode = wq.opcode;
+      r.psn = wq.psn;
+      r.wr_id = wq.wr_id;
+      if (e.kind == EvKind::ack && wq.opcode == WrOpcode::rdma_read) {
+        // The responder has written the data into the requester's buffers already.
+        r.kind = PacketKind::read_response;
+        r.length = wq.length;
+        gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+      } else if (e.kind == EvKind::ack && is_atomic(wq.opcode)) {
+        r.kind = PacketKind::atomic_response;
+        r.length = 8;
+        gather(payload_, req->sq_sge(e.index), wq.num_sge, 8);
+        if (payload_.size() == 8) std::memcpy(&r.atomic_original, payload_.data(), 8);
+        payload_.clear();
+      }
+    }
+  }
+  const DevCore& src = *devs_[std::min<std::size_t>(r.src_dev, devs_.size() - 1)];
+  r.src_gid = src.ports[port_index(src, r.src_port)].gids.back();
+  if (r.dst_dev < devs_.size()) {
+    const DevCore& dst = *devs_[r.dst_dev];
+    const SimQp* to = dst.qps.find(r.dst_qpn);
+    r.dst_port = to != nullptr && to->port_num() != 0 ? to->port_num() : 1;
+    r.dst_gid = dst.ports[port_index(dst, r.dst_port)].gids.back();
+  }
+  r.payload = payload_;
+  for (Observer* o : observers_) o->packet(r);
+}
+
+}  // namespace verbsim::sim

@@ -1,0 +1,199 @@
+// What a world tells its observers (verbsim/sim/observe.hpp) and the counters it keeps
+// (Config::stats): exact packet, ACK, NAK, retry and completion counts for known exchanges,
+// and observers change nothing in the run.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "../support/sim_pair.hpp"
+#include "verbsim/sim/observe.hpp"
+
+namespace verbsim {
+namespace {
+
+using testing::PairOptions;
+using testing::SimPair;
+
+// Records everything it is told.
+struct Recorder final : sim::Observer {
+  std::vector<sim::PostRecord> posts;
+  std::vector<sim::PacketRecord> packets;
+  std::vector<sim::CompletionRecord> completions;
+  std::vector<std::string> instants;
+  std::vector<std::vector<std::uint8_t>> payloads;
+  void posted(const sim::PostRecord& r) override { posts.push_back(r); }
+  void packet(const sim::PacketRecord& r) override {
+    packets.push_back(r);
+    payloads.emplace_back(r.payload.begin(), r.payload.end());
+    packets.back().payload = {};
+  }
+  void completion(const sim::CompletionRecord& r) override { completions.push_back(r); }
+  void instant(const sim::InstantRecord& r) override { instants.emplace_back(r.what); }
+};
+
+sim::Config with_stats(const char* faults = "") {
+  sim::Config c;
+  c.stats = true;
+  c.faults = sim::FaultPlan::parse(faults);
+  return c;
+}
+
+// One SEND of `len` bytes from a to b, its receive posted first; runs the world dry.
+void send_once(SimPair& p, std::uint32_t len, std::uint64_t wr_id = 1) {
+  std::memcpy(p.a.buf.data(), "observe me", 11);
+  const Sge rs = p.b.sge(0, 4096);
+  ASSERT_FALSE(p.b.qp->post_recv(RecvWr{100 + wr_id, {&rs, 1}}).error());
+  const Sge ss = p.a.sge(0, len);
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = WrOpcode::send;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&ss, 1};
+  ASSERT_FALSE(p.a.qp->post_send(wr).error());
+  testing::drain(p.world, *p.a.cq);
+  testing::drain(p.world, *p.b.cq);
+}
+
+TEST(Observe, ASendIsOnePostOneRequestOneAckTwoCompletions) {
+  SimPair p;
+  Recorder rec;
+  p.world.add_observer(rec);
+  send_once(p, 64);
+  ASSERT_EQ(rec.posts.size(), 2u);  // the receive, then the send
+  EXPECT_FALSE(rec.posts[0].send);
+  EXPECT_EQ(rec.posts[1].wr_id, 1u);
+  EXPECT_EQ(rec.posts[1].length, 64u);
+  ASSERT_EQ(rec.packets.size(), 2u);
+  const sim::PacketRecord& req = rec.packets[0];
+  EXPECT_EQ(req.kind, sim::PacketKind::request);
+  EXPECT_EQ(req.opcode, WrOpcode::send);
+  EXPECT_EQ(req.src_qpn, p.a.qp->qp_num());
+  EXPECT_EQ(req.dst_qpn, p.b.qp->qp_num());
+  EXPECT_EQ(req.src_dev, 0);
+  EXPECT_EQ(req.dst_dev, 1);
+  EXPECT_EQ(req.psn, 100u);  // the PSN SimPair connects a with
+  EXPECT_EQ(req.length, 64u);
+  EXPECT_EQ(req.fate, sim::PacketFate::delivered);
+  EXPECT_GT(req.arrives_ns, req.sent_ns);
+  ASSERT_EQ(rec.payloads[0].size(), 64u);
+  EXPECT_EQ(std::memcmp(rec.payloads[0].data(), "observe me", 11), 0);
+  EXPECT_TRUE(req.src_gid.is_ipv4_mapped());
+  const sim::PacketRecord& ack = rec.packets[1];
+  EXPECT_EQ(ack.kind, sim::PacketKind::ack);
+  EXPECT_EQ(ack.src_qpn, p.b.qp->qp_num());
+  EXPECT_EQ(ack.dst_qpn, p.a.qp->qp_num());
+  EXPECT_EQ(ack.psn, 100u);
+  ASSERT_EQ(rec.completions.size(), 2u);
+  EXPECT_FALSE(rec.completions[0].send);  // the receive completes when the data lands
+  EXPECT_EQ(rec.completions[0].wc.wr_id, 101u);
+  EXPECT_TRUE(rec.completions[1].send);
+  EXPECT_EQ(rec.completions[1].wc.status, WcStatus::success);
+  EXPECT_EQ(rec.completions[1].time_ns, ack.arrives_ns);
+}
+
+TEST(Observe, AReadResponseCarriesTheData) {
+  SimPair p;
+  Recorder rec;
+  p.world.add_observer(rec);
+  std::memcpy(p.b.buf.data(), "remote bytes", 13);
+  const Sge ls = p.a.sge(0, 13);
+  SendWr rd;
+  rd.wr_id = 7;
+  rd.opcode = WrOpcode::rdma_read;
+  rd.flags = SendFlags::signaled;
+  rd.sg_list = {&ls, 1};
+  rd.remote_addr = reinterpret_cast<std::uint64_t>(p.b.buf.data());
+  rd.rkey = p.b.mr->rkey();
+  ASSERT_FALSE(p.a.qp->post_send(rd).error());
+  testing::drain(p.world, *p.a.cq);
+  ASSERT_EQ(rec.packets.size(), 2u);
+  EXPECT_EQ(rec.packets[0].opcode, WrOpcode::rdma_read);
+  EXPECT_EQ(rec.packets[0].rkey, p.b.mr->rkey());
+  EXPECT_TRUE(rec.payloads[0].empty());  // a READ request carries no data
+  EXPECT_EQ(rec.packets[1].kind, sim::PacketKind::read_response);
+  EXPECT_EQ(rec.packets[1].length, 13u);
+  ASSERT_EQ(rec.payloads[1].size(), 13u);
+  EXPECT_EQ(std::memcmp(rec.payloads[1].data(), "remote bytes", 13), 0);
+}
+
+TEST(Observe, CountersOfADroppedSendAndItsRetry) {
+  // The first packet of the run (a's SEND) is dropped: the requester times out and sends it
+  // again, which b ACKs.
+  SimPair p(with_stats("drop nth=1"));
+  send_once(p, 64);
+  const sim::Stats s = p.world.stats();
+  ASSERT_TRUE(s.collected);
+  const sim::QpCounters* a = s.qp(0, p.a.qp->qp_num());
+  const sim::QpCounters* b = s.qp(1, p.b.qp->qp_num());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->packets_sent, 2u);
+  EXPECT_EQ(a->bytes_sent, 128u);
+  EXPECT_EQ(a->lost_to_faults, 1u);
+  EXPECT_EQ(a->retransmissions, 1u);
+  EXPECT_EQ(a->timeouts, 1u);
+  EXPECT_EQ(a->acks_received, 1u);
+  EXPECT_EQ(a->completions[static_cast<int>(WcStatus::success)], 1u);
+  EXPECT_EQ(b->packets_received, 1u);
+  EXPECT_EQ(b->acks_sent, 1u);
+  EXPECT_EQ(b->completions[static_cast<int>(WcStatus::success)], 1u);
+  ASSERT_EQ(s.ports.size(), 2u);
+  EXPECT_EQ(s.ports[0].second.packets_lost, 1u);
+  EXPECT_NE(s.to_string().find("retransmissions 1"), std::string::npos) << s.to_string();
+}
+
+TEST(Observe, AnRnrNakIsCountedOnBothSides) {
+  PairOptions o;
+  o.connect_options.rnr_retry = 1;
+  o.connect_options.min_rnr_timer = 14;
+  SimPair p(with_stats(), o);
+  Recorder rec;
+  p.world.add_observer(rec);
+  const Sge ss = p.a.sge(0, 8);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::send;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&ss, 1};
+  ASSERT_FALSE(p.a.qp->post_send(wr).error());  // b has no receive posted
+  const auto wcs = testing::drain(p.world, *p.a.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::rnr_retry_exc_err);
+  const sim::Stats s = p.world.stats();
+  const sim::QpCounters* a = s.qp(0, p.a.qp->qp_num());
+  const sim::QpCounters* b = s.qp(1, p.b.qp->qp_num());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->naks_received[static_cast<int>(sim::NakCode::rnr)], 2u);  // the try and its retry
+  EXPECT_EQ(a->rnr_waits, 2u);
+  EXPECT_EQ(b->naks_sent[static_cast<int>(sim::NakCode::rnr)], 2u);
+  EXPECT_EQ(a->completions[static_cast<int>(WcStatus::rnr_retry_exc_err)], 1u);
+  ASSERT_EQ(rec.packets.size(), 4u);  // SEND, RNR NAK, SEND again, RNR NAK
+  EXPECT_EQ(rec.packets[1].kind, sim::PacketKind::nak);
+  EXPECT_EQ(rec.packets[1].nak, sim::NakCode::rnr);
+  EXPECT_EQ(rec.packets[1].rnr_timer, 14);
+  EXPECT_EQ(rec.packets[2].psn, rec.packets[0].psn);
+}
+
+TEST(Observe, WithoutStatsNothingIsCollected) {
+  SimPair p;
+  send_once(p, 8);
+  EXPECT_FALSE(p.world.stats().collected);
+}
+
+TEST(Observe, ObserversChangeNothingInTheRun) {
+  auto digest = [](bool observed) {
+    sim::Config c = with_stats("drop p=0.3; duplicate p=0.2; reorder p=0.2 by=2us");
+    c.stats = observed;
+    SimPair p(c);
+    Recorder rec;
+    if (observed) p.world.add_observer(rec);
+    for (std::uint64_t i = 1; i <= 20; ++i) send_once(p, 100, i);
+    return p.world.digest();
+  };
+  EXPECT_EQ(digest(false), digest(true));
+}
+
+}  // namespace
+}  // namespace verbsim
