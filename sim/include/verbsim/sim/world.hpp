@@ -75,7 +75,7 @@ class World final : public Backend {
   std::string_view name() const noexcept override { return "sim"; }
   std::vector<DeviceInfo> devices() override;
   std::unique_ptr<Context> open(std::string_view device = {}) override;
-  // The simulated connection manager (verbsim/cm.hpp; sim/src/cm.cpp).
+  // The simulated connection manager (verbsim/cm.hpp; sim/src/cm/).
   std::unique_ptr<CmEventChannel> create_cm_channel() override;
 
   const Config& config() const noexcept;
