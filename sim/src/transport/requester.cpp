@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "transport/completions.hpp"
 #include "transport/memory_keys.hpp"
 #include "transport/qp.hpp"
 #include "transport/wire.hpp"
