@@ -3,6 +3,7 @@
 // and observers change nothing in the run.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -193,6 +194,26 @@ TEST(Observe, ObserversChangeNothingInTheRun) {
     return p.world.digest();
   };
   EXPECT_EQ(digest(false), digest(true));
+}
+
+}  // namespace
+}  // namespace verbsim
+
+namespace verbsim {
+namespace {
+
+// A seeded run that fails on purpose, for tests/observe/failure-report.sh: the test main
+// must print the world's report and a command that reruns it to the same failure.
+TEST(FailureReport, ADeliberateFailure) {
+  if (std::getenv("VERBSIM_DEMO_FAILURE") == nullptr) {
+    GTEST_SKIP() << "fails on purpose only with VERBSIM_DEMO_FAILURE set (failure-report.sh)";
+  }
+  sim::Config c;
+  c.seed = 7;
+  c.faults = sim::FaultPlan::parse("drop nth=2; delay p=0.5 by=1us");
+  SimPair p(c);
+  for (std::uint64_t i = 1; i <= 4; ++i) send_once(p, 64, i);
+  ADD_FAILURE() << "deliberate failure, digest " << p.world.digest_hex();
 }
 
 }  // namespace

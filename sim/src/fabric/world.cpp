@@ -8,7 +8,7 @@
 
 #include "transport/qp.hpp"
 #include "fibers/wait.hpp"
-#include "observe/stats.hpp"
+#include "verbsim/sim/observe.hpp"
 #include "observe/timeline.hpp"
 #include "verbsim/error.hpp"
 
@@ -323,6 +323,12 @@ Accounting World::accounting() const noexcept {
 }
 
 void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
+
+Observer& World::own_observer(std::unique_ptr<Observer> observer) {
+  Observer& o = *observer;
+  impl_->own_observer(std::move(observer));
+  return o;
+}
 
 Stats World::stats() const {
   return impl_->stats_observer() != nullptr ? impl_->stats_observer()->stats() : Stats{};

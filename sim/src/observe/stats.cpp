@@ -1,4 +1,4 @@
-#include "observe/stats.hpp"
+#include "verbsim/sim/observe.hpp"
 
 #include <cstdio>
 #include <string>

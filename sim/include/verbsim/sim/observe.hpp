@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "verbsim/types.hpp"
@@ -160,6 +163,62 @@ struct Stats {
   const QpCounters* qp(int dev, std::uint32_t qpn) const noexcept;
   // Readable, one line per port and per QP (what VERBSIM_STATS=1 prints).
   std::string to_string() const;
+};
+
+}  // namespace verbsim::sim
+
+namespace verbsim::sim {
+
+// One line for each kind of record, as the flight recorder and the determinism check print
+// them: "t=1234 ns post sim0 qp 17 send wr_id=1 SEND 64 B" and so on.
+std::string describe(const PostRecord& r);
+std::string describe(const PacketRecord& r);
+std::string describe(const CompletionRecord& r);
+std::string describe(const InstantRecord& r);
+
+// Counts what a world does (Config::stats makes one; so can a test).
+class StatsObserver final : public Observer {
+ public:
+  // `print`: write the counters to stderr when the world ends.
+  explicit StatsObserver(bool print = false) : print_(print) {}
+  void packet(const PacketRecord& r) override;
+  void completion(const CompletionRecord& r) override;
+  void instant(const InstantRecord& r) override;
+  void finished(std::uint64_t time_ns) override;
+  Stats stats() const;
+
+ private:
+  using QpKey = std::pair<int, std::uint32_t>;
+  bool print_;
+  std::map<QpKey, QpCounters> qps_;
+  std::map<std::pair<int, int>, PortCounters> ports_;
+  std::map<QpKey, std::uint32_t> next_psn_;  // past the highest request PSN each QP sent
+};
+
+// Keeps the last `capacity` records of a run, and counts everything, for a failure report
+// (the test kit's main attaches one to every world).
+class FlightRecorder final : public Observer {
+ public:
+  explicit FlightRecorder(std::size_t capacity = 50) : capacity_(capacity) {}
+  void posted(const PostRecord& r) override { keep(r); }
+  void packet(const PacketRecord& r) override;
+  void completion(const CompletionRecord& r) override;
+  void instant(const InstantRecord& r) override;
+  // The last records, oldest first, then the counters of the QPs they name.
+  std::string report() const;
+
+ private:
+  // An instant's text, kept (InstantRecord only points at it).
+  struct Instant {
+    InstantRecord record;
+    std::string what;
+  };
+  using Record = std::variant<PostRecord, PacketRecord, CompletionRecord, Instant>;
+  void keep(Record r);
+  std::size_t capacity_;
+  std::deque<Record> records_;  // formatted only for a report
+  std::vector<std::pair<int, std::uint32_t>> qps_;  // QPs the packets name, in order seen
+  StatsObserver stats_;
 };
 
 }  // namespace verbsim::sim

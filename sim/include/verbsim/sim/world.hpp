@@ -107,6 +107,8 @@ class World final : public Backend {
   // Tells `observer` about every post, packet, completion and instant from now on
   // (verbsim/sim/observe.hpp); it must outlive the world. Costs nothing without observers.
   void add_observer(Observer& observer);
+  // The same for an observer the world keeps until it ends; returns it.
+  Observer& own_observer(std::unique_ptr<Observer> observer);
   // The run's counters so far; `collected` is false unless the world was made with
   // Config::stats (or VERBSIM_STATS=1).
   Stats stats() const;
