@@ -9,6 +9,7 @@
 
 #include "../support/sim_pair.hpp"
 #include "verbsim/sim/observe.hpp"
+#include "verbsim/sim/scenario.hpp"
 
 namespace verbsim {
 namespace {
@@ -214,6 +215,41 @@ TEST(FailureReport, ADeliberateFailure) {
   SimPair p(c);
   for (std::uint64_t i = 1; i <= 4; ++i) send_once(p, 64, i);
   ADD_FAILURE() << "deliberate failure, digest " << p.world.digest_hex();
+}
+
+}  // namespace
+}  // namespace verbsim
+
+namespace verbsim {
+namespace {
+
+// VERBSIM_CHECK_DETERMINISM (run_scenario's check) names where two runs part, not only that
+// their digests differ: here the second run sends 65 bytes where the first sent 64.
+TEST(Determinism, TheFirstRecordWhereTwoRunsDifferIsNamed) {
+  int runs = 0;
+  const auto scenario = [&runs](sim::World& world) {
+    ++runs;
+    testing::Side a = testing::make_side(world, "sim0", {});
+    testing::Side b = testing::make_side(world, "sim1", {});
+    connect(*a.qp, 1, testing::endpoint_of(b, 2));
+    connect(*b.qp, 2, testing::endpoint_of(a, 1));
+    const Sge rs = b.sge(0, 128);
+    ASSERT_FALSE(b.qp->post_recv(RecvWr{9, {&rs, 1}}).error());
+    const Sge ss = a.sge(0, runs == 1 ? 64 : 65);
+    SendWr wr;
+    wr.wr_id = 5;
+    wr.flags = SendFlags::signaled;
+    wr.sg_list = {&ss, 1};
+    ASSERT_FALSE(a.qp->post_send(wr).error());
+    testing::drain(world, *a.cq);
+  };
+  const sim::ScenarioResult r = sim::run_scenario(sim::Config{}, scenario, /*check=*/true);
+  EXPECT_FALSE(r.deterministic);
+  EXPECT_NE(r.message.find("they part at record 1: first run 't=0 ns post sim0 qp 17 send "
+                           "wr_id=5 SEND 64 B', second run 't=0 ns post sim0 qp 17 send wr_id=5 "
+                           "SEND 65 B'"),
+            std::string::npos)
+      << r.message;
 }
 
 }  // namespace
