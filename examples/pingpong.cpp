@@ -188,7 +188,7 @@ int run(const Options& opt) {
     config.devices = std::max(config.devices, 2);
     auto w = std::make_unique<sim::World>(config);
     world = w.get();
-    backend = std::move(w);
+    backend = log_verbs_from_env(std::move(w));  // VERBSIM_VERB_LOG, as open_backend() does
     if (client_dev.empty()) client_dev = "sim0";
     server_dev = client_dev == "sim1" ? "sim0" : "sim1";
   } else {

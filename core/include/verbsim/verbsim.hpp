@@ -19,6 +19,7 @@
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
 #include "verbsim/types.hpp"
+#include "verbsim/verb_log.hpp"
 
 namespace verbsim {
 
