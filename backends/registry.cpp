@@ -3,6 +3,7 @@
 #include <string>
 
 #include "verbsim/error.hpp"
+#include "verbsim/sim/extensions.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verb_log.hpp"
 #include "verbsim/verbsim.hpp"
@@ -28,10 +29,9 @@ std::unique_ptr<Backend> open_backend(std::string_view backend) {
 
 std::unique_ptr<Backend> log_verbs_from_env(std::unique_ptr<Backend> backend) {
   if (const auto* world = dynamic_cast<const sim::World*>(backend.get())) {
-    const sim::Profile profile = world->config().profile;
-    return log_verbs_from_env(std::move(backend),
-                              profile == sim::Profile::rxe ? ProviderModel::rxe : ProviderModel::mlx5,
-                              "sim profile " + std::string(sim::to_string(profile)));
+    const ProviderModel model = sim::verb_log_model(*world);
+    std::string source = sim::verb_log_model_source(*world);
+    return log_verbs_from_env(std::move(backend), model, std::move(source));
   }
   return log_verbs_from_env(std::move(backend), std::nullopt, {});  // model: the first device
 }

@@ -241,7 +241,9 @@ ibv_context* ibv_open_device_1_1(ibv_device* device) {
     // A file standing for /dev/infiniband/uverbsN; ibv_import_device() recognises its dups.
     const int cmd_fd = ::memfd_create(device->name, MFD_CLOEXEC);
     if (cmd_fd < 0) return nullptr;
-    return make_context(device_of(device), world()->open(device->name), cmd_fd);
+    std::unique_ptr<Context> ctx = world()->open(device->name);
+    if (global().verb_log) ctx = global().verb_log->wrap(std::move(ctx));  // VERBSIM_VERB_LOG
+    return make_context(device_of(device), std::move(ctx), cmd_fd);
   });
 }
 VERBSIM_DEFAULT_1_1(ibv_open_device);

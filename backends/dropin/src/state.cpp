@@ -15,6 +15,7 @@
 #include "objects.hpp"
 #include "ops.hpp"
 #include "progress.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 namespace verbsim::dropin {
 
@@ -137,6 +138,18 @@ sim::World* world() noexcept {
   try {
     g.world = std::make_unique<sim::World>(sim::Config::from_env());
     g.world->set_poll_horizon(kNearNs);  // farther only as polling() and shared_wait decide
+    if (const char* log = std::getenv("VERBSIM_VERB_LOG"); log != nullptr && *log != '\0') {
+      VerbLogOptions o;
+      o.sink = open_verb_log_sink(log);
+      o.provider = sim::verb_log_model(*g.world);
+      o.provider_source = sim::verb_log_model_source(*g.world);
+      o.summary_at_end = false;  // the global state lives until exit: the summary comes then
+      g.verb_log.emplace(std::move(o));
+      std::atexit([] {
+        std::lock_guard<std::recursive_mutex> lock(global().mu);
+        if (global().verb_log) global().verb_log->print_summary();
+      });
+    }
     const auto infos = g.world->devices();
     for (std::size_t i = 0; i < infos.size(); ++i) {
       auto* d = new DDevice{};  // devices live as long as the process, like the world

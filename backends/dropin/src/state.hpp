@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -30,6 +31,7 @@
 
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/sim/world.hpp"
+#include "verbsim/verb_log.hpp"
 
 namespace verbsim::dropin {
 
@@ -38,6 +40,8 @@ struct DDevice;
 struct Global {
   std::recursive_mutex mu;
   std::unique_ptr<sim::World> world;
+  // VERBSIM_VERB_LOG: the verb log every context is opened through (docs/OBSERVABILITY.md).
+  std::optional<VerbLog> verb_log;
   bool tried = false;           // world creation was attempted
   std::string config_error;     // why it failed (bad VERBSIM_* variable)
   std::vector<DDevice*> devices;  // one per simulated device, never freed

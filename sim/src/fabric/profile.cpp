@@ -44,6 +44,7 @@ constexpr ProfileTraits kStrict{
     .srq_resize = false,  // mlx5_ib_modify_srq refuses IB_SRQ_MAX_WR
     .parent_domain = true,
     .import_device = true,
+    .kernel_crossings = ProviderModel::mlx5,
     .type2_window_pins_qp = false,
     .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
@@ -94,6 +95,7 @@ constexpr ProfileTraits kRxe{
     .srq_resize = true,                  // measured: max_wr 2, 16 -> depth 3, 31; 0 is EINVAL
     .parent_domain = false,              // measured: EOPNOTSUPP
     .import_device = false,              // measured: EOPNOTSUPP
+    .kernel_crossings = ProviderModel::rxe,
     .type2_window_pins_qp = true,        // measured: __rxe_cleanup's 50 s timeout, then
                                          // refcount_t underflow (the random verb test)
     .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)

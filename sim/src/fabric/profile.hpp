@@ -6,6 +6,7 @@
 
 #include "verbsim/sim/world.hpp"
 #include "verbsim/types.hpp"
+#include "verbsim/verb_log.hpp"
 
 namespace verbsim::sim {
 
@@ -66,6 +67,8 @@ struct ProfileTraits {
   bool srq_resize;          // rxe: ibv_modify_srq may change max_wr (IBV_DEVICE_SRQ_RESIZE)
   bool parent_domain;       // false on rxe: ibv_alloc_parent_domain is EOPNOTSUPP
   bool import_device;       // false on rxe: ibv_import_device is EOPNOTSUPP
+  ProviderModel kernel_crossings;  // which verbs enter the kernel (the verb log's summary):
+                                   // rxe's post_send does, mlx5's data path does not
   bool type2_window_pins_qp;      // rxe: a bound type 2 window holds a reference on its QP, so
                                   // destroying the QP blocks 50 s and frees it under the window
                                   // (kernel 6.1): the simulator destroys it and warns

@@ -6,18 +6,19 @@
 #include <string>
 
 #include "transport/qp.hpp"
+#include "verbsim/verb_log.hpp"
 
 namespace verbsim::sim {
 
 bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
-  auto* w = dynamic_cast<SimMw*>(&mw);
+  auto* w = dynamic_cast<SimMw*>(&unlogged(mw));  // the window behind a verb log's wrapper
   if (w == nullptr) return false;
   w->set_rkey(rkey);
   return true;
 }
 
 void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
-  auto* s = dynamic_cast<SimSrq*>(&srq);
+  auto* s = dynamic_cast<SimSrq*>(&unlogged(srq));
   if (s == nullptr) fail("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");
   s->resize(max_wr);
 }
@@ -29,6 +30,18 @@ bool can_resize_srq(const World& world) noexcept {
 DropinTraits dropin_traits(const World& world) noexcept {
   const ProfileTraits& t = ProfileTraits::of(world.config().profile);
   return {t.parent_domain, t.import_device, t.create_reports_requested};
+}
+
+}  // namespace verbsim::sim
+
+namespace verbsim::sim {
+
+ProviderModel verb_log_model(const World& world) noexcept {
+  return ProfileTraits::of(world.config().profile).kernel_crossings;
+}
+
+std::string verb_log_model_source(const World& world) {
+  return "sim profile " + std::string(to_string(world.config().profile));
 }
 
 }  // namespace verbsim::sim

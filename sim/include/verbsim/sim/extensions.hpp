@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "verbsim/memory_window.hpp"
 #include "verbsim/shared_receive_queue.hpp"
 #include "verbsim/sim/world.hpp"
+#include "verbsim/verb_log.hpp"
 
 namespace verbsim::sim {
 
@@ -34,5 +36,10 @@ struct DropinTraits {
                                   // its init attributes (rxe), instead of what was given
 };
 DropinTraits dropin_traits(const World& world) noexcept;
+
+// Which provider's kernel crossings the verb log counts for the world's profile (rxe for rxe,
+// mlx5 for strict and mlx5), and a name for where that came from ("sim profile rxe").
+ProviderModel verb_log_model(const World& world) noexcept;
+std::string verb_log_model_source(const World& world);
 
 }  // namespace verbsim::sim
