@@ -3,6 +3,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "../support/sim_pair.hpp"
 #include "verbsim/sim/faults.hpp"
@@ -87,16 +89,37 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
 }
 
 TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
-  for (const char* bad : {"post_send errno=ENOMEM", "post_send nth=1", "post_send nth=0 errno=EIO",
-                          "frobnicate p=1", "drop p=2", "delay p=0.1 by=3parsecs",
-                          "post_send nth=1 errno=ENOMEM colour=red", "link_down at=1ms",
-                          "qp_fatal at=1ms", "cq_overrun", "post_send nth=1 every=2 errno=EIO",
-                          "cm_drop msg=mad nth=1", "cm_drop msg=req"}) {
+  struct Bad {
+    const char* rule;
+    const char* why;
+  };
+  const Bad bads[] = {
+      {"post_send errno=ENOMEM", "give exactly one of nth=, every= or p="},
+      {"post_send nth=1", "errno= is required"},
+      {"post_send nth=0 errno=EIO", "nth counts from 1"},
+      {"post_send nth=1 errno=4096", "errno=4096 out of range"},
+      {"frobnicate p=1", "unknown fault kind 'frobnicate'"},
+      {"drop p=2", "p=2 is not in [0, 1]"},
+      {"drop nth", "'nth' is not key=value"},
+      {"delay p=0.1 by=3parsecs", "by=3parsecs: unknown unit (ns, us, ms or s)"},
+      {"post_send nth=1 errno=ENOMEM colour=red", "unknown key 'colour'"},
+      {"link_down at=1ms", "dev= is required"},
+      {"link_down dev=sim0 at=1ms nth=1", "unknown key 'nth'"},
+      {"qp_fatal at=1ms", "qp= is required"},
+      {"cq_overrun", "depth= is required and at least 1"},
+      {"post_send nth=1 every=2 errno=EIO", "give exactly one of nth=, every= or p="},
+      {"cm_drop msg=mad nth=1", "msg=mad is not req, rep, rtu, rej, dreq, drep or any"},
+      {"cm_drop msg=req", "give exactly one of nth=, every= or p="},
+  };
+  for (const Bad& bad : bads) {
+    // The second rule is the bad one: the message names it, not the good rule before it.
+    const std::string text = std::string("drop p=0.5; ") + bad.rule;
     try {
-      (void)FaultPlan::parse(bad);
-      ADD_FAILURE() << "accepted: " << bad;
+      (void)FaultPlan::parse(text);
+      ADD_FAILURE() << "accepted: " << bad.rule;
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::strstr(e.what(), "fault plan:"), nullptr) << e.what();
+      EXPECT_EQ(std::string(e.what()),
+                std::string("fault plan: ") + bad.why + " in rule '" + bad.rule + "'");
     }
   }
 }
