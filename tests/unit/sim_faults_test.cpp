@@ -88,6 +88,27 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
   EXPECT_EQ(again.to_string(), plan.to_string());
 }
 
+// Every row of VERBSIM_FAULT_VERBS: its name parses (with or without ibv_) to its value, and
+// the plan prints it back.
+TEST(FaultPlanText, EveryVerbsNameRoundTrips) {
+  for (int i = 0; i < sim::kVerbCount; ++i) {
+    const auto verb = static_cast<sim::Verb>(i);
+    const std::string name(sim::to_string(verb));
+    SCOPED_TRACE(name);
+    ASSERT_NE(name, "unknown");
+    const std::string rule = name + " nth=2 errno=EIO qp=7";
+    for (const std::string& text : {rule, "ibv_" + rule}) {
+      const FaultPlan plan = FaultPlan::parse(text);
+      ASSERT_EQ(plan.verbs.size(), 1u);
+      EXPECT_EQ(plan.verbs[0].verb, verb);
+      EXPECT_EQ(plan.verbs[0].err, EIO);
+      EXPECT_EQ(plan.to_string(), rule);
+      EXPECT_TRUE(plan.has_verb(verb));
+    }
+  }
+  EXPECT_EQ(sim::to_string(static_cast<sim::Verb>(sim::kVerbCount)), "unknown");
+}
+
 TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
   struct Bad {
     const char* rule;

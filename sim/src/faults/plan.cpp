@@ -12,12 +12,10 @@ namespace verbsim::sim {
 
 namespace {
 
+#define VERBSIM_FAULT_VERB_NAME(name) #name,
 constexpr std::array<std::string_view, kVerbCount> kVerbNames{
-    "post_send", "post_recv", "post_srq_recv", "poll_cq",   "req_notify_cq",
-    "get_cq_event", "get_async_event", "alloc_pd", "reg_mr", "create_cq",
-    "create_qp", "modify_qp", "create_srq", "create_ah",
-    "rdma_bind_addr", "rdma_listen", "rdma_resolve_addr", "rdma_resolve_route", "rdma_connect",
-    "rdma_accept", "rdma_reject", "rdma_disconnect", "rdma_get_cm_event"};
+    VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_NAME)};
+#undef VERBSIM_FAULT_VERB_NAME
 
 constexpr std::array<std::pair<std::string_view, int>, 24> kErrnos{{
     {"EPERM", EPERM},       {"ENOENT", ENOENT},   {"EINTR", EINTR},       {"EIO", EIO},
