@@ -199,6 +199,64 @@ TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {
   }
 }
 
+// resize_cq and rereg_mr fail like the other control verbs: VerbError with the rule's errno,
+// naming the libibverbs verb, and the CQ or MR as it was.
+TEST(VerbFaults, ResizeCqAndReregMrFailWithTheRulesErrnoAndChangeNothing) {
+  sim::Config c = with_faults("resize_cq nth=2 errno=ENOMEM; rereg_mr nth=1 errno=EACCES");
+  c.profile = sim::Profile::strict;  // rxe has no rereg_mr (EOPNOTSUPP whatever the plan)
+  sim::World world(c);
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  auto cq = ctx->create_cq(8);
+  cq->resize(16);  // the first call: the rule fires on the 2nd
+  const int cqe = cq->cqe();
+  const int requested = cq->requested_cqe();
+  try {
+    cq->resize(64);
+    FAIL() << "resize_cq did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), ENOMEM);
+    EXPECT_EQ(e.verb(), "ibv_resize_cq");
+  }
+  EXPECT_EQ(cq->cqe(), cqe);
+  EXPECT_EQ(cq->requested_cqe(), requested);
+  cq->resize(64);
+  EXPECT_EQ(cq->requested_cqe(), 64);
+
+  char buf[64];
+  auto mr = pd->reg_mr(buf, sizeof buf, Access::local_write);
+  MrChange change;
+  change.access = Access::local_write | Access::remote_read;
+  try {
+    mr->rereg(change);
+    FAIL() << "rereg_mr did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EACCES);
+    EXPECT_EQ(e.verb(), "ibv_rereg_mr");
+  }
+  EXPECT_EQ(mr->access(), Access::local_write);
+  mr->rereg(change);
+  EXPECT_EQ(mr->access(), Access::local_write | Access::remote_read);
+}
+
+// Where the device has no rereg_mr the verb is not supported, and a rule on it never fires.
+TEST(VerbFaults, ReregMrOnTheRxeProfileIsUnsupportedWhateverThePlan) {
+  sim::Config c = with_faults("rereg_mr every=1 errno=EACCES");
+  c.profile = sim::Profile::rxe;
+  sim::World world(c);
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  char buf[64];
+  auto mr = pd->reg_mr(buf, sizeof buf, Access::local_write);
+  try {
+    mr->rereg(MrChange{});
+    FAIL() << "rereg_mr did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EOPNOTSUPP);
+    EXPECT_EQ(e.verb(), "ibv_rereg_mr");
+  }
+}
+
 TEST(PacketFaults, RcRecoversFromLostDuplicatedAndReorderedPackets) {
   for (const char* plan : {"drop p=0.2", "duplicate p=0.3", "reorder p=0.5 by=3us",
                            "delay p=0.3 by=2us; drop p=0.1; duplicate p=0.1"}) {

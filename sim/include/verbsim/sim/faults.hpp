@@ -20,9 +20,10 @@
 //                                         # sender's device, qp= either side's QP)
 //
 // Verbs: post_send post_recv post_srq_recv poll_cq req_notify_cq get_cq_event get_async_event
-// alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah (an ibv_ prefix is
-// accepted), and the connection manager's rdma_bind_addr rdma_listen rdma_resolve_addr
-// rdma_resolve_route rdma_connect rdma_accept rdma_reject rdma_disconnect rdma_get_cm_event.
+// alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah resize_cq rereg_mr (an
+// ibv_ prefix is accepted), and the connection manager's rdma_bind_addr rdma_listen
+// rdma_resolve_addr rdma_resolve_route rdma_connect rdma_accept rdma_reject rdma_disconnect
+// rdma_get_cm_event (VERBSIM_FAULT_VERBS below).
 // Times take ns, us, ms or s. errno takes a name (ENOMEM) or a number.
 #pragma once
 
@@ -62,7 +63,9 @@ namespace verbsim::sim {
   X(rdma_accept)               \
   X(rdma_reject)               \
   X(rdma_disconnect)           \
-  X(rdma_get_cm_event)
+  X(rdma_get_cm_event)         \
+  X(resize_cq)                 \
+  X(rereg_mr)
 
 #define VERBSIM_FAULT_VERB_ENUMERATOR(name) name,
 enum class Verb : std::uint8_t { VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_ENUMERATOR) };
