@@ -3,6 +3,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "../support/sim_pair.hpp"
 #include "../support/wr_checker.hpp"
@@ -100,17 +102,59 @@ TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
   EXPECT_EQ(again.to_string(), plan.to_string());
 }
 
+// Every row of VERBSIM_FAULT_VERBS: its name parses (with or without ibv_) to its value, and
+// the plan prints it back.
+TEST(FaultPlanText, EveryVerbsNameRoundTrips) {
+  for (int i = 0; i < sim::kVerbCount; ++i) {
+    const auto verb = static_cast<sim::Verb>(i);
+    const std::string name(sim::to_string(verb));
+    SCOPED_TRACE(name);
+    ASSERT_NE(name, "unknown");
+    const std::string rule = name + " nth=2 errno=EIO qp=7";
+    for (const std::string& text : {rule, "ibv_" + rule}) {
+      const FaultPlan plan = FaultPlan::parse(text);
+      ASSERT_EQ(plan.verbs.size(), 1u);
+      EXPECT_EQ(plan.verbs[0].verb, verb);
+      EXPECT_EQ(plan.verbs[0].err, EIO);
+      EXPECT_EQ(plan.to_string(), rule);
+      EXPECT_TRUE(plan.has_verb(verb));
+    }
+  }
+  EXPECT_EQ(sim::to_string(static_cast<sim::Verb>(sim::kVerbCount)), "unknown");
+}
+
 TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
-  for (const char* bad : {"post_send errno=ENOMEM", "post_send nth=1", "post_send nth=0 errno=EIO",
-                          "frobnicate p=1", "drop p=2", "delay p=0.1 by=3parsecs",
-                          "post_send nth=1 errno=ENOMEM colour=red", "link_down at=1ms",
-                          "qp_fatal at=1ms", "cq_overrun", "post_send nth=1 every=2 errno=EIO",
-                          "cm_drop msg=mad nth=1", "cm_drop msg=req"}) {
+  struct Bad {
+    const char* rule;
+    const char* why;
+  };
+  const Bad bads[] = {
+      {"post_send errno=ENOMEM", "give exactly one of nth=, every= or p="},
+      {"post_send nth=1", "errno= is required"},
+      {"post_send nth=0 errno=EIO", "nth counts from 1"},
+      {"post_send nth=1 errno=4096", "errno=4096 out of range"},
+      {"frobnicate p=1", "unknown fault kind 'frobnicate'"},
+      {"drop p=2", "p=2 is not in [0, 1]"},
+      {"drop nth", "'nth' is not key=value"},
+      {"delay p=0.1 by=3parsecs", "by=3parsecs: unknown unit (ns, us, ms or s)"},
+      {"post_send nth=1 errno=ENOMEM colour=red", "unknown key 'colour'"},
+      {"link_down at=1ms", "dev= is required"},
+      {"link_down dev=sim0 at=1ms nth=1", "unknown key 'nth'"},
+      {"qp_fatal at=1ms", "qp= is required"},
+      {"cq_overrun", "depth= is required and at least 1"},
+      {"post_send nth=1 every=2 errno=EIO", "give exactly one of nth=, every= or p="},
+      {"cm_drop msg=mad nth=1", "msg=mad is not req, rep, rtu, rej, dreq, drep or any"},
+      {"cm_drop msg=req", "give exactly one of nth=, every= or p="},
+  };
+  for (const Bad& bad : bads) {
+    // The second rule is the bad one: the message names it, not the good rule before it.
+    const std::string text = std::string("drop p=0.5; ") + bad.rule;
     try {
-      (void)FaultPlan::parse(bad);
-      ADD_FAILURE() << "accepted: " << bad;
+      (void)FaultPlan::parse(text);
+      ADD_FAILURE() << "accepted: " << bad.rule;
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::strstr(e.what(), "fault plan:"), nullptr) << e.what();
+      EXPECT_EQ(std::string(e.what()),
+                std::string("fault plan: ") + bad.why + " in rule '" + bad.rule + "'");
     }
   }
 }
@@ -166,6 +210,64 @@ TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {
   } catch (const VerbError& e) {
     EXPECT_EQ(e.code().value(), EFAULT);
     EXPECT_EQ(e.verb(), "ibv_reg_mr");
+  }
+}
+
+// resize_cq and rereg_mr fail like the other control verbs: VerbError with the rule's errno,
+// naming the libibverbs verb, and the CQ or MR as it was.
+TEST(VerbFaults, ResizeCqAndReregMrFailWithTheRulesErrnoAndChangeNothing) {
+  sim::Config c = with_faults("resize_cq nth=2 errno=ENOMEM; rereg_mr nth=1 errno=EACCES");
+  c.profile = sim::Profile::strict;  // rxe has no rereg_mr (EOPNOTSUPP whatever the plan)
+  sim::World world(c);
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  auto cq = ctx->create_cq(8);
+  cq->resize(16);  // the first call: the rule fires on the 2nd
+  const int cqe = cq->cqe();
+  const int requested = cq->requested_cqe();
+  try {
+    cq->resize(64);
+    FAIL() << "resize_cq did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), ENOMEM);
+    EXPECT_EQ(e.verb(), "ibv_resize_cq");
+  }
+  EXPECT_EQ(cq->cqe(), cqe);
+  EXPECT_EQ(cq->requested_cqe(), requested);
+  cq->resize(64);
+  EXPECT_EQ(cq->requested_cqe(), 64);
+
+  char buf[64];
+  auto mr = pd->reg_mr(buf, sizeof buf, Access::local_write);
+  MrChange change;
+  change.access = Access::local_write | Access::remote_read;
+  try {
+    mr->rereg(change);
+    FAIL() << "rereg_mr did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EACCES);
+    EXPECT_EQ(e.verb(), "ibv_rereg_mr");
+  }
+  EXPECT_EQ(mr->access(), Access::local_write);
+  mr->rereg(change);
+  EXPECT_EQ(mr->access(), Access::local_write | Access::remote_read);
+}
+
+// Where the device has no rereg_mr the verb is not supported, and a rule on it never fires.
+TEST(VerbFaults, ReregMrOnTheRxeProfileIsUnsupportedWhateverThePlan) {
+  sim::Config c = with_faults("rereg_mr every=1 errno=EACCES");
+  c.profile = sim::Profile::rxe;
+  sim::World world(c);
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  char buf[64];
+  auto mr = pd->reg_mr(buf, sizeof buf, Access::local_write);
+  try {
+    mr->rereg(MrChange{});
+    FAIL() << "rereg_mr did not fail";
+  } catch (const VerbError& e) {
+    EXPECT_EQ(e.code().value(), EOPNOTSUPP);
+    EXPECT_EQ(e.verb(), "ibv_rereg_mr");
   }
 }
 

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
@@ -12,12 +14,10 @@ namespace verbsim::sim {
 
 namespace {
 
+#define VERBSIM_FAULT_VERB_NAME(name) #name,
 constexpr std::array<std::string_view, kVerbCount> kVerbNames{
-    "post_send", "post_recv", "post_srq_recv", "poll_cq",   "req_notify_cq",
-    "get_cq_event", "get_async_event", "alloc_pd", "reg_mr", "create_cq",
-    "create_qp", "modify_qp", "create_srq", "create_ah",
-    "rdma_bind_addr", "rdma_listen", "rdma_resolve_addr", "rdma_resolve_route", "rdma_connect",
-    "rdma_accept", "rdma_reject", "rdma_disconnect", "rdma_get_cm_event"};
+    VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_NAME)};
+#undef VERBSIM_FAULT_VERB_NAME
 
 constexpr std::array<std::pair<std::string_view, int>, 24> kErrnos{{
     {"EPERM", EPERM},       {"ENOENT", ENOENT},   {"EINTR", EINTR},       {"EIO", EIO},
@@ -111,6 +111,205 @@ class RuleParser {
   std::string_view rule_;
 };
 
+// ---------------------------------------------------------------------------------------------
+// The rule language as tables: a kind of rule is a row of kKinds, a key a row of its key table.
+
+// A rule while its words are read: what any kind's keys may set.
+struct Draft {
+  Trigger when;
+  int triggers = 0;  // how many of nth=, every= and p= were given
+  Filter where;
+  int err = 0;
+  PacketFault packet{};
+  TimedFault timed;
+  CmFault cm;
+  std::optional<std::uint32_t> depth;
+
+  void need_one_trigger(const RuleParser& p) const {
+    if (triggers != 1) p.error("give exactly one of nth=, every= or p=");
+  }
+};
+
+// One key=value word of a rule; conversions throw naming the rule.
+struct Arg {
+  const RuleParser& rule;
+  std::string_view key;
+  std::string_view value;
+
+  std::uint64_t number() const { return rule.number(key, value); }
+  std::uint32_t u32() const { return static_cast<std::uint32_t>(number()); }
+  std::uint64_t time() const { return rule.time(key, value); }
+};
+
+struct Key {
+  std::string_view name;
+  void (*set)(const Arg&, Draft&);
+};
+
+// When a rule fires (exactly one of nth=, every=, p=) and what it matches (qp=, dev=).
+constexpr Key kNthKey{"nth", [](const Arg& a, Draft& d) {
+                        d.when.nth = a.number();
+                        if (d.when.nth == 0) a.rule.error("nth counts from 1");
+                        ++d.triggers;
+                      }};
+constexpr Key kEveryKey{"every", [](const Arg& a, Draft& d) {
+                          d.when.every = a.number();
+                          if (d.when.every == 0) a.rule.error("every must be at least 1");
+                          ++d.triggers;
+                        }};
+constexpr Key kPKey{"p", [](const Arg& a, Draft& d) {
+                      d.when.probability = a.rule.probability(a.value);
+                      ++d.triggers;
+                    }};
+constexpr Key kQpKey{"qp", [](const Arg& a, Draft& d) { d.where.qpn = a.u32(); }};
+constexpr Key kDevKey{"dev", [](const Arg& a, Draft& d) { d.where.device = a.value; }};
+
+constexpr std::array kVerbKeys{
+    Key{"errno", [](const Arg& a, Draft& d) { d.err = a.rule.err(a.value); }},
+    kNthKey, kEveryKey, kPKey, kQpKey, kDevKey,
+};
+
+constexpr std::array kPacketKeys{
+    Key{"psn", [](const Arg& a, Draft& d) { d.packet.psn = a.u32() & 0xffffff; }},
+    Key{"by", [](const Arg& a, Draft& d) { d.packet.by_ns = a.time(); }},
+    kNthKey, kEveryKey, kPKey, kQpKey, kDevKey,
+};
+
+// Timed rules have no trigger, and their qp= and dev= name what breaks rather than filter.
+constexpr std::array kTimedKeys{
+    Key{"at", [](const Arg& a, Draft& d) { d.timed.at_ns = a.time(); }},
+    Key{"for", [](const Arg& a, Draft& d) { d.timed.for_ns = a.time(); }},
+    Key{"dev", [](const Arg& a, Draft& d) { d.timed.device = a.value; }},
+    Key{"port",
+        [](const Arg& a, Draft& d) { d.timed.port = static_cast<std::uint8_t>(a.number()); }},
+    Key{"qp", [](const Arg& a, Draft& d) { d.timed.qpn = a.u32(); }},
+};
+
+constexpr std::array kCmKeys{
+    Key{"msg",
+        [](const Arg& a, Draft& d) {
+          const auto* it = std::find(kCmMessageNames.begin(), kCmMessageNames.end(), a.value);
+          if (it == kCmMessageNames.end()) {
+            a.rule.error("msg=" + std::string(a.value) +
+                         " is not req, rep, rtu, rej, dreq, drep or any");
+          }
+          d.cm.msg = static_cast<CmMessage>(it - kCmMessageNames.begin());
+        }},
+    kNthKey, kEveryKey, kPKey, kQpKey, kDevKey,
+};
+
+constexpr std::array kCqOverrunKeys{
+    Key{"depth", [](const Arg& a, Draft& d) { d.depth = a.u32(); }},
+};
+
+// A family of rule kinds: `names` in the order of their enum's values, the keys they take,
+// and `finish`, which checks what the keys left unset and adds the rule `names[index]` to
+// the plan.
+struct Kind {
+  std::span<const std::string_view> names;
+  std::span<const Key> keys;
+  void (*finish)(const RuleParser&, std::size_t index, Draft&, FaultPlan&);
+};
+
+constexpr std::array<std::string_view, 1> kCmDropName{"cm_drop"};
+constexpr std::array<std::string_view, 1> kCqOverrunName{"cq_overrun"};
+
+constexpr std::array kKinds{
+    Kind{kVerbNames, kVerbKeys,
+         [](const RuleParser& p, std::size_t index, Draft& d, FaultPlan& plan) {
+           d.need_one_trigger(p);
+           if (d.err == 0) p.error("errno= is required");
+           plan.verbs.push_back({static_cast<Verb>(index), d.when, d.err, d.where});
+         }},
+    Kind{kPacketNames, kPacketKeys,
+         [](const RuleParser& p, std::size_t index, Draft& d, FaultPlan& plan) {
+           PacketFault& f = d.packet;
+           f.action = static_cast<PacketAction>(index);
+           if (f.psn && d.triggers == 0) {  // psn= alone: that packet, once
+             d.when.nth = 1;
+             ++d.triggers;
+           }
+           d.need_one_trigger(p);
+           if (f.by_ns == 0 && f.action == PacketAction::delay) f.by_ns = 10'000;
+           if (f.by_ns == 0 && f.action == PacketAction::reorder) f.by_ns = 5'000;
+           f.when = d.when;
+           f.where = d.where;
+           plan.packets.push_back(f);
+         }},
+    Kind{kTimedNames, kTimedKeys,
+         [](const RuleParser& p, std::size_t index, Draft& d, FaultPlan& plan) {
+           TimedFault& f = d.timed;
+           f.action = static_cast<TimedAction>(index);
+           if (f.action == TimedAction::qp_fatal && f.qpn == 0) p.error("qp= is required");
+           if ((f.action == TimedAction::link_down || f.action == TimedAction::link_up ||
+                f.action == TimedAction::device_fatal) &&
+               f.device.empty()) {
+             p.error("dev= is required");
+           }
+           plan.timed.push_back(f);
+         }},
+    Kind{kCmDropName, kCmKeys,
+         [](const RuleParser& p, std::size_t, Draft& d, FaultPlan& plan) {
+           d.need_one_trigger(p);
+           d.cm.when = d.when;
+           d.cm.where = d.where;
+           plan.cm.push_back(d.cm);
+         }},
+    // One depth for the whole plan: a later rule changes it, one without depth= keeps it.
+    Kind{kCqOverrunName, kCqOverrunKeys,
+         [](const RuleParser& p, std::size_t, Draft& d, FaultPlan& plan) {
+           if (d.depth) plan.cq_depth = *d.depth;
+           if (plan.cq_depth == 0) p.error("depth= is required and at least 1");
+         }},
+};
+
+// One rule's words: its kind (without an ibv_ prefix) and its key=value pairs, in order.
+struct Words {
+  std::string_view kind;
+  std::vector<std::pair<std::string_view, std::string_view>> args;
+};
+
+Words split_words(const RuleParser& p, std::string_view rule) {
+  Words w;
+  std::string_view rest = rule;
+  while (!rest.empty()) {
+    const std::size_t sp = rest.find_first_of(" \t");
+    const std::string_view word = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view{} : trim(rest.substr(sp));
+    if (w.kind.empty()) {
+      w.kind = word;
+      continue;
+    }
+    const std::size_t eq = word.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      p.error("'" + std::string(word) + "' is not key=value");
+    }
+    w.args.emplace_back(word.substr(0, eq), word.substr(eq + 1));
+  }
+  if (w.kind.starts_with("ibv_")) w.kind.remove_prefix(4);
+  return w;
+}
+
+void parse_rule(std::string_view rule, FaultPlan& plan) {
+  const RuleParser p(rule);
+  const Words words = split_words(p, rule);
+  for (const Kind& kind : kKinds) {
+    const auto name = std::find(kind.names.begin(), kind.names.end(), words.kind);
+    if (name == kind.names.end()) continue;
+    Draft d;
+    for (const auto& [key, value] : words.args) {
+      const auto k = std::find_if(kind.keys.begin(), kind.keys.end(),
+                                  [&](const Key& row) { return row.name == key; });
+      if (k == kind.keys.end()) p.error("unknown key '" + std::string(key) + "'");
+      k->set(Arg{p, key, value}, d);
+    }
+    kind.finish(p, static_cast<std::size_t>(name - kind.names.begin()), d, plan);
+    return;
+  }
+  p.error("unknown fault kind '" + std::string(words.kind) + "'");
+}
+
+
 }  // namespace
 
 std::string_view to_string(Verb v) noexcept {
@@ -153,151 +352,7 @@ FaultPlan FaultPlan::parse(std::string_view text) {
     text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
     if (const auto hash = rule.find('#'); hash != std::string_view::npos) rule = rule.substr(0, hash);
     rule = trim(rule);
-    if (rule.empty()) continue;
-
-    RuleParser p(rule);
-    std::vector<std::pair<std::string_view, std::string_view>> args;
-    std::string_view kind;
-    std::string_view rest = rule;
-    while (!rest.empty()) {
-      const std::size_t sp = rest.find_first_of(" \t");
-      const std::string_view word = rest.substr(0, sp);
-      rest = sp == std::string_view::npos ? std::string_view{} : trim(rest.substr(sp));
-      if (kind.empty()) {
-        kind = word;
-        continue;
-      }
-      const std::size_t eq = word.find('=');
-      if (eq == std::string_view::npos || eq == 0) p.error("'" + std::string(word) + "' is not key=value");
-      args.emplace_back(word.substr(0, eq), word.substr(eq + 1));
-    }
-    if (kind.starts_with("ibv_")) kind.remove_prefix(4);
-
-    Trigger when;
-    Filter where;
-    int set_triggers = 0;
-    auto common = [&](std::string_view key, std::string_view value) {
-      if (key == "nth") {
-        when.nth = p.number(key, value);
-        if (when.nth == 0) p.error("nth counts from 1");
-      } else if (key == "every") {
-        when.every = p.number(key, value);
-        if (when.every == 0) p.error("every must be at least 1");
-      } else if (key == "p") {
-        when.probability = p.probability(value);
-      } else if (key == "qp") {
-        where.qpn = static_cast<std::uint32_t>(p.number(key, value));
-        return true;
-      } else if (key == "dev") {
-        where.device = std::string(value);
-        return true;
-      } else {
-        return false;
-      }
-      ++set_triggers;
-      return true;
-    };
-    auto need_one_trigger = [&] {
-      if (set_triggers != 1) p.error("give exactly one of nth=, every= or p=");
-    };
-
-    bool done = false;
-    for (std::size_t v = 0; v < kVerbNames.size() && !done; ++v) {
-      if (kind != kVerbNames[v]) continue;
-      int err = 0;
-      for (const auto& [key, value] : args) {
-        if (key == "errno") {
-          err = p.err(value);
-        } else if (!common(key, value)) {
-          p.error("unknown key '" + std::string(key) + "'");
-        }
-      }
-      need_one_trigger();
-      if (err == 0) p.error("errno= is required");
-      plan.verbs.push_back({static_cast<Verb>(v), when, err, where});
-      done = true;
-    }
-    for (std::size_t a = 0; a < kPacketNames.size() && !done; ++a) {
-      if (kind != kPacketNames[a]) continue;
-      PacketFault f{static_cast<PacketAction>(a), {}, std::nullopt, 0, {}};
-      for (const auto& [key, value] : args) {
-        if (key == "psn") {
-          f.psn = static_cast<std::uint32_t>(p.number(key, value)) & 0xffffff;
-        } else if (key == "by") {
-          f.by_ns = p.time(key, value);
-        } else if (!common(key, value)) {
-          p.error("unknown key '" + std::string(key) + "'");
-        }
-      }
-      if (f.psn && set_triggers == 0) {
-        when.nth = 1;
-        ++set_triggers;
-      }
-      need_one_trigger();
-      if ((f.action == PacketAction::delay || f.action == PacketAction::reorder) && f.by_ns == 0) {
-        f.by_ns = f.action == PacketAction::delay ? 10'000 : 5'000;
-      }
-      f.when = when;
-      f.where = where;
-      plan.packets.push_back(f);
-      done = true;
-    }
-    for (std::size_t a = 0; a < kTimedNames.size() && !done; ++a) {
-      if (kind != kTimedNames[a]) continue;
-      TimedFault f;
-      f.action = static_cast<TimedAction>(a);
-      for (const auto& [key, value] : args) {
-        if (key == "at") {
-          f.at_ns = p.time(key, value);
-        } else if (key == "for") {
-          f.for_ns = p.time(key, value);
-        } else if (key == "dev") {
-          f.device = std::string(value);
-        } else if (key == "port") {
-          f.port = static_cast<std::uint8_t>(p.number(key, value));
-        } else if (key == "qp") {
-          f.qpn = static_cast<std::uint32_t>(p.number(key, value));
-        } else {
-          p.error("unknown key '" + std::string(key) + "'");
-        }
-      }
-      if (f.action == TimedAction::qp_fatal && f.qpn == 0) p.error("qp= is required");
-      if ((f.action == TimedAction::link_down || f.action == TimedAction::link_up ||
-           f.action == TimedAction::device_fatal) &&
-          f.device.empty()) {
-        p.error("dev= is required");
-      }
-      plan.timed.push_back(f);
-      done = true;
-    }
-    if (!done && kind == "cm_drop") {
-      CmFault f;
-      for (const auto& [key, value] : args) {
-        if (key == "msg") {
-          const auto* it = std::find(kCmMessageNames.begin(), kCmMessageNames.end(), value);
-          if (it == kCmMessageNames.end()) {
-            p.error("msg=" + std::string(value) + " is not req, rep, rtu, rej, dreq, drep or any");
-          }
-          f.msg = static_cast<CmMessage>(it - kCmMessageNames.begin());
-        } else if (!common(key, value)) {
-          p.error("unknown key '" + std::string(key) + "'");
-        }
-      }
-      need_one_trigger();
-      f.when = when;
-      f.where = where;
-      plan.cm.push_back(f);
-      done = true;
-    }
-    if (!done && kind == "cq_overrun") {
-      for (const auto& [key, value] : args) {
-        if (key != "depth") p.error("unknown key '" + std::string(key) + "'");
-        plan.cq_depth = static_cast<std::uint32_t>(p.number(key, value));
-      }
-      if (plan.cq_depth == 0) p.error("depth= is required and at least 1");
-      done = true;
-    }
-    if (!done) p.error("unknown fault kind '" + std::string(kind) + "'");
+    if (!rule.empty()) parse_rule(rule, plan);
   }
   return plan;
 }

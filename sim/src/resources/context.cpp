@@ -295,6 +295,9 @@ void SimMr::rereg(const MrChange& change) {
   if (!core.pd->ctx->world->traits().rereg_mr) {
     fail("ibv_rereg_mr", EOPNOTSUPP, "the rxe profile has no rereg_mr, as rxe");
   }
+  if (const int err = core.pd->ctx->world->verb_fault(Verb::rereg_mr, 0, core.dev)) {
+    fail("ibv_rereg_mr", err, "injected by the fault plan");
+  }
   // A window bound to it would keep the range it was bound to, which the MR may no longer
   // cover: refused as deregistration is.
   if (core.windows > 0) {

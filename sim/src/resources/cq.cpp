@@ -143,8 +143,11 @@ std::uint32_t cq_ring_size(std::uint32_t depth, const World::Impl& w) noexcept {
 
 void SimCq::resize(int cqe) {
   CqCore& core = *core_;
-  const World::Impl& w = *core.world;
+  World::Impl& w = *core.world;
   const std::uint32_t depth = cq_depth("ibv_resize_cq", cqe, w);
+  if (const int err = w.verb_fault(Verb::resize_cq, 0, core.ctx->dev)) {
+    fail("ibv_resize_cq", err, "injected by the fault plan");
+  }
   // rxe compares the size asked for, not the rounded one, with what the CQ holds (measured).
   if (static_cast<std::uint32_t>(cqe) < core.count) {
     fail("ibv_resize_cq", EINVAL,

@@ -20,9 +20,10 @@
 //                                         # sender's device, qp= either side's QP)
 //
 // Verbs: post_send post_recv post_srq_recv poll_cq req_notify_cq get_cq_event get_async_event
-// alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah (an ibv_ prefix is
-// accepted), and the connection manager's rdma_bind_addr rdma_listen rdma_resolve_addr
-// rdma_resolve_route rdma_connect rdma_accept rdma_reject rdma_disconnect rdma_get_cm_event.
+// alloc_pd reg_mr create_cq create_qp modify_qp create_srq create_ah resize_cq rereg_mr (an
+// ibv_ prefix is accepted), and the connection manager's rdma_bind_addr rdma_listen
+// rdma_resolve_addr rdma_resolve_route rdma_connect rdma_accept rdma_reject rdma_disconnect
+// rdma_get_cm_event (VERBSIM_FAULT_VERBS below).
 // Times take ns, us, ms or s. errno takes a name (ENOMEM) or a number.
 #pragma once
 
@@ -34,33 +35,47 @@
 
 namespace verbsim::sim {
 
-enum class Verb : std::uint8_t {
-  post_send,
-  post_recv,
-  post_srq_recv,
-  poll_cq,
-  req_notify_cq,
-  get_cq_event,
-  get_async_event,
-  alloc_pd,
-  reg_mr,
-  create_cq,
-  create_qp,
-  modify_qp,
-  create_srq,
-  create_ah,
-  // The connection manager's (verbsim/cm.hpp).
-  rdma_bind_addr,
-  rdma_listen,
-  rdma_resolve_addr,
-  rdma_resolve_route,
-  rdma_connect,
-  rdma_accept,
-  rdma_reject,
-  rdma_disconnect,
-  rdma_get_cm_event,
-};
-inline constexpr int kVerbCount = 23;
+// The verbs a rule can fail, one row each: Verb, kVerbCount and the names parse() and
+// to_string() use all come from this table. A verb's value is its row: append new verbs,
+// never insert or reorder (the values index the world's per-verb rule tables, and code built
+// against an earlier table keeps its numbers).
+#define VERBSIM_FAULT_VERBS(X) \
+  X(post_send)                 \
+  X(post_recv)                 \
+  X(post_srq_recv)             \
+  X(poll_cq)                   \
+  X(req_notify_cq)             \
+  X(get_cq_event)              \
+  X(get_async_event)           \
+  X(alloc_pd)                  \
+  X(reg_mr)                    \
+  X(create_cq)                 \
+  X(create_qp)                 \
+  X(modify_qp)                 \
+  X(create_srq)                \
+  X(create_ah)                 \
+  /* the connection manager's (verbsim/cm.hpp) */ \
+  X(rdma_bind_addr)            \
+  X(rdma_listen)               \
+  X(rdma_resolve_addr)         \
+  X(rdma_resolve_route)        \
+  X(rdma_connect)              \
+  X(rdma_accept)               \
+  X(rdma_reject)               \
+  X(rdma_disconnect)           \
+  X(rdma_get_cm_event)         \
+  X(resize_cq)                 \
+  X(rereg_mr)
+
+#define VERBSIM_FAULT_VERB_ENUMERATOR(name) name,
+enum class Verb : std::uint8_t { VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_ENUMERATOR) };
+#undef VERBSIM_FAULT_VERB_ENUMERATOR
+
+#define VERBSIM_FAULT_VERB_ONE(name) +1
+inline constexpr int kVerbCount = 0 VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_ONE);
+#undef VERBSIM_FAULT_VERB_ONE
+static_assert(static_cast<int>(Verb::rdma_get_cm_event) == 22, "append verbs, never insert");
+
 std::string_view to_string(Verb v) noexcept;  // "post_send"
 
 // When a rule fires among the calls (or packets) it matches. Exactly one of the three is set.
