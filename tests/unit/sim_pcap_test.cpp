@@ -40,7 +40,8 @@ struct Capture {
 };
 
 std::uint32_t le32(const Bytes& b, std::size_t at) {
-  return b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) | (static_cast<std::uint32_t>(b[at + 3]) << 24);
+  return b[at] | (b[at + 1] << 8) | (b[at + 2] << 16) |
+         (static_cast<std::uint32_t>(b[at + 3]) << 24);
 }
 std::uint16_t le16(const Bytes& b, std::size_t at) {
   return static_cast<std::uint16_t>(b[at] | (b[at + 1] << 8));
@@ -92,7 +93,8 @@ Capture read_capture(const std::string& path) {
       c.linktype.push_back(le16(b, body));
       const auto opts = options(b, body + 8, end);
       const auto name = opts.find(2);
-      c.interfaces.emplace_back(name == opts.end() ? "" : std::string(name->second.begin(), name->second.end()));
+      c.interfaces.emplace_back(
+          name == opts.end() ? "" : std::string(name->second.begin(), name->second.end()));
       const auto res = opts.find(9);
       c.tsresol.push_back(res == opts.end() ? -1 : res->second.at(0));
     } else if (type == 6) {
@@ -430,7 +432,7 @@ TEST_F(Pcap, ReadRequestAndItsResponses) {
   const Frame& last = c.frames[8];
   EXPECT_EQ(psn(first), 105u);
   EXPECT_EQ(psn(last), 106u);
-  EXPECT_EQ(first.data[kExt], 0x1f);  // AETH: ACK
+  EXPECT_EQ(first.data[kExt], 0x1f);          // AETH: ACK
   EXPECT_EQ(be24(first.data, kExt + 1), 4u);  // MSN: the fourth request QP 18 was given
   EXPECT_EQ(first.data.size(), kExt + 4 + 1024 + 4);
   EXPECT_EQ(last.data.size(), kExt + 4 + 1024 + 4);
@@ -443,8 +445,8 @@ TEST_F(Pcap, AtomicsAndTheirAcks) {
   const Frame& cas = c.frames[9];
   EXPECT_EQ(be64(cas.data, kExt), 0x8000u);
   EXPECT_EQ(be32(cas.data, kExt + 8), 0x77u);
-  EXPECT_EQ(be64(cas.data, kExt + 12), 9u);   // swap
-  EXPECT_EQ(be64(cas.data, kExt + 20), 5u);   // compare
+  EXPECT_EQ(be64(cas.data, kExt + 12), 9u);  // swap
+  EXPECT_EQ(be64(cas.data, kExt + 20), 5u);  // compare
   EXPECT_EQ(cas.data.size(), kExt + 28 + 4);
   const Frame& ack = c.frames[10];
   EXPECT_EQ(ack.data[kExt], 0x1f);
@@ -491,7 +493,8 @@ TEST_F(Pcap, FaultsAreCommentedAndADuplicateWrittenTwice) {
   const Capture c = read_capture(written().path);
   EXPECT_EQ(c.frames[0].comment, "");
   EXPECT_EQ(c.frames[21].comment, "verbsim: dropped by the fault plan");
-  EXPECT_EQ(c.frames[22].comment, "verbsim: duplicated by the fault plan, the copy arrives at 17500 ns");
+  EXPECT_EQ(c.frames[22].comment,
+            "verbsim: duplicated by the fault plan, the copy arrives at 17500 ns");
   EXPECT_EQ(c.frames[23].comment, "verbsim: delayed by the fault plan, arrives at 30000 ns");
   EXPECT_EQ(c.frames[23].ts_ns, 17000u);
   EXPECT_EQ(c.frames[24].comment, "verbsim: duplicate");
@@ -559,8 +562,8 @@ std::vector<std::string> lines(const std::string& s) {
 TEST_F(Pcap, TsharkDecodesEveryFrameAsInfinibandOverUdp) {
   if (!have_tshark()) GTEST_SKIP() << "tshark is not on PATH (apt-get install tshark)";
   const std::string out = tshark(written().path,
-                                  "-T fields -E separator=, -e frame.protocols "
-                                  "-e infiniband.bth.opcode -e infiniband.invariant.crc");
+                                 "-T fields -E separator=, -e frame.protocols "
+                                 "-e infiniband.bth.opcode -e infiniband.invariant.crc");
   const auto rows = lines(out);
   const Capture c = read_capture(written().path);
   ASSERT_EQ(rows.size(), written().opcodes.size()) << out;
@@ -588,8 +591,7 @@ TEST_F(Pcap, TsharkFindsNothingMalformedAndNoExpertWarnings) {
   if (!have_tshark()) GTEST_SKIP() << "tshark is not on PATH (apt-get install tshark)";
   // Wireshark 4.0 shows the ICRC but does not check it (the tests above do); it does flag
   // headers that do not fit the opcode as malformed.
-  EXPECT_EQ(tshark(written().path, "-Y '_ws.malformed || _ws.expert.severity >= \"Warning\"'"),
-            "");
+  EXPECT_EQ(tshark(written().path, "-Y '_ws.malformed || _ws.expert.severity >= \"Warning\"'"), "");
   const std::string expert = tshark(written().path, "-q -z expert");
   for (const char* severity : {"Errors (", "Warnings (", "Malformed"}) {
     EXPECT_EQ(expert.find(severity), std::string::npos) << expert;

@@ -84,12 +84,29 @@ Bytes block(std::uint32_t type, const Bytes& body) {
 
 // BTH opcodes (IBTA table 38): the transport's base plus the operation.
 enum Op : std::uint8_t {
-  kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendLastImm = 0x03,
-  kSendOnly = 0x04, kSendOnlyImm = 0x05, kWriteFirst = 0x06, kWriteMiddle = 0x07,
-  kWriteLast = 0x08, kWriteLastImm = 0x09, kWriteOnly = 0x0a, kWriteOnlyImm = 0x0b,
-  kReadRequest = 0x0c, kReadRespFirst = 0x0d, kReadRespMiddle = 0x0e, kReadRespLast = 0x0f,
-  kReadRespOnly = 0x10, kAck = 0x11, kAtomicAck = 0x12, kCmpSwap = 0x13, kFetchAdd = 0x14,
-  kSendLastInv = 0x16, kSendOnlyInv = 0x17,
+  kSendFirst = 0x00,
+  kSendMiddle = 0x01,
+  kSendLast = 0x02,
+  kSendLastImm = 0x03,
+  kSendOnly = 0x04,
+  kSendOnlyImm = 0x05,
+  kWriteFirst = 0x06,
+  kWriteMiddle = 0x07,
+  kWriteLast = 0x08,
+  kWriteLastImm = 0x09,
+  kWriteOnly = 0x0a,
+  kWriteOnlyImm = 0x0b,
+  kReadRequest = 0x0c,
+  kReadRespFirst = 0x0d,
+  kReadRespMiddle = 0x0e,
+  kReadRespLast = 0x0f,
+  kReadRespOnly = 0x10,
+  kAck = 0x11,
+  kAtomicAck = 0x12,
+  kCmpSwap = 0x13,
+  kFetchAdd = 0x14,
+  kSendLastInv = 0x16,
+  kSendOnlyInv = 0x17,
 };
 
 std::uint8_t transport_base(QpType t) noexcept {
@@ -118,8 +135,8 @@ std::uint8_t syndrome(const PacketRecord& r) noexcept {
 struct Packet {
   std::uint8_t opcode = 0;
   std::uint32_t psn = 0;
-  bool first = true;  // of the message: RETH, READ response AETH
-  bool last = true;   // ImmDt, IETH, AckReq, solicited event
+  bool first = true;         // of the message: RETH, READ response AETH
+  bool last = true;          // ImmDt, IETH, AckReq, solicited event
   std::uint32_t offset = 0;  // of its payload in the message
   std::uint32_t bytes = 0;   // of payload it carries
 };
@@ -167,8 +184,7 @@ std::uint8_t opcode_of(const PacketRecord& r, Family f, bool first, bool last) n
       if (imm) return pick(kWriteOnlyImm, kWriteFirst, kWriteMiddle, kWriteLastImm);
       return pick(kWriteOnly, kWriteFirst, kWriteMiddle, kWriteLast);
     case Family::read: return kReadRequest;
-    case Family::atomic:
-      return r.opcode == WrOpcode::atomic_cmp_and_swp ? kCmpSwap : kFetchAdd;
+    case Family::atomic: return r.opcode == WrOpcode::atomic_cmp_and_swp ? kCmpSwap : kFetchAdd;
     case Family::read_response:
       return pick(kReadRespOnly, kReadRespFirst, kReadRespMiddle, kReadRespLast);
     case Family::other: break;
@@ -180,10 +196,10 @@ std::uint8_t opcode_of(const PacketRecord& r, Family f, bool first, bool last) n
 std::vector<Packet> cut(const PacketRecord& r, std::uint32_t mtu) {
   const Family f = family_of(r);
   if (f == Family::other && r.kind == PacketKind::request) return {};
-  const bool carries_data =
-      f == Family::send || f == Family::write || f == Family::read_response;
-  const std::uint32_t n =
-      carries_data && r.qp_type != QpType::ud ? std::max<std::uint32_t>(1, (r.length + mtu - 1) / mtu) : 1;
+  const bool carries_data = f == Family::send || f == Family::write || f == Family::read_response;
+  const std::uint32_t n = carries_data && r.qp_type != QpType::ud
+                              ? std::max<std::uint32_t>(1, (r.length + mtu - 1) / mtu)
+                              : 1;
   std::vector<Packet> out;
   out.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -239,11 +255,11 @@ constexpr std::size_t kEth = 14, kIp = 20, kUdp = 8, kBth = 12;
 std::uint32_t icrc(const Bytes& frame) noexcept {
   std::array<std::uint8_t, kIp + kUdp + kBth> hdr{};
   std::copy_n(frame.begin() + kEth, hdr.size(), hdr.begin());
-  hdr[1] = 0xff;  // TOS (DSCP, ECN)
-  hdr[8] = 0xff;  // TTL
-  hdr[10] = hdr[11] = 0xff;  // header checksum
+  hdr[1] = 0xff;                       // TOS (DSCP, ECN)
+  hdr[8] = 0xff;                       // TTL
+  hdr[10] = hdr[11] = 0xff;            // header checksum
   hdr[kIp + 6] = hdr[kIp + 7] = 0xff;  // UDP checksum
-  hdr[kIp + kUdp + 4] = 0xff;  // FECN, BECN, resv6
+  hdr[kIp + kUdp + 4] = 0xff;          // FECN, BECN, resv6
   static constexpr std::array<std::uint8_t, 8> kLrh = {0xff, 0xff, 0xff, 0xff,
                                                        0xff, 0xff, 0xff, 0xff};
   std::uint32_t crc = crc_update(0xffffffffu, kLrh.data(), kLrh.size());
@@ -262,16 +278,16 @@ Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
   ib.reserve(kBth + 28 + p.bytes + 3);
   // BTH.
   const std::uint32_t pad = (4 - p.bytes % 4) % 4;
-  const bool event_point = !is_response && p.last &&
-                           (r.opcode == WrOpcode::send || r.opcode == WrOpcode::send_with_imm ||
-                            r.opcode == WrOpcode::send_with_inv ||
-                            r.opcode == WrOpcode::rdma_write_with_imm);
+  const bool event_point =
+      !is_response && p.last &&
+      (r.opcode == WrOpcode::send || r.opcode == WrOpcode::send_with_imm ||
+       r.opcode == WrOpcode::send_with_inv || r.opcode == WrOpcode::rdma_write_with_imm);
   const bool se = r.solicited && event_point;
   const bool ack_req = rc && !is_response && p.last;
   ib.push_back(p.opcode);
   ib.push_back(static_cast<std::uint8_t>((se ? 0x80 : 0) | (pad << 4)));  // MigReq 0, TVer 0
-  be16(ib, 0xffff);                                                      // P_Key
-  ib.push_back(0);                                                       // FECN, BECN, resv6
+  be16(ib, 0xffff);                                                       // P_Key
+  ib.push_back(0);                                                        // FECN, BECN, resv6
   be24(ib, r.dst_qpn);
   ib.push_back(ack_req ? 0x80 : 0);
   be24(ib, p.psn);
@@ -299,15 +315,16 @@ Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
     be24(ib, msn);
   }
   if (op == kAtomicAck) be64(ib, r.atomic_original);  // AtomicAckETH
-  const bool imm_here = op == kSendLastImm || op == kSendOnlyImm || op == kWriteLastImm ||
-                        op == kWriteOnlyImm;
+  const bool imm_here =
+      op == kSendLastImm || op == kSendOnlyImm || op == kWriteLastImm || op == kWriteOnlyImm;
   if (imm_here || op == kSendLastInv || op == kSendOnlyInv) be32(ib, r.imm);  // ImmDt, IETH
   // Payload: the bytes the record carries; zeros where it carries none.
   const std::size_t start = ib.size();
   ib.resize(start + p.bytes + pad, 0);
   if (p.offset < r.payload.size()) {
     const std::size_t have = std::min<std::size_t>(p.bytes, r.payload.size() - p.offset);
-    std::copy_n(r.payload.begin() + p.offset, have, ib.begin() + static_cast<std::ptrdiff_t>(start));
+    std::copy_n(r.payload.begin() + p.offset, have,
+                ib.begin() + static_cast<std::ptrdiff_t>(start));
   }
 
   Bytes f;

@@ -59,8 +59,7 @@ class PcapWriter final : public Observer {
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)
   // Per responder QP (device, QP number): the first PSN of the last new RC request it was
   // given, and its message sequence number (the MSN its ACKs carry).
-  std::map<std::pair<std::uint16_t, std::uint32_t>, std::pair<std::uint32_t, std::uint32_t>>
-      msn_;
+  std::map<std::pair<std::uint16_t, std::uint32_t>, std::pair<std::uint32_t, std::uint32_t>> msn_;
 };
 
 }  // namespace verbsim::sim
