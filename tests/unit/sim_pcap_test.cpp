@@ -15,6 +15,7 @@
 #include <system_error>
 #include <vector>
 
+#include "../support/sim_pair.hpp"
 #include "observe/pcap.hpp"
 
 namespace verbsim {
@@ -598,6 +599,76 @@ TEST_F(Pcap, TsharkFindsNothingMalformedAndNoExpertWarnings) {
   }
   // What it does report: the fault plan's comments, one per marked frame.
   EXPECT_NE(expert.find("Comments (5)"), std::string::npos) << expert;
+}
+
+// ---- a real run -----------------------------------------------------------------------------
+
+// A capture of what a simulated pair really sends, with a fault plan: SENDs of 64 and 3000
+// bytes, a WRITE of 2500, a READ of 3000, two atomics. Returns the capture's path.
+std::string capture_a_run(const std::string& name, const char* faults) {
+  const std::string path = temp_path(name);
+  sim::PcapWriter w(path);
+  {
+    sim::Config config;
+    config.faults = sim::FaultPlan::parse(faults);
+    testing::SimPair p(config);
+    p.world.add_observer(w);
+    for (std::uint64_t i = 0; i < 2; ++i) {
+      const Sge rs = p.b.sge(i * 4096, 4096);
+      EXPECT_FALSE(p.b.qp->post_recv(RecvWr{100 + i, {&rs, 1}}).error());
+    }
+    const Sge s64 = p.a.sge(0, 64), s3000 = p.a.sge(0, 3000), s2500 = p.a.sge(0, 2500),
+              s8 = p.a.sge(8192, 8);
+    const auto wr = [&](std::uint64_t id, WrOpcode op, const Sge& sge) {
+      SendWr s;
+      s.wr_id = id;
+      s.opcode = op;
+      s.flags = SendFlags::signaled;
+      s.sg_list = {&sge, 1};
+      s.remote_addr = reinterpret_cast<std::uint64_t>(p.b.buf.data()) + 16384;
+      s.rkey = p.b.mr->rkey();
+      return s;
+    };
+    const SendWr wrs[] = {wr(1, WrOpcode::send, s64),
+                          wr(2, WrOpcode::send, s3000),
+                          wr(3, WrOpcode::rdma_write, s2500),
+                          wr(4, WrOpcode::rdma_read, s3000),
+                          wr(5, WrOpcode::atomic_cmp_and_swp, s8),
+                          wr(6, WrOpcode::atomic_fetch_and_add, s8)};
+    for (const SendWr& one : wrs) {
+      EXPECT_FALSE(p.a.qp->post_send(one).error());
+      EXPECT_EQ(testing::poll_n(p.world, *p.a.cq, 1).size(), 1u);
+    }
+    testing::drain(p.world, *p.b.cq);
+  }  // the world ends: finished()
+  return path;
+}
+
+TEST(PcapRun, ARealRunWithFaultsHasGoodFramesAndComments) {
+  const std::string path = capture_a_run("run", "drop nth=2; duplicate nth=4; delay nth=7 by=1us");
+  const Capture c = read_capture(path);
+  std::map<int, int> ops;
+  std::map<std::string, int> comments;
+  for (const Frame& f : c.frames) {
+    ++ops[opcode(f)];
+    if (!f.comment.empty()) ++comments[f.comment.substr(0, 20)];
+    EXPECT_EQ(le32(f.data, f.data.size() - 4), expected_icrc(f.data));
+  }
+  for (const int op :
+       {0x04, 0x00, 0x01, 0x02, 0x06, 0x07, 0x08, 0x0c, 0x0d, 0x0e, 0x0f, 0x11, 0x12, 0x13, 0x14}) {
+    EXPECT_GE(ops[op], 1) << "opcode " << op;
+  }
+  EXPECT_EQ(ops[0x12], 2);
+  EXPECT_EQ(comments["verbsim: dropped by "], 1);
+  EXPECT_GE(comments["verbsim: duplicate"], 1);
+  for (std::size_t i = 1; i < c.frames.size(); ++i) {
+    EXPECT_LE(c.frames[i - 1].ts_ns, c.frames[i].ts_ns) << "frame " << i;
+  }
+  if (have_tshark()) {
+    EXPECT_EQ(tshark(path, "-Y '_ws.malformed || _ws.expert.severity >= \"Warning\"'"), "");
+    EXPECT_EQ(lines(tshark(path, "-Y infiniband")).size(), c.frames.size());
+  }
+  if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
 }
 
 }  // namespace
