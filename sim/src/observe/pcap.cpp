@@ -109,15 +109,6 @@ enum Op : std::uint8_t {
   kSendOnlyInv = 0x17,
 };
 
-std::uint8_t transport_base(QpType t) noexcept {
-  switch (t) {
-    case QpType::rc: return 0x00;
-    case QpType::uc: return 0x20;
-    case QpType::ud: return 0x60;
-  }
-  return 0x00;
-}
-
 // The AETH syndrome (IBTA 9.7.5.2.7): an ACK without credits, RNR NAK with its timer, NAK.
 std::uint8_t syndrome(const PacketRecord& r) noexcept {
   if (r.kind != PacketKind::nak) return 0x1f;
@@ -166,11 +157,19 @@ Family family_of(const PacketRecord& r) noexcept {
   return Family::other;
 }
 
+// The opcode's top 3 bits: RC, UC (SENDs and WRITEs) or UD (SENDs). What a transport has not
+// (a UC or UD QP cannot post it, nor do they have responses) is framed as RC.
+std::uint8_t transport_base(QpType t, Family f) noexcept {
+  if (t == QpType::uc && (f == Family::send || f == Family::write)) return 0x20;
+  if (t == QpType::ud && f == Family::send) return 0x60;
+  return 0x00;
+}
+
 // The opcode of the packet at this position of a message (first, last, both: only).
 std::uint8_t opcode_of(const PacketRecord& r, Family f, bool first, bool last) noexcept {
   const bool imm = r.opcode == WrOpcode::send_with_imm || r.opcode == WrOpcode::rdma_write_with_imm;
   const bool inv = r.opcode == WrOpcode::send_with_inv && r.qp_type == QpType::rc;
-  const std::uint8_t base = transport_base(r.qp_type);
+  const std::uint8_t base = transport_base(r.qp_type, f);
   const auto pick = [&](std::uint8_t only, std::uint8_t fst, std::uint8_t mid, std::uint8_t lst) {
     const std::uint8_t op = first && last ? only : first ? fst : last ? lst : mid;
     return static_cast<std::uint8_t>(base | op);
@@ -271,7 +270,7 @@ std::uint32_t icrc(const Bytes& frame) noexcept {
 
 // One frame: Ethernet II / IPv4 / UDP / BTH / extension headers / payload / pad / ICRC.
 Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
-  const bool rc = r.qp_type == QpType::rc;
+  const std::uint8_t transport = p.opcode & 0xe0;
   const std::uint8_t op = p.opcode & 0x1f;
   const bool is_response = r.kind != PacketKind::request;
   Bytes ib;  // BTH to the end of the pad
@@ -283,7 +282,7 @@ Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
       (r.opcode == WrOpcode::send || r.opcode == WrOpcode::send_with_imm ||
        r.opcode == WrOpcode::send_with_inv || r.opcode == WrOpcode::rdma_write_with_imm);
   const bool se = r.solicited && event_point;
-  const bool ack_req = rc && !is_response && p.last;
+  const bool ack_req = transport == 0x00 && !is_response && p.last;  // RC
   ib.push_back(p.opcode);
   ib.push_back(static_cast<std::uint8_t>((se ? 0x80 : 0) | (pad << 4)));  // MigReq 0, TVer 0
   be16(ib, 0xffff);                                                       // P_Key
@@ -292,7 +291,7 @@ Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
   ib.push_back(ack_req ? 0x80 : 0);
   be24(ib, p.psn);
   // Extension headers, in the order IBTA 9.2 puts them.
-  if (r.qp_type == QpType::ud && !is_response) {  // DETH
+  if (transport == 0x60) {  // DETH
     be32(ib, r.qkey);
     ib.push_back(0);
     be24(ib, r.src_qpn);
