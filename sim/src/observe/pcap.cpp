@@ -197,7 +197,8 @@ std::vector<Packet> cut(const PacketRecord& r, std::uint32_t mtu) {
   if (f == Family::other && r.kind == PacketKind::request) return {};
   const bool carries_data = f == Family::send || f == Family::write || f == Family::read_response;
   const std::uint32_t n = carries_data && r.qp_type != QpType::ud
-                              ? std::max<std::uint32_t>(1, (r.length + mtu - 1) / mtu)
+                              ? static_cast<std::uint32_t>(std::max<std::uint64_t>(
+                                    1, (std::uint64_t{r.length} + mtu - 1) / mtu))
                               : 1;
   std::vector<Packet> out;
   out.reserve(n);
