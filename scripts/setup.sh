@@ -12,6 +12,7 @@ packages=(
   valgrind  # instruction-count guards (ibv_overhead_dropin, sim_instructions)
   python3  # sim-instructions.sh and report.sh read callgrind's and benchmark's output with it
   python3-pyverbs  # rdma-core's pyverbs test suite, run against the libibverbs drop-in
+  tshark  # reads the simulator's packet captures back (capture_examples, sim_pcap_test)
 )
 
 missing=()

@@ -2,6 +2,8 @@
 // in pcapng, read back here byte by byte (opcodes from the IBTA table, extension headers,
 // PSNs, pad, IP checksum, ICRC computed independently), and, where tshark is installed,
 // decoded by Wireshark's InfiniBand dissector with no malformed frame or expert warning.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -201,8 +203,9 @@ struct Written {
   std::vector<int> opcodes;  // what each frame must be, in order
 };
 
+// Per process: ctest runs each test case as a process of its own, several at once.
 std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "verbsim_" + name + ".pcapng";
+  return ::testing::TempDir() + "verbsim_" + name + "_" + std::to_string(::getpid()) + ".pcapng";
 }
 
 // Every case of the brief, in time order as the world would report them.

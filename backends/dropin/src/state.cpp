@@ -138,6 +138,12 @@ sim::World* world() noexcept {
   try {
     g.world = std::make_unique<sim::World>(sim::Config::from_env());
     g.world->set_poll_horizon(kNearNs);  // farther only as polling() and shared_wait decide
+    // The world lives until exit: its observers (VERBSIM_PCAP, VERBSIM_TIMELINE,
+    // VERBSIM_STATS) hear that the run is over then.
+    std::atexit([] {
+      std::lock_guard<std::recursive_mutex> lock(global().mu);
+      if (global().world) global().world->finish_observers();
+    });
     if (const char* log = std::getenv("VERBSIM_VERB_LOG"); log != nullptr && *log != '\0') {
       VerbLogOptions o;
       o.sink = open_verb_log_sink(log);

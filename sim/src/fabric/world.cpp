@@ -9,6 +9,7 @@
 #include "transport/qp.hpp"
 #include "fibers/wait.hpp"
 #include "verbsim/sim/observe.hpp"
+#include "observe/pcap.hpp"
 #include "observe/timeline.hpp"
 #include "verbsim/error.hpp"
 
@@ -112,6 +113,7 @@ World::Impl::Impl(Config c)
     own_observer(std::move(stats));
   }
   if (!config_.timeline.empty()) own_observer(std::make_unique<TimelineWriter>(config_.timeline));
+  if (!config_.pcap.empty()) own_observer(std::make_unique<PcapWriter>(config_.pcap));
 }
 
 // Inline in step(): it runs once per event.
@@ -323,6 +325,8 @@ Accounting World::accounting() const noexcept {
 }
 
 void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
+
+void World::finish_observers() { impl_->finish_observers(); }
 
 Observer& World::own_observer(std::unique_ptr<Observer> observer) {
   Observer& o = *observer;

@@ -109,6 +109,9 @@ class World final : public Backend {
   void add_observer(Observer& observer);
   // The same for an observer the world keeps until it ends; returns it.
   Observer& own_observer(std::unique_ptr<Observer> observer);
+  // Tells the observers the run is over (they flush their files), as the world's destructor
+  // does; for a world that lives until the process exits (the drop-in's). Call it once.
+  void finish_observers();
   // The run's counters so far; `collected` is false unless the world was made with
   // Config::stats (or VERBSIM_STATS=1).
   Stats stats() const;
