@@ -287,7 +287,7 @@ std::unique_ptr<Context> World::open(std::string_view device) {
   }
   std::string names;
   for (const auto& d : impl_->devices()) names += (names.empty() ? "" : ", ") + d->name;
-  throw VerbError("ibv_open_device", ENODEV,
+  throw_verb_error("ibv_open_device", ENODEV,
                   "no simulated device '" + std::string(device) + "'; this world has " + names);
 }
 
@@ -352,6 +352,5 @@ std::string World::recent_history() const {
   return out;
 }
 
-void fail(const char* verb, int err, std::string_view detail) { throw VerbError(verb, err, detail); }
 
 }  // namespace verbsim::sim

@@ -122,18 +122,18 @@ DeviceAttr SimContext::query_device() const {
 
 PortAttr SimContext::query_port(std::uint8_t port_num) const {
   if (port_num < 1 || port_num > core_->dev->ports.size()) {
-    fail("ibv_query_port", EINVAL, "port " + str(port_num) + " does not exist");
+    throw_verb_error("ibv_query_port", EINVAL, "port " + str(port_num) + " does not exist");
   }
   return core_->dev->ports[port_num - 1u].attr;
 }
 
 Gid SimContext::query_gid(std::uint8_t port_num, int index) const {
   if (port_num < 1 || port_num > core_->dev->ports.size()) {
-    fail("ibv_query_gid", EINVAL, "port " + str(port_num) + " does not exist");
+    throw_verb_error("ibv_query_gid", EINVAL, "port " + str(port_num) + " does not exist");
   }
   const PortCore& port = core_->dev->ports[port_num - 1u];
   if (index < 0 || index >= port.attr.gid_tbl_len) {
-    fail("ibv_query_gid", EINVAL, "GID index " + std::to_string(index) + " out of range");
+    throw_verb_error("ibv_query_gid", EINVAL, "GID index " + std::to_string(index) + " out of range");
   }
   // An unused entry of the table reads as the zero GID, as libibverbs reports it.
   if (static_cast<std::size_t>(index) >= port.gids.size()) return Gid{};
@@ -142,7 +142,7 @@ Gid SimContext::query_gid(std::uint8_t port_num, int index) const {
 
 std::unique_ptr<ProtectionDomain> SimContext::alloc_pd() {
   if (const int err = core_->world->verb_fault(Verb::alloc_pd, 0, core_->dev)) {
-    fail("ibv_alloc_pd", err, "injected by the fault plan");
+    throw_verb_error("ibv_alloc_pd", err, "injected by the fault plan");
   }
   auto pd = std::make_shared<PdCore>();
   pd->ctx = core_;
@@ -164,9 +164,9 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
                                                        int comp_vector) {
   World::Impl& w = *core_->world;
   const std::uint32_t depth = cq_depth("ibv_create_cq", cqe, w);
-  if (comp_vector != 0) fail("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
+  if (comp_vector != 0) throw_verb_error("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
   if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {
-    fail("ibv_create_cq", err, "injected by the fault plan");
+    throw_verb_error("ibv_create_cq", err, "injected by the fault plan");
   }
   auto cq = std::make_shared<CqCore>();
   cq->ctx = core_;
@@ -179,7 +179,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   if (channel != nullptr) {
     sim_channel = dynamic_cast<SimChannel*>(channel);
     if (sim_channel == nullptr || sim_channel->core()->ctx != core_) {
-      fail("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
+      throw_verb_error("ibv_create_cq", EINVAL, "the completion channel belongs to another device");
     }
     cq->channel = sim_channel->core();
     ++cq->channel->users;
@@ -216,7 +216,7 @@ SimPd::~SimPd() {
 
 void SimPd::destroy() {
   if (core_->users > 0) {
-    fail("ibv_dealloc_pd", EBUSY,
+    throw_verb_error("ibv_dealloc_pd", EBUSY,
          std::to_string(core_->users) + " MRs, QPs, SRQs or AHs still use the PD");
   }
   destroyed_ = true;
@@ -224,19 +224,19 @@ void SimPd::destroy() {
 
 std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Access access) {
   if (const int err = core_->ctx->world->verb_fault(Verb::reg_mr, 0, core_->ctx->dev)) {
-    fail("ibv_reg_mr", err, "injected by the fault plan");
+    throw_verb_error("ibv_reg_mr", err, "injected by the fault plan");
   }
   if (any(access, Access::remote_write | Access::remote_atomic) &&
       !any(access, Access::local_write)) {
-    fail("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
+    throw_verb_error("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
   }
   const auto known = Access::local_write | Access::remote_write | Access::remote_read |
                      Access::remote_atomic | Access::mw_bind;
-  if (any(access, ~known)) fail("ibv_reg_mr", EINVAL, "unknown access flags");
+  if (any(access, ~known)) throw_verb_error("ibv_reg_mr", EINVAL, "unknown access flags");
   // The core API refuses an empty range on every backend (kernels differ on length 0).
-  if (addr == nullptr || length == 0) fail("ibv_reg_mr", EINVAL, "null address or empty range");
+  if (addr == nullptr || length == 0) throw_verb_error("ibv_reg_mr", EINVAL, "null address or empty range");
   DevCore& dev = *core_->ctx->dev;
-  if (dev.next_mr_index >= kFirstMwIndex) fail("ibv_reg_mr", ENOMEM, "MR keys exhausted");
+  if (dev.next_mr_index >= kFirstMwIndex) throw_verb_error("ibv_reg_mr", ENOMEM, "MR keys exhausted");
   MrCore mr;
   mr.pd = core_;
   mr.dev = &dev;
@@ -252,16 +252,16 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
 std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
   const DevCore& dev = *core_->ctx->dev;
   if (const int err = core_->ctx->world->verb_fault(Verb::create_ah, 0, &dev)) {
-    fail("ibv_create_ah", err, "injected by the fault plan");
+    throw_verb_error("ibv_create_ah", err, "injected by the fault plan");
   }
   if (attr.port_num < 1 || attr.port_num > dev.ports.size()) {
-    fail("ibv_create_ah", EINVAL, "port " + str(attr.port_num) + " does not exist");
+    throw_verb_error("ibv_create_ah", EINVAL, "port " + str(attr.port_num) + " does not exist");
   }
   if (!attr.is_global) {
-    fail("ibv_create_ah", EINVAL, "RoCE address handles need a GRH (is_global with a dgid)");
+    throw_verb_error("ibv_create_ah", EINVAL, "RoCE address handles need a GRH (is_global with a dgid)");
   }
   if (attr.grh.sgid_index >= dev.ports[attr.port_num - 1u].gids.size()) {
-    fail("ibv_create_ah", EINVAL, "sgid_index " + str(attr.grh.sgid_index) + " out of range");
+    throw_verb_error("ibv_create_ah", EINVAL, "sgid_index " + str(attr.grh.sgid_index) + " out of range");
   }
   ++core_->users;
   return std::make_unique<SimAh>(core_, attr, core_->ctx->world->route(attr.grh.dgid));
@@ -283,7 +283,7 @@ void SimMr::destroy() {
   if (destroyed_) return;
   if (core_.windows > 0) {
     // rxe_dereg_mr (IBA 10.6.7.2.6): not while memory windows are bound to it.
-    fail("ibv_dereg_mr", EINVAL,
+    throw_verb_error("ibv_dereg_mr", EINVAL,
          std::to_string(core_.windows) + " memory windows are bound to the MR");
   }
   release();
@@ -293,34 +293,34 @@ void SimMr::destroy() {
 void SimMr::rereg(const MrChange& change) {
   MrCore& core = core_;
   if (!core.pd->ctx->world->traits().rereg_mr) {
-    fail("ibv_rereg_mr", EOPNOTSUPP, "the rxe profile has no rereg_mr, as rxe");
+    throw_verb_error("ibv_rereg_mr", EOPNOTSUPP, "the rxe profile has no rereg_mr, as rxe");
   }
   if (const int err = core.pd->ctx->world->verb_fault(Verb::rereg_mr, 0, core.dev)) {
-    fail("ibv_rereg_mr", err, "injected by the fault plan");
+    throw_verb_error("ibv_rereg_mr", err, "injected by the fault plan");
   }
   // A window bound to it would keep the range it was bound to, which the MR may no longer
   // cover: refused as deregistration is.
   if (core.windows > 0) {
-    fail("ibv_rereg_mr", EINVAL,
+    throw_verb_error("ibv_rereg_mr", EINVAL,
          std::to_string(core.windows) + " memory windows are bound to the MR");
   }
   std::shared_ptr<PdCore> pd = core.pd;
   if (change.pd != nullptr) {
     auto* p = dynamic_cast<SimPd*>(change.pd);
     if (p == nullptr || p->core()->ctx->dev != core.dev) {
-      fail("ibv_rereg_mr", EINVAL, "the new PD belongs to another device");
+      throw_verb_error("ibv_rereg_mr", EINVAL, "the new PD belongs to another device");
     }
     pd = p->core();
   }
   if (change.addr != nullptr || change.length != 0) {
     if (change.addr == nullptr || change.length == 0) {
-      fail("ibv_rereg_mr", EINVAL, "null address or empty range");
+      throw_verb_error("ibv_rereg_mr", EINVAL, "null address or empty range");
     }
   }
   const Access access = change.access.value_or(core.access);
   if (any(access, Access::remote_write | Access::remote_atomic) &&
       !any(access, Access::local_write)) {
-    fail("ibv_rereg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
+    throw_verb_error("ibv_rereg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
   }
   if (pd != core.pd) {
     --core.pd->users;
@@ -373,7 +373,7 @@ SimChannel::~SimChannel() {
 
 void SimChannel::destroy() {
   if (core_->users > 0) {
-    fail("ibv_destroy_comp_channel", EBUSY,
+    throw_verb_error("ibv_destroy_comp_channel", EBUSY,
          std::to_string(core_->users) + " CQs are still attached to the channel");
   }
   destroyed_ = true;

@@ -68,11 +68,11 @@ SimCq::~SimCq() {
 
 void SimCq::destroy() {
   if (core_->users > 0) {
-    fail("ibv_destroy_cq", EBUSY, std::to_string(core_->users) + " QPs still use the CQ");
+    throw_verb_error("ibv_destroy_cq", EBUSY, std::to_string(core_->users) + " QPs still use the CQ");
   }
   if (core_->unacked_events > 0) {
     // libibverbs blocks forever here; say why instead.
-    fail("ibv_destroy_cq", EBUSY,
+    throw_verb_error("ibv_destroy_cq", EBUSY,
          std::to_string(core_->unacked_events) +
              " completion events were not acknowledged with ibv_ack_cq_events; real libibverbs "
              "would block forever in ibv_destroy_cq");
@@ -131,7 +131,7 @@ std::error_code SimCq::req_notify(bool solicited_only) noexcept {
 std::uint32_t cq_depth(const char* verb, int cqe, const World::Impl& w) {
   const ProfileTraits& t = w.traits();
   if (cqe < 1 || static_cast<std::uint32_t>(cqe) > t.limits.max_cqe) {
-    fail(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.limits.max_cqe));
+    throw_verb_error(verb, EINVAL, "cqe=" + std::to_string(cqe) + " outside 1.." + std::to_string(t.limits.max_cqe));
   }
   return t.round_cq(static_cast<std::uint32_t>(cqe));
 }
@@ -146,11 +146,11 @@ void SimCq::resize(int cqe) {
   World::Impl& w = *core.world;
   const std::uint32_t depth = cq_depth("ibv_resize_cq", cqe, w);
   if (const int err = w.verb_fault(Verb::resize_cq, 0, core.ctx->dev)) {
-    fail("ibv_resize_cq", err, "injected by the fault plan");
+    throw_verb_error("ibv_resize_cq", err, "injected by the fault plan");
   }
   // rxe compares the size asked for, not the rounded one, with what the CQ holds (measured).
   if (static_cast<std::uint32_t>(cqe) < core.count) {
-    fail("ibv_resize_cq", EINVAL,
+    throw_verb_error("ibv_resize_cq", EINVAL,
          "the CQ holds " + std::to_string(core.count) + " completions, more than cqe=" +
              std::to_string(cqe));
   }
@@ -192,7 +192,7 @@ SimSrq::~SimSrq() {
 
 void SimSrq::destroy() {
   if (core_->users > 0) {
-    fail("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
+    throw_verb_error("ibv_destroy_srq", EBUSY, std::to_string(core_->users) + " QPs still use the SRQ");
   }
   release();
 }
@@ -229,11 +229,11 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 void SimSrq::modify(const SrqAttr& attr, SrqAttrMask mask) {
   if (any(mask, SrqAttrMask::max_wr)) {
-    fail("ibv_modify_srq", EINVAL, "resizing an SRQ is not supported by the simulator");
+    throw_verb_error("ibv_modify_srq", EINVAL, "resizing an SRQ is not supported by the simulator");
   }
   if (any(mask, SrqAttrMask::limit)) {
     if (attr.srq_limit > core_->rq.cap) {
-      fail("ibv_modify_srq", EINVAL, "srq_limit above the SRQ's depth");
+      throw_verb_error("ibv_modify_srq", EINVAL, "srq_limit above the SRQ's depth");
     }
     core_->limit = attr.srq_limit;
   }
@@ -246,7 +246,7 @@ namespace {
 // 1..max_qp_wr.
 std::uint32_t srq_depth(const char* verb, std::uint32_t max_wr, const ProfileTraits& t) {
   if (max_wr < 1 || max_wr > t.limits.max_qp_wr) {
-    fail(verb, EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
+    throw_verb_error(verb, EINVAL, "max_wr=" + std::to_string(max_wr) + " out of range");
   }
   return t.round_cq(max_wr);
 }
@@ -256,13 +256,13 @@ std::uint32_t srq_depth(const char* verb, std::uint32_t max_wr, const ProfileTra
 // must hold the receives already posted; a max_wr below an armed limit is refused.
 void SimSrq::resize(std::uint32_t max_wr) {
   const ProfileTraits& t = core_->pd->ctx->world->traits();
-  if (!t.srq_resize) fail("ibv_modify_srq", EINVAL, "this device cannot resize an SRQ (max_wr)");
+  if (!t.srq_resize) throw_verb_error("ibv_modify_srq", EINVAL, "this device cannot resize an SRQ (max_wr)");
   const std::uint32_t depth = srq_depth("ibv_modify_srq", max_wr, t);
   if (core_->limit != 0 && max_wr < core_->limit) {
-    fail("ibv_modify_srq", EINVAL, "max_wr below the armed srq_limit");
+    throw_verb_error("ibv_modify_srq", EINVAL, "max_wr below the armed srq_limit");
   }
   if (depth < core_->rq.size()) {
-    fail("ibv_modify_srq", EINVAL,
+    throw_verb_error("ibv_modify_srq", EINVAL,
          "the SRQ holds " + std::to_string(core_->rq.size()) + " receives, more than " +
              std::to_string(depth));
   }
@@ -298,11 +298,11 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
   const ProfileTraits& t = core_->ctx->world->traits();
   World::Impl& w = *core_->ctx->world;
   if (const int err = w.verb_fault(Verb::create_srq, 0, core_->ctx->dev)) {
-    fail("ibv_create_srq", err, "injected by the fault plan");
+    throw_verb_error("ibv_create_srq", err, "injected by the fault plan");
   }
   const std::uint32_t depth = srq_depth("ibv_create_srq", attr.max_wr, t);
   if (attr.max_sge < 1 || attr.max_sge > t.limits.max_sge) {
-    fail("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
+    throw_verb_error("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
   }
   auto srq = std::make_shared<SrqCore>();
   srq->pd = core_;

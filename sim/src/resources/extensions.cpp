@@ -6,6 +6,7 @@
 #include <string>
 
 #include "transport/qp.hpp"
+#include "verbsim/error.hpp"
 #include "verbsim/verb_log.hpp"
 
 namespace verbsim::sim {
@@ -19,7 +20,7 @@ bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
 
 void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
   auto* s = dynamic_cast<SimSrq*>(&unlogged(srq));
-  if (s == nullptr) fail("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");
+  if (s == nullptr) throw_verb_error("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");
   s->resize(max_wr);
 }
 

@@ -185,8 +185,6 @@ class SimSrq : public SharedReceiveQueue {
 // names nothing that can be invalidated (mw.cpp).
 bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept;
 
-// Errors of the simulator's verbs name the libibverbs call.
-[[noreturn]] void fail(const char* verb, int err, std::string_view detail);
 
 // The CQ depth `verb` (ibv_create_cq, ibv_resize_cq) gives for `cqe`, EINVAL outside
 // 1..max_cqe; and the entries its ring has room for, which the fault plan's cq_depth may cut.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "transport/qp.hpp"
+#include "verbsim/error.hpp"
 
 namespace verbsim::sim {
 
@@ -44,12 +45,12 @@ bool invalidate_window(DevCore& dev, std::uint32_t key) noexcept {
 
 std::unique_ptr<MemoryWindow> SimPd::alloc_mw(MwType type) {
   if (type != MwType::type1 && type != MwType::type2) {
-    fail("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
+    throw_verb_error("ibv_alloc_mw", EINVAL, "type " + std::to_string(static_cast<int>(type)));
   }
   DevCore& dev = *core_->ctx->dev;
   const std::uint32_t max_mw = core_->ctx->world->traits().limits.max_mw;
   if (dev.live_mws >= static_cast<int>(max_mw) || dev.next_mw_index > kMaxMwIndex) {
-    fail("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
+    throw_verb_error("ibv_alloc_mw", ENOMEM, "max_mw windows already allocated");
   }
   MwCore mw;
   mw.pd = core_;

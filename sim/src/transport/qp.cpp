@@ -27,41 +27,41 @@ SimCq* sim_cq(CompletionQueue* cq, const std::shared_ptr<CtxCore>& ctx) {
 std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
   const ProfileTraits& t = core_->ctx->world->traits();
   if (init.type != QpType::rc && init.type != QpType::uc && init.type != QpType::ud) {
-    fail("ibv_create_qp", EINVAL, "unsupported QP type");
+    throw_verb_error("ibv_create_qp", EINVAL, "unsupported QP type");
   }
   if (sim_cq(init.send_cq, core_->ctx) == nullptr || sim_cq(init.recv_cq, core_->ctx) == nullptr) {
-    fail("ibv_create_qp", EINVAL, "send_cq and recv_cq must be CQs of the same device");
+    throw_verb_error("ibv_create_qp", EINVAL, "send_cq and recv_cq must be CQs of the same device");
   }
   const QpCap& c = init.cap;
   if (c.max_send_wr > t.limits.max_qp_wr || (init.srq == nullptr && c.max_recv_wr > t.limits.max_qp_wr)) {
-    fail("ibv_create_qp", EINVAL,
+    throw_verb_error("ibv_create_qp", EINVAL,
          "max_send_wr=" + str(c.max_send_wr) + ", max_recv_wr=" + str(c.max_recv_wr) +
              " exceed max_qp_wr=" + str(t.limits.max_qp_wr));
   }
   if (c.max_send_sge > t.limits.max_sge || c.max_recv_sge > t.limits.max_sge) {
-    fail("ibv_create_qp", EINVAL,
+    throw_verb_error("ibv_create_qp", EINVAL,
          "max_send_sge=" + str(c.max_send_sge) + ", max_recv_sge=" + str(c.max_recv_sge) +
              " exceed max_sge=" + str(t.limits.max_sge));
   }
   if (c.max_inline_data > t.limits.max_inline) {
-    fail("ibv_create_qp", EINVAL,
+    throw_verb_error("ibv_create_qp", EINVAL,
          "max_inline_data=" + str(c.max_inline_data) + " exceeds " + str(t.limits.max_inline));
   }
   if (init.srq != nullptr) {
     auto* srq = dynamic_cast<SimSrq*>(init.srq);
     if (srq == nullptr || srq->core()->pd->ctx != core_->ctx) {
-      fail("ibv_create_qp", EINVAL, "the SRQ belongs to another device");
+      throw_verb_error("ibv_create_qp", EINVAL, "the SRQ belongs to another device");
     }
     if (init.type == QpType::uc && !core_->ctx->world->traits().uc_on_srq) {
-      fail("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
+      throw_verb_error("ibv_create_qp", EINVAL, "UC QPs cannot use an SRQ");
     }
   }
   DevCore& dev = *core_->ctx->dev;
   World::Impl& w = *core_->ctx->world;
   if (const int err = w.verb_fault(Verb::create_qp, 0, &dev)) {
-    fail("ibv_create_qp", err, "injected by the fault plan");
+    throw_verb_error("ibv_create_qp", err, "injected by the fault plan");
   }
-  if (dev.next_qpn > 0xffffff) fail("ibv_create_qp", ENOMEM, "QP numbers exhausted");
+  if (dev.next_qpn > 0xffffff) throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
   const std::uint32_t qpn = dev.next_qpn++;
   if (w.faults().targets(Verb::post_send) ||
       w.faults().targets(Verb::post_recv)) {
@@ -255,7 +255,7 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
   const QpState cur = hot_.qp_state;
   const QpState next = any(mask, QpAttrMask::state) ? attr.qp_state : cur;
   auto bad = [&](const std::string& why) {
-    fail("ibv_modify_qp", EINVAL,
+    throw_verb_error("ibv_modify_qp", EINVAL,
          std::string(to_string(cur)) + "->" + std::string(to_string(next)) + ": " + why);
   };
   // rxe checks the transition from the cur_qp_state it is told, whatever the QP's state.
@@ -264,7 +264,7 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     bad("cur_qp_state " + std::string(to_string(attr.cur_qp_state)) + " is not the QP's state");
   }
   if (const int err = world().verb_fault(Verb::modify_qp, qpn_, dev_)) {
-    fail("ibv_modify_qp", err, "injected by the fault plan");
+    throw_verb_error("ibv_modify_qp", err, "injected by the fault plan");
   }
   const TransitionCheck check =
       check_transition(type_, trust_cur ? attr.cur_qp_state : cur, next, mask);
@@ -300,7 +300,7 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     }
     if (attr.ah_attr.grh.sgid_index >= p.gids.size()) {
       // The kernel finds no GID attribute there (rdma_get_gid_attr): ENODATA, not EINVAL.
-      fail("ibv_modify_qp", ENODATA,
+      throw_verb_error("ibv_modify_qp", ENODATA,
            "sgid_index " + str(attr.ah_attr.grh.sgid_index) + " names an empty GID entry");
     }
   }

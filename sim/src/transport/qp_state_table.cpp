@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "verbsim/error.hpp"
+
 namespace verbsim::sim {
 namespace {
 
@@ -229,7 +231,7 @@ constexpr NotAllowedMsgs build_not_allowed_msgs() {
 }
 constexpr NotAllowedMsgs kNotAllowedMsgs = build_not_allowed_msgs();
 
-constexpr TransitionCheck fail(const char* reason) { return {false, reason}; }
+constexpr TransitionCheck throw_verb_error(const char* reason) { return {false, reason}; }
 
 }  // namespace
 
@@ -242,9 +244,9 @@ TransitionRule transition_rule(QpType type, QpState cur, QpState next) noexcept 
 TransitionCheck check_transition(QpType type, QpState cur, QpState next,
                                  QpAttrMask mask) noexcept {
   const std::size_t t = type_index(type);
-  if (t == kTypes) return fail("unknown QP type");
-  if (idx(cur) >= kStates) return fail("current QP state out of range");
-  if (idx(next) >= kStates) return fail("requested QP state out of range");
+  if (t == kTypes) return throw_verb_error("unknown QP type");
+  if (idx(cur) >= kStates) return throw_verb_error("current QP state out of range");
+  if (idx(next) >= kStates) return throw_verb_error("requested QP state out of range");
   const std::size_t c = idx(cur);
   const std::size_t n = idx(next);
 
@@ -252,20 +254,20 @@ TransitionCheck check_transition(QpType type, QpState cur, QpState next,
   // these states, so this first check just gives the clearer message.
   if (any(mask, M::cur_state) && cur != S::rtr && cur != S::rts && cur != S::sqd &&
       cur != S::sqe)
-    return fail("attribute CUR_STATE only allowed when the QP is in RTR, RTS, SQD or SQE");
+    return throw_verb_error("attribute CUR_STATE only allowed when the QP is in RTR, RTS, SQD or SQE");
 
   const TransitionRule& rule = kGrid[t][c][n];
   if (!rule.valid) {
     if (type == QpType::rc && cur == S::sqe && next == S::rts)
-      return fail("SQE->RTS is not a valid transition on RC (an RC QP never enters SQE)");
-    return fail(kInvalidMsgs[c][n].c_str());
+      return throw_verb_error("SQE->RTS is not a valid transition on RC (an RC QP never enters SQE)");
+    return throw_verb_error(kInvalidMsgs[c][n].c_str());
   }
-  if (!all(mask, rule.required)) return fail(kRequiredMsgs[t][kSlots[c][n]].c_str());
+  if (!all(mask, rule.required)) return throw_verb_error(kRequiredMsgs[t][kSlots[c][n]].c_str());
 
   const auto extra = to_underlying(mask & ~(rule.required | rule.optional | M::state));
   if (extra == 0) return {true, ""};
-  if ((extra & ~kKnownBits) != 0) return fail("unknown attribute bit in mask");
-  return fail(kNotAllowedMsgs[kSlots[c][n]][std::countr_zero(extra)].c_str());
+  if ((extra & ~kKnownBits) != 0) return throw_verb_error("unknown attribute bit in mask");
+  return throw_verb_error(kNotAllowedMsgs[kSlots[c][n]][std::countr_zero(extra)].c_str());
 }
 
 }  // namespace verbsim::sim
