@@ -58,8 +58,8 @@ void send_once(SimPair& p, std::uint32_t len, std::uint64_t wr_id = 1) {
 }
 
 TEST(Observe, ASendIsOnePostOneRequestOneAckTwoCompletions) {
+  Recorder rec;  // outlives the world, which tells it when the run ends
   SimPair p;
-  Recorder rec;
   p.world.add_observer(rec);
   send_once(p, 64);
   ASSERT_EQ(rec.posts.size(), 2u);  // the receive, then the send
@@ -95,8 +95,8 @@ TEST(Observe, ASendIsOnePostOneRequestOneAckTwoCompletions) {
 }
 
 TEST(Observe, AReadResponseCarriesTheData) {
+  Recorder rec;  // outlives the world, which tells it when the run ends
   SimPair p;
-  Recorder rec;
   p.world.add_observer(rec);
   std::memcpy(p.b.buf.data(), "remote bytes", 13);
   const Sge ls = p.a.sge(0, 13);
@@ -149,8 +149,8 @@ TEST(Observe, AnRnrNakIsCountedOnBothSides) {
   PairOptions o;
   o.connect_options.rnr_retry = 1;
   o.connect_options.min_rnr_timer = 14;
-  SimPair p(with_stats(), o);
   Recorder rec;
+  SimPair p(with_stats(), o);
   p.world.add_observer(rec);
   const Sge ss = p.a.sge(0, 8);
   SendWr wr;
@@ -188,8 +188,8 @@ TEST(Observe, ObserversChangeNothingInTheRun) {
   auto digest = [](bool observed) {
     sim::Config c = with_stats("drop p=0.3; duplicate p=0.2; reorder p=0.2 by=2us");
     c.stats = observed;
-    SimPair p(c);
     Recorder rec;
+    SimPair p(c);
     if (observed) p.world.add_observer(rec);
     for (std::uint64_t i = 1; i <= 20; ++i) send_once(p, 100, i);
     return p.world.digest();
