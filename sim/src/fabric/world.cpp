@@ -1,17 +1,16 @@
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
-#include "transport/qp.hpp"
 #include "fibers/wait.hpp"
-#include "verbsim/sim/observe.hpp"
 #include "observe/pcap.hpp"
 #include "observe/timeline.hpp"
+#include "transport/qp.hpp"
 #include "verbsim/error.hpp"
+#include "verbsim/sim/observe.hpp"
 
 namespace verbsim::sim {
 
@@ -28,8 +27,13 @@ std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
   return x;
 }
 
-}  // namespace
+// VERBSIM_STATS=1: collect the counters, and print them when the world ends.
+bool stats_from_env() noexcept {
+  const char* s = std::getenv("VERBSIM_STATS");
+  return s != nullptr && std::string_view(s) == "1";
+}
 
+}  // namespace
 
 Config Config::from_env() {
   Config c;
@@ -106,9 +110,7 @@ World::Impl::Impl(Config c)
     schedule(e);
   }
   if (config_.stats) {
-    // VERBSIM_STATS=1 also prints them when the world ends.
-    const char* env = std::getenv("VERBSIM_STATS");
-    auto stats = std::make_unique<StatsObserver>(env != nullptr && std::string_view(env) == "1");
+    auto stats = std::make_unique<StatsObserver>(/*print=*/stats_from_env());
     stats_ = stats.get();
     own_observer(std::move(stats));
   }
@@ -252,9 +254,7 @@ Config with_env_overrides(Config c) {
   c.seed = env_u64("VERBSIM_SEED", c.seed);
   if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
-  if (const char* s = std::getenv("VERBSIM_STATS"); s != nullptr && std::string_view(s) == "1") {
-    c.stats = true;
-  }
+  if (stats_from_env()) c.stats = true;
   return c;
 }
 }  // namespace

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
-#include <type_traits>
 
 #include "verbsim/sim/observe.hpp"
 
@@ -56,6 +55,12 @@ std::string describe(const InstantRecord& r) {
          (r.qpn != 0 ? " (" + qp_name(r.dev, r.qpn) + ")" : " (sim" + std::to_string(r.dev) + ")");
 }
 
+std::string FlightRecorder::describe_kept(const Instant& i) {
+  InstantRecord shown = i.record;
+  shown.what = i.what;
+  return describe(shown);
+}
+
 void FlightRecorder::keep(Record r) {
   records_.push_back(std::move(r));
   if (records_.size() > capacity_) records_.pop_front();
@@ -85,21 +90,7 @@ void FlightRecorder::instant(const InstantRecord& r) {
 std::string FlightRecorder::report() const {
   std::string out = "last " + std::to_string(records_.size()) + " records of the run:\n";
   for (const Record& r : records_) {
-    out += "  ";
-    if (const auto* i = std::get_if<Instant>(&r)) {
-      InstantRecord shown = i->record;
-      shown.what = i->what;
-      out += describe(shown);
-    } else {
-      std::visit(
-          [&out](const auto& rec) {
-            if constexpr (!std::is_same_v<std::decay_t<decltype(rec)>, Instant>) {
-              out += describe(rec);
-            }
-          },
-          r);
-    }
-    out += "\n";
+    out += "  " + std::visit([](const auto& rec) { return describe_kept(rec); }, r) + "\n";
   }
   const Stats s = stats_.stats();
   out += "counters of the QPs involved:\n";

@@ -75,7 +75,7 @@ int TimelineWriter::track(int dev, std::uint32_t qpn, int kind, int lane) {
                               static_cast<std::uint64_t>(std::min(lane, 15));
   add(0, "{\"name\":\"thread_sort_index\",\"ph\":\"M\"," + where +
              ",\"args\":{\"sort_index\":" + u(order) + "}}");
-  if (process_names_.emplace(std::make_pair(dev, 0u), 1).second) {
+  if (named_processes_.insert(dev).second) {
     add(0, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
                u(static_cast<std::uint64_t>(dev) + 1) + ",\"args\":{\"name\":\"sim" +
                u(static_cast<std::uint64_t>(dev)) + "\"}}");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -58,7 +59,7 @@ class TimelineWriter final : public Observer {
   std::map<std::tuple<int, std::uint32_t, int, int>, int> tracks_;  // -> tid
   std::map<Side, std::deque<Pending>> pending_;
   std::map<Side, std::vector<std::uint64_t>> lanes_;  // when each lane is free again
-  std::map<std::pair<int, std::uint32_t>, int> process_names_;
+  std::set<int> named_processes_;  // devices whose process_name is written
 };
 
 }  // namespace verbsim::sim

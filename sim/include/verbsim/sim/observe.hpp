@@ -214,6 +214,12 @@ class FlightRecorder final : public Observer {
     std::string what;
   };
   using Record = std::variant<PostRecord, PacketRecord, CompletionRecord, Instant>;
+  // describe(), for each kind of Record as kept.
+  template <class R>
+  static std::string describe_kept(const R& r) {
+    return describe(r);
+  }
+  static std::string describe_kept(const Instant& i);
   void keep(Record r);
   std::size_t capacity_;
   std::deque<Record> records_;  // formatted only for a report
