@@ -88,6 +88,8 @@ struct Wire {
   ConnParam param;        // REQ, REP
   std::uint32_t qpn = 0;  // REQ, REP
   std::uint32_t psn = 0;
+  int src_dev = 0;  // from == kNone: the device that answers (a REJ for nobody), and its port
+  std::uint8_t src_port = 1;
 };
 
 // `data` padded with zeros to `size` bytes.
@@ -165,6 +167,8 @@ struct CmFabric {
   void send(Wire m, int to_dev, std::uint8_t to_port);
   // Sends `m` to its node m.to (none: a reply to a peer this side never heard from).
   void send_to_node(Wire m);
+  // Tells observers about `m` (verbsim/sim/observe.hpp, CmRecord).
+  void observe(const Wire& m, int to_dev, std::uint8_t to_port, PacketFate fate);
   // Sends `m`, which expects an answer: again after each timeout until kRetries ran out.
   void send_expecting_answer(std::uint32_t n, Wire m, int to_dev, std::uint8_t to_port);
   void arm(std::uint32_t n, Code code, std::uint64_t after_ns);

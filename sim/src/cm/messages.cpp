@@ -32,6 +32,12 @@ void CmFabric::report(std::uint32_t n, CmChannelCore::Pending ev) {
   CmNode& nd = node(n);
   if (!nd.alive) return;
   ev.node = n;
+  if (w.observing()) {
+    std::string what = "cm: " + std::string(to_string(ev.type));
+    if (ev.status != 0) what += " status " + std::to_string(ev.status);
+    w.observe_instant(static_cast<std::uint16_t>(nd.dev < 0 ? 0 : nd.dev), nd.has_qp ? nd.qpn : 0,
+                      what);
+  }
   w.digest().add(0xc3000000ull | static_cast<std::uint64_t>(ev.type) << 16 | (n & 0xffff));
   CmChannelCore& ch = *nd.ch;
   ch.events.push_back(std::move(ev));
@@ -48,12 +54,17 @@ void CmFabric::report(std::uint32_t n, CmEventType type, int status) {
 
 void CmFabric::send(Wire m, int to_dev, std::uint8_t to_port) {
   int from_dev = to_dev;  // a REJ from the device itself
+  PacketFate fate = PacketFate::delivered;
   if (m.from != kNone) {
     const CmNode& from = node(m.from);
     from_dev = from.dev;
-    if (!w.port_up(static_cast<std::uint32_t>(from.dev), from.port)) return;  // lost
+    if (!w.port_up(static_cast<std::uint32_t>(from.dev), from.port)) {
+      fate = PacketFate::link_down;
+    }
   }
-  if (dropped(m, from_dev)) return;
+  if (fate == PacketFate::delivered && dropped(m, from_dev)) fate = PacketFate::dropped;
+  if (w.observing()) observe(m, to_dev, to_port, fate);
+  if (fate != PacketFate::delivered) return;  // lost
   std::uint32_t slot;
   if (free_wires.empty()) {
     slot = static_cast<std::uint32_t>(wires.size());
@@ -71,6 +82,52 @@ void CmFabric::send(Wire m, int to_dev, std::uint8_t to_port) {
   e.wire = to_port;
   e.index = slot;
   w.schedule(e);
+}
+
+void CmFabric::observe(const Wire& m, int to_dev, std::uint8_t to_port, PacketFate fate) {
+  CmRecord r;
+  r.sent_ns = w.now();
+  r.arrives_ns = w.now() + w.config().link_latency_ns;
+  r.fate = fate;
+  r.kind = static_cast<CmMessage>(static_cast<int>(m.kind) + 1);
+  const auto gid_of = [&](int dev, std::uint8_t port) {
+    const DevCore& d = *w.devices()[static_cast<std::size_t>(dev)];
+    return d.ports[World::Impl::port_index(d, port)].gids.back();
+  };
+  r.dst_dev = static_cast<std::uint16_t>(to_dev);
+  r.dst_port = to_port;
+  r.dst_gid = gid_of(to_dev, to_port);
+  if (m.from != kNone) {
+    const CmNode& from = node(m.from);
+    r.sidr = from.ud;
+    r.src_dev = static_cast<std::uint16_t>(from.dev);
+    r.src_port = from.port;
+    r.local_comm_id = m.from + 1;
+    r.src_ip = from.local.ip;
+    r.src_ip_port = from.local.port;
+    r.dst_ip = from.peer.ip;
+    r.dst_ip_port = from.peer.port;
+  } else {  // the device of the address refuses a REQ: it answers from where the REQ went
+    r.src_dev = static_cast<std::uint16_t>(m.src_dev);
+    r.src_port = m.src_port;
+    if (m.to != kNone) r.sidr = node(m.to).ud;
+  }
+  r.src_gid = gid_of(r.src_dev, r.src_port);
+  if (m.to != kNone) r.remote_comm_id = m.to + 1;
+  if (m.kind == Msg::req) {
+    r.dst_ip = m.dst.ip;
+    r.dst_ip_port = m.dst.port;
+  }
+  r.qpn = m.qpn;
+  r.psn = m.psn;
+  if (r.sidr && m.kind == Msg::rep) r.qkey = kCmUdpQkey;
+  r.responder_resources = m.param.responder_resources;
+  r.initiator_depth = m.param.initiator_depth;
+  r.retry_count = m.param.retry_count;
+  r.rnr_retry_count = m.param.rnr_retry_count;
+  r.reason = m.reason;
+  r.private_data = m.data;
+  w.observe_cm(r);
 }
 
 void CmFabric::send_to_node(Wire m) {
@@ -316,6 +373,8 @@ void CmFabric::on_req(Wire m, int dev, std::uint8_t port) {
     rej.kind = Msg::rej;
     rej.to = m.from;
     rej.reason = ud ? kCmSidrNoListener : kCmRejectNoListener;
+    rej.src_dev = dev;
+    rej.src_port = port;
     rej.data.assign(ud ? kCmUdAcceptDataMax : kCmRejectDataMax, 0);
     send_to_node(std::move(rej));
     return;

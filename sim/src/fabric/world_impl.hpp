@@ -102,6 +102,7 @@ struct World::Impl {
   void observe_completion(const CompletionRecord& r);
   void observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what);
   void observe_posted(const PostRecord& r);
+  void observe_cm(const CmRecord& r);
   // Tells every observer the world is done (World's destructor).
   void finish_observers();
 

@@ -74,6 +74,10 @@ void World::Impl::observe_posted(const PostRecord& r) {
   for (Observer* o : observers_) o->posted(r);
 }
 
+void World::Impl::observe_cm(const CmRecord& r) {
+  for (Observer* o : observers_) o->cm(r);
+}
+
 void World::Impl::observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what) {
   const InstantRecord r{now_, dev, qpn, what};
   for (Observer* o : observers_) o->instant(r);

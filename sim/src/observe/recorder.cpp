@@ -55,6 +55,24 @@ std::string describe(const InstantRecord& r) {
          (r.qpn != 0 ? " (" + qp_name(r.dev, r.qpn) + ")" : " (sim" + std::to_string(r.dev) + ")");
 }
 
+std::string describe(const CmRecord& r) {
+  static constexpr const char* kNames[] = {"?", "REQ", "REP", "RTU", "REJ", "DREQ", "DREP"};
+  std::string name = kNames[static_cast<int>(r.kind)];
+  if (r.sidr) {
+    name = r.kind == CmMessage::req ? "SIDR_REQ" : "SIDR_REP";
+  }
+  std::string s = at(r.sent_ns) + "cm sim" + std::to_string(r.src_dev) + " port " +
+                  std::to_string(r.src_port) + " -> sim" + std::to_string(r.dst_dev) + " port " +
+                  std::to_string(r.dst_port) + " " + name + " comm id " +
+                  std::to_string(r.local_comm_id) + "/" + std::to_string(r.remote_comm_id);
+  if (r.kind == CmMessage::req || r.kind == CmMessage::rep) {
+    s += " qpn " + std::to_string(r.qpn) + " psn " + std::to_string(r.psn);
+  }
+  if (r.kind == CmMessage::rej) s += " reason " + std::to_string(r.reason);
+  if (r.fate != PacketFate::delivered) return s + " [" + std::string(to_string(r.fate)) + "]";
+  return s + " arrives t=" + std::to_string(r.arrives_ns);
+}
+
 std::string FlightRecorder::describe_kept(const Instant& i) {
   InstantRecord shown = i.record;
   shown.what = i.what;
@@ -85,6 +103,12 @@ void FlightRecorder::completion(const CompletionRecord& r) {
 void FlightRecorder::instant(const InstantRecord& r) {
   stats_.instant(r);
   keep(Instant{r, std::string(r.what)});
+}
+
+void FlightRecorder::cm(const CmRecord& r) {
+  CmRecord kept = r;
+  kept.private_data = {};
+  keep(kept);
 }
 
 std::string FlightRecorder::report() const {

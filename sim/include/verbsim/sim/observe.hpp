@@ -4,6 +4,7 @@
 // test's own be. A world without observers pays nothing for them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -14,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "verbsim/sim/faults.hpp"
 #include "verbsim/types.hpp"
 
 namespace verbsim::sim {
@@ -114,6 +116,43 @@ struct InstantRecord {
   std::string_view what;  // "fault: drop (rule 0)", "async: QP_FATAL", ...
 };
 
+// A connection manager message as the IB CM sends it: a MAD on QP 1 (UD) of its port. A UDP
+// id's REQ and REP are the SIDR REQ and REP; its REJ is a SIDR REP that refuses.
+struct CmRecord {
+  std::uint64_t sent_ns = 0;
+  std::uint64_t arrives_ns = 0;              // lost: when it would have
+  PacketFate fate = PacketFate::delivered;   // delivered, dropped (cm_drop) or link_down
+  CmMessage kind = CmMessage::req;           // never `any`
+  bool sidr = false;                         // of a UDP id (PortSpace::udp)
+  std::uint16_t src_dev = 0;
+  std::uint16_t dst_dev = 0;
+  std::uint8_t src_port = 1;
+  std::uint8_t dst_port = 1;
+  Gid src_gid{};  // the ports' RoCE v2 GIDs
+  Gid dst_gid{};
+  // The communication ids of the sender and of the receiver (0: not known to the sender yet,
+  // as in a REQ, or a REJ the device sends for nobody).
+  std::uint32_t local_comm_id = 0;
+  std::uint32_t remote_comm_id = 0;
+  // REQ: the address and port connected to (the service id's port); the rdma_cm addresses
+  // of the two ends (IPv4-mapped when IPv4), ports in host order.
+  std::array<std::uint8_t, 16> src_ip{};
+  std::array<std::uint8_t, 16> dst_ip{};
+  std::uint16_t src_ip_port = 0;
+  std::uint16_t dst_ip_port = 0;
+  std::uint32_t qpn = 0;  // REQ, REP: the sender's QP; SIDR REP: the server's
+  std::uint32_t psn = 0;  // REQ, REP: the sender's starting PSN
+  std::uint32_t qkey = 0;  // SIDR REP
+  std::uint8_t responder_resources = 0;  // REQ, REP
+  std::uint8_t initiator_depth = 0;
+  std::uint8_t retry_count = 0;      // REQ
+  std::uint8_t rnr_retry_count = 0;  // REQ, REP
+  int reason = 0;                    // REJ: the IB CM reason (SIDR: the status)
+  // The private data the program gave, zero-padded to the message's size. Valid only during
+  // the call.
+  std::span<const std::uint8_t> private_data;
+};
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -121,6 +160,8 @@ class Observer {
   virtual void packet(const PacketRecord&) {}
   virtual void completion(const CompletionRecord&) {}
   virtual void instant(const InstantRecord&) {}
+  // Connection manager messages, when they are sent (also those a fault or a down link loses).
+  virtual void cm(const CmRecord&) {}
   // The world is going away (flush files here).
   virtual void finished(std::uint64_t /*time_ns*/) {}
 };
@@ -175,6 +216,7 @@ std::string describe(const PostRecord& r);
 std::string describe(const PacketRecord& r);
 std::string describe(const CompletionRecord& r);
 std::string describe(const InstantRecord& r);
+std::string describe(const CmRecord& r);
 
 // Counts what a world does (Config::stats makes one; so can a test).
 class StatsObserver final : public Observer {
@@ -204,6 +246,7 @@ class FlightRecorder final : public Observer {
   void packet(const PacketRecord& r) override;
   void completion(const CompletionRecord& r) override;
   void instant(const InstantRecord& r) override;
+  void cm(const CmRecord& r) override;
   // The last records, oldest first, then the counters of the QPs they name.
   std::string report() const;
 
@@ -213,7 +256,7 @@ class FlightRecorder final : public Observer {
     InstantRecord record;
     std::string what;
   };
-  using Record = std::variant<PostRecord, PacketRecord, CompletionRecord, Instant>;
+  using Record = std::variant<PostRecord, PacketRecord, CompletionRecord, Instant, CmRecord>;
   // describe(), for each kind of Record as kept.
   template <class R>
   static std::string describe_kept(const R& r) {
