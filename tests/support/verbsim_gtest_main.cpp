@@ -9,7 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,8 +41,8 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
 
   void created(verbsim::sim::World& world) override {
     seeds_.push_back(world.seed());
-    auto& recorder = world.own_observer(std::make_unique<verbsim::sim::FlightRecorder>(50));
-    recorders_[&world] = static_cast<verbsim::sim::FlightRecorder*>(&recorder);
+    world.own_observer(std::make_unique<verbsim::sim::FlightRecorder>(50));
+    recorded_.insert(&world);
   }
 
   void destroyed(verbsim::sim::World& world) override {
@@ -52,17 +52,10 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
                     << "): posted " << a.posted << " != completed " << a.completed
                     << " + discarded " << a.discarded << " + outstanding " << a.outstanding;
     }
-    const auto it = recorders_.find(&world);
-    if (it == recorders_.end()) return;
+    if (recorded_.erase(&world) == 0) return;
     if (::testing::Test::HasFailure()) {
-      const verbsim::sim::Config& c = world.config();
-      std::printf("[  WORLD   ] seed %llu, profile %s, fault plan '%s', virtual time %llu ns\n%s",
-                  static_cast<unsigned long long>(world.seed()),
-                  std::string(verbsim::sim::to_string(c.profile)).c_str(),
-                  c.faults.to_string().c_str(), static_cast<unsigned long long>(world.now()),
-                  it->second->report().c_str());
+      std::printf("[  WORLD   ] %s", world.report().c_str());
     }
-    recorders_.erase(it);
   }
 
   void OnTestStart(const ::testing::TestInfo&) override { seeds_.clear(); }
@@ -98,7 +91,7 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
  private:
   std::string argv0_;
   std::vector<std::uint64_t> seeds_;
-  std::map<const verbsim::sim::World*, verbsim::sim::FlightRecorder*> recorders_;
+  std::set<const verbsim::sim::World*> recorded_;  // worlds with the recorder attached
 };
 
 }  // namespace

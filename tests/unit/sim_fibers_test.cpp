@@ -128,6 +128,46 @@ TEST(Fibers, DeadlockIsReportedWithTheSeedAndHistory) {
   EXPECT_EQ(got.value(), EDEADLK);
 }
 
+// The report names what the world did last: the verbs posted, the packets and the completions
+// a FlightRecorder kept, and the counters of the QPs involved.
+TEST(Fibers, DeadlockReportShowsTheLastRecordsOfTheRun) {
+  SimPair p;
+  sim::FlightRecorder recorder;
+  p.world.add_observer(recorder);
+  auto ch = p.b.ctx->create_comp_channel();
+  auto idle_cq = p.b.ctx->create_cq(4, ch.get());
+  ASSERT_FALSE(idle_cq->req_notify(false));
+  sim::Simulation sim(p.world);
+  sim.spawn("waiter", [&] {
+    const Sge rs = p.b.sge(0, 64);
+    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{7, {&rs, 1}}).error());
+    const Sge ss = p.a.sge(0, 32);
+    ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, 9)).error());
+    CompletionQueue* fired = nullptr;
+    (void)ch->get_cq_event(fired, Wait::blocking);  // nothing ever completes on idle_cq
+  });
+  try {
+    sim.run();
+    FAIL() << "no deadlock reported";
+  } catch (const sim::DeadlockError& e) {
+    const std::string what = e.what();
+    const std::string a_qp = "sim0 qp " + std::to_string(p.a.qp->qp_num());
+    const std::string b_qp = "sim1 qp " + std::to_string(p.b.qp->qp_num());
+    const std::vector<std::string> lines = {
+        "seed 1, profile strict, fault plan '', virtual time 2012 ns",
+        "t=0 ns post " + b_qp + " recv wr_id=7 64 B",
+        "t=0 ns post " + a_qp + " send wr_id=9 SEND 32 B",
+        "packet " + a_qp + " -> " + b_qp + " SEND psn 100 32 B",
+        "completion " + b_qp + " recv wr_id=7 SUCCESS 32 B",
+        "completion " + a_qp + " send wr_id=9 SUCCESS",
+        "counters of the QPs involved:",
+        a_qp + ": sent 1 (32 bytes)"};
+    for (const std::string& line : lines) {
+      EXPECT_NE(what.find(line), std::string::npos) << "no '" << line << "' in:\n" << what;
+    }
+  }
+}
+
 // A host that goes on after EDEADLK and sleeps: the sleep returns at once (the world is
 // deadlocked) and its wake event, still pending, must not touch the sleep's gone frame when
 // the world runs it (under ASan this was a stack use-after-return).

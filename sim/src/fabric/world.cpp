@@ -338,6 +338,16 @@ Stats World::stats() const {
   return impl_->stats_observer() != nullptr ? impl_->stats_observer()->stats() : Stats{};
 }
 
+std::string World::report() const {
+  const Config& c = impl_->config();
+  std::string out = "seed " + std::to_string(c.seed) + ", profile " +
+                    std::string(to_string(c.profile)) + ", fault plan '" + c.faults.to_string() +
+                    "', virtual time " + std::to_string(impl_->now()) + " ns\n";
+  if (const FlightRecorder* r = impl_->recorder(); r != nullptr) return out + r->report();
+  return out + "last fabric events (attach a sim::FlightRecorder for verbs and packets):\n" +
+         recent_history();
+}
+
 std::string World::recent_history() const {
   static constexpr const char* kinds[] = {"deliver", "ack", "nak", "timeout", "rnr_retry", "fault", "wake", "cm"};
   std::string out;

@@ -97,6 +97,8 @@ struct World::Impl {
   // Observers the world made itself from its config (capture and timeline files) and owns.
   void own_observer(std::unique_ptr<Observer> o);
   bool observing() const noexcept { return observing_; }
+  // The first FlightRecorder among the observers, or nullptr (World::report()).
+  const FlightRecorder* recorder() const noexcept { return recorder_; }
   // The counters' observer, made when Config::stats is set; else nullptr.
   const StatsObserver* stats_observer() const noexcept { return stats_; }
   void observe_completion(const CompletionRecord& r);
@@ -184,6 +186,7 @@ struct World::Impl {
   std::vector<std::unique_ptr<Observer>> owned_observers_;
   std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload
   StatsObserver* stats_ = nullptr;
+  const FlightRecorder* recorder_ = nullptr;
 };
 
 }  // namespace verbsim::sim

@@ -185,10 +185,11 @@ void Simulation::run() {
           if (!h->done) blocked += (blocked.empty() ? "" : ", ") + h->name;
         }
         deadlock = "deadlock: every fiber is blocked (" + blocked +
-                   ") and the simulated world has nothing left to run; seed " +
-                   std::to_string(w.config().seed) + ", virtual time " + std::to_string(w.now()) +
-                   " ns; reproduce with VERBSIM_SEED=" + std::to_string(w.config().seed) +
-                   "\nrecent events:\n" + world_.recent_history();
+                   ") and the simulated world has nothing left to run; reproduce with "
+                   "VERBSIM_SEED=" +
+                   std::to_string(w.config().seed) +
+                   " (add VERBSIM_PCAP=<file> VERBSIM_TIMELINE=<file> to see the run)\n" +
+                   world_.report();
         for (WaitQueue* q : w.fibers().wait_queues) q->cv.notify_all();
       } else if (++grace > 10000) {
         break;  // hosts ignore EDEADLK: give up on them

@@ -49,6 +49,7 @@ static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op)
 
 void World::Impl::add_observer(Observer* o) {
   observers_.push_back(o);
+  if (recorder_ == nullptr) recorder_ = dynamic_cast<const FlightRecorder*>(o);
   observing_ = true;
   faults_.observe(
       [](void* world, Verb verb, std::uint32_t qpn, const DevCore* dev, int err) {

@@ -117,6 +117,12 @@ class World final : public Backend {
   Stats stats() const;
   // The last events the world ran, oldest first, one per line (for failure reports).
   std::string recent_history() const;
+  // What happened lately, for an error message (DeadlockError, the test main's failure
+  // report): a line with the seed, profile, fault plan and virtual time, then the last records
+  // of the first FlightRecorder attached to the world (verbs posted, packets, completions,
+  // faults, CM messages; the test main attaches one to every world) and the counters of the
+  // QPs they name; without a recorder, the last fabric events (recent_history()).
+  std::string report() const;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
