@@ -778,7 +778,7 @@ class LoggedQp final : public QueuePair {
     const Stamp st = stamp(c.clk.get());
     const PostResult res = in_->post_send(unwrap(wrs));
     Rec r(*c.log, Verb::post_send, st);
-    r.obj("qp", qpn_).kv("n", wrs.size());
+    r.kv("dev", std::string_view(c.dev)).obj("qp", qpn_).kv("n", wrs.size());
     for (const SendWr& wr : wrs) {
       std::uint64_t len = 0;
       for (const Sge& s : wr.sg_list) len += s.length;
@@ -821,7 +821,7 @@ class LoggedQp final : public QueuePair {
     const Stamp st = stamp(c.clk.get());
     const PostResult res = in_->post_recv(wrs);
     Rec r(*c.log, Verb::post_recv, st);
-    r.obj("qp", qpn_).kv("n", wrs.size());
+    r.kv("dev", std::string_view(c.dev)).obj("qp", qpn_).kv("n", wrs.size());
     for (const RecvWr& wr : wrs) format_recv(r, wr);
     format_post(r, res);
     return res;
@@ -832,7 +832,7 @@ class LoggedQp final : public QueuePair {
     b.info.mr = inner_of(bind.info.mr);
     const PostResult res = in_->bind_mw(unlogged(mw), b);
     Rec r(*c.log, Verb::bind_mw, st);
-    r.obj("qp", qpn_).raw(" [wr_id=").num(bind.wr_id);
+    r.kv("dev", std::string_view(c.dev)).obj("qp", qpn_).raw(" [wr_id=").num(bind.wr_id);
     r.obj("mw", id_of(&mw)).obj("mr", id_of(bind.info.mr)).hex("addr", bind.info.addr);
     r.kv("len", bind.info.length).hex("access", static_cast<std::uint32_t>(bind.info.access));
     if ((bind.flags & SendFlags::signaled) != SendFlags::none) r.word("signaled");
@@ -845,7 +845,7 @@ class LoggedQp final : public QueuePair {
     const QpState from = in_->state();
     control(*c.log, Verb::modify_qp, c.clk.get(),
             [&](Rec& r) {
-              r.obj("qp", qpn_).hex("mask", static_cast<std::uint32_t>(mask));
+              r.kv("dev", std::string_view(c.dev)).obj("qp", qpn_).hex("mask", static_cast<std::uint32_t>(mask));
               if ((mask & QpAttrMask::state) != QpAttrMask::none) {
                 r.word(to_string(from)).raw("->").raw(to_string(attr.qp_state));
               }
@@ -855,7 +855,7 @@ class LoggedQp final : public QueuePair {
   }
   QpAttr query(QpAttrMask mask) const override {
     return control(*c.log, Verb::query_qp, c.clk.get(),
-                   [&](Rec& r) { r.obj("qp", qpn_).hex("mask", static_cast<std::uint32_t>(mask)); },
+                   [&](Rec& r) { r.kv("dev", std::string_view(c.dev)).obj("qp", qpn_).hex("mask", static_cast<std::uint32_t>(mask)); },
                    [&] { return in_->query(mask); },
                    [](Rec& r, const QpAttr& a) { r.ok().kv("state", to_string(a.qp_state)); });
   }

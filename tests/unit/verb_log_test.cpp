@@ -140,14 +140,14 @@ TEST(VerbLog, SendRecvRunIsOneRecordPerCall) {
   EXPECT_EQ(without_time(lines[3]),
             "control ibv_create_qp pd=1 type=RC send_cq=1 recv_cq=1 srq=- send_wr=4 recv_wr=4 "
             "send_sge=1 recv_sge=1 inline=0 -> 0 qp=" + qa);
-  EXPECT_EQ(without_time(lines[11]), "control ibv_modify_qp qp=" + qa + " mask=0x39 RESET->INIT -> 0");
-  EXPECT_EQ(without_time(lines[12]), "control ibv_modify_qp qp=" + qa + " mask=0x129181 INIT->RTR dest_qp=" +
+  EXPECT_EQ(without_time(lines[11]), "control ibv_modify_qp dev=sim0 qp=" + qa + " mask=0x39 RESET->INIT -> 0");
+  EXPECT_EQ(without_time(lines[12]), "control ibv_modify_qp dev=sim0 qp=" + qa + " mask=0x129181 INIT->RTR dest_qp=" +
                                          qb + " -> 0");
 
   // The data path, exactly.
   std::vector<std::string> want = {
-      "data ibv_post_recv qp=" + qb + " n=1 [wr_id=7 len=64 lkey=" + hex(b.mr->lkey()) + "] -> 0",
-      "data ibv_post_send qp=" + qa + " n=1 [wr_id=9 SEND len=64 lkey=" + hex(a.mr->lkey()) +
+      "data ibv_post_recv dev=sim1 qp=" + qb + " n=1 [wr_id=7 len=64 lkey=" + hex(b.mr->lkey()) + "] -> 0",
+      "data ibv_post_send dev=sim0 qp=" + qa + " n=1 [wr_id=9 SEND len=64 lkey=" + hex(a.mr->lkey()) +
           " signaled] -> 0"};
   for (const PollCall& p : polls) {
     std::string w = "data ibv_poll_cq cq=" + p.cq + " max=4 -> " + std::to_string(p.count);
@@ -193,7 +193,7 @@ TEST(VerbLog, ErrorsAreLoggedWithTheirErrnoAndThrownUnchanged) {
   const PostResult r = a.qp->post_send(wr);
   EXPECT_EQ(r.err, EINVAL);
   EXPECT_EQ(r.posted, 0u);
-  const std::string want = "data ibv_post_send qp=" + std::to_string(a.qp->qp_num()) +
+  const std::string want = "data ibv_post_send dev=sim0 qp=" + std::to_string(a.qp->qp_num()) +
                            " n=1 [wr_id=5 SEND len=8 lkey=" + hex(a.mr->lkey()) + "] -> EINVAL \"" +
                            r.reason + "\" posted=0";
   EXPECT_EQ(without_time(lines.back()), want);
