@@ -179,6 +179,7 @@ class Service {
     const PollResult r = client_.rcq->poll(wc);
     for (const WorkCompletion& c : std::span(wc, r.count)) {
       if (c.status != WcStatus::success) {
+        client_.reap_sends("client");  // the SEND that failed says why the QP is in error
         throw std::runtime_error("client: answer " + std::string(to_string(c.status)));
       }
       client_.repost(c.wr_id, "client");
