@@ -13,6 +13,7 @@ packages=(
   python3  # sim-instructions.sh and report.sh read callgrind's and benchmark's output with it
   python3-pyverbs  # rdma-core's pyverbs test suite, run against the libibverbs drop-in
   tshark  # reads the simulator's packet captures back (capture_examples, sim_pcap_test)
+  strace  # copied into the rxe VM: the verb log's kernel crossings against it (rxe_kernel_crossings)
 )
 
 missing=()
