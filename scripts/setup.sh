@@ -14,6 +14,8 @@ packages=(
   python3-pyverbs  # rdma-core's pyverbs test suite, run against the libibverbs drop-in
   tshark  # reads the simulator's packet captures back (capture_examples, sim_pcap_test)
   python3-matplotlib  # scripts/plot-timeline.py draws timelines (worked_example, docs/img)
+  strace  # copied into the rxe VM: the verb log's kernel crossings against it (rxe_kernel_crossings)
+  tcpdump  # copied into the rxe VM: rxe's packets against the simulator's capture (rxe_wire_compare)
 )
 
 missing=()

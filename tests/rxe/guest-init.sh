@@ -3,6 +3,7 @@
 #
 # Contract with the host side (rxe-run):
 #   /verbsim/modules   kernel modules to load, in order, one per line: "<path.ko> [params...]"
+#   /verbsim/modules.extra  (optional, per run) more modules to load after those, one path a line
 #   /verbsim/run.env   sourced: sets rxe_* settings, exports the payload's environment and sets the
 #                      payload command line with "set -- ..."
 #   ttyS0 (console)    diagnostics; if the kernel warned, "VERBSIM-RXE-KERNEL-WARNED", each
@@ -67,6 +68,12 @@ while read -r ko params; do
 	# shellcheck disable=SC2086 # params are separate words on purpose
 	insmod "$ko" $params || fail "insmod $ko $params failed"
 done </verbsim/modules
+# Modules the run asked for (rxe-run --modules), after rxe's.
+if [ -f /verbsim/modules.extra ]; then
+	while read -r ko; do
+		insmod "$ko" || fail "insmod $ko failed"
+	done </verbsim/modules.extra
+fi
 
 say "creating rxe0"
 ip link set lo up || fail "ip link set lo up"

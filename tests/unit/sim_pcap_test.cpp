@@ -520,6 +520,37 @@ TEST(PcapWriter, TheMtuIsAParameter) {
   std::remove(path.c_str());
 }
 
+// As on rxe (tests/rxe/wire-compare.sh): a request answered with an RNR NAK was not executed,
+// so the NAK and the NAK of its retry carry the MSN of the message before it, and the ACK of
+// the retry that gets in the next one.
+TEST(PcapWriter, AnRnrNakCarriesTheMsnOfTheMessageBefore) {
+  const std::string path = temp_path("rnr_msn");
+  {
+    sim::PcapWriter w(path);
+    w.packet(request(0, WrOpcode::send, 5, 64));
+    w.packet(response(10, sim::PacketKind::ack, 5));
+    for (std::uint64_t t = 20; t <= 40; t += 20) {
+      w.packet(request(t, WrOpcode::send, 6, 64));
+      auto rnr = response(t + 10, sim::PacketKind::nak, 6);
+      rnr.nak = sim::NakCode::rnr;
+      rnr.rnr_timer = 1;
+      w.packet(rnr);
+    }
+    w.packet(request(60, WrOpcode::send, 6, 64));
+    w.packet(response(70, sim::PacketKind::ack, 6));
+    w.finished(80);
+  }
+  const Capture c = read_capture(path);
+  ASSERT_EQ(c.frames.size(), 8u);
+  EXPECT_EQ(be24(c.frames[1].data, kExt + 1), 1u);  // the ACK of the first SEND
+  EXPECT_EQ(c.frames[3].data[kExt], 0x20 | 1);
+  EXPECT_EQ(be24(c.frames[3].data, kExt + 1), 1u);  // RNR NAK: still 1
+  EXPECT_EQ(be24(c.frames[5].data, kExt + 1), 1u);  // and after the retry
+  EXPECT_EQ(c.frames[7].data[kExt], 0x1f);
+  EXPECT_EQ(be24(c.frames[7].data, kExt + 1), 2u);  // the retry that got in
+  std::remove(path.c_str());
+}
+
 TEST(PcapWriter, ACaptureThatCannotBeCreatedThrowsNamingThePath) {
   const std::string path = "/nonexistent-verbsim-dir/x.pcapng";
   try {

@@ -462,11 +462,17 @@ void PcapWriter::write_held_until(std::uint64_t ts_ns) {
 
 std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
   // A responder counts the RC requests it is given (ignoring the repeats of one it had); its
-  // ACKs, READ and atomic responses carry the count.
+  // ACKs, READ and atomic responses carry the count. A NAK of the last request counted takes
+  // it back: that request was not executed, and its retry counts anew (rxe's RNR NAKs carry
+  // the MSN of the message before, each time).
   if (r.qp_type != QpType::rc) return 0;
   if (r.kind != PacketKind::request) {
     const auto it = msn_.find({r.src_dev, r.src_qpn});
-    return it == msn_.end() ? 0 : it->second.second;
+    if (it == msn_.end()) return 0;
+    if (r.kind == PacketKind::nak && it->second.first == r.psn) {
+      it->second = {(r.psn - 1) & kPsnMask, (it->second.second - 1) & kPsnMask};
+    }
+    return it->second.second;
   }
   const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
   if (!lost) {
