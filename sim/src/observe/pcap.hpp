@@ -9,8 +9,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,11 +42,27 @@ class PcapWriter final : public Observer {
     std::uint32_t interface;
     std::vector<std::uint8_t> frame;
   };
+  // What the frames of a QP's packets need to know of its earlier packets.
+  struct QpState {
+    // As a responder: the first PSN of the last new RC request it was given, and its message
+    // sequence number (the MSN its ACKs carry); `given`: it has been given one.
+    std::uint32_t last_new_psn = 0;
+    std::uint32_t msn = 0;
+    bool given = false;
+  };
   std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port);
+  QpState& qp(std::uint16_t dev, std::uint32_t qpn);
+  // Blocks are written into out_: begin_block makes room for a block's body of at most
+  // `body_max` bytes and returns where the body goes; end_block closes it where the body ends.
+  std::uint8_t* begin_block(std::uint32_t type, std::size_t body_max);
+  void end_block(std::uint8_t* body_end);
+  // An Enhanced Packet Block: begin_epb returns where its frame (at most `frame_max` bytes)
+  // goes; end_epb closes the block after `frame_len` bytes of frame.
+  std::uint8_t* begin_epb(std::uint32_t interface, std::uint64_t ts_ns, std::size_t frame_max,
+                          std::string_view comment);
+  void end_epb(std::size_t frame_len, std::string_view comment);
+  void flush();  // writes out_ to the file
   void write_held_until(std::uint64_t ts_ns);
-  void write_epb(std::uint32_t interface, std::uint64_t ts_ns,
-                 const std::vector<std::uint8_t>& frame, const std::string& comment);
-  void write_block(const std::vector<std::uint8_t>& block);
   std::uint32_t msn_after(const PacketRecord& r);
 
   std::string path_;
@@ -55,11 +71,14 @@ class PcapWriter final : public Observer {
   bool write_failed_ = false;
   std::uint64_t frames_ = 0;
   std::uint64_t seq_ = 0;
-  std::map<std::pair<std::uint16_t, std::uint8_t>, std::uint32_t> interfaces_;
+  std::vector<std::uint8_t> out_;  // blocks not yet in the file (1 MiB), the first used_ bytes
+  std::size_t used_ = 0;
+  std::vector<std::uint32_t> interfaces_;  // by device << 8 | port: the interface's number + 1
+  std::uint32_t interface_count_ = 0;
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)
-  // Per responder QP (device, QP number): the first PSN of the last new RC request it was
-  // given, and its message sequence number (the MSN its ACKs carry).
-  std::map<std::pair<std::uint16_t, std::uint32_t>, std::pair<std::uint32_t, std::uint32_t>> msn_;
+  // By device, then QP number: the index of the QP's state in qps_, plus one (0: none yet).
+  std::vector<std::vector<std::uint32_t>> qp_index_;
+  std::vector<QpState> qps_;
 };
 
 }  // namespace verbsim::sim
