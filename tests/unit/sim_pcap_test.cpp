@@ -674,6 +674,92 @@ TEST(PcapRun, ARealRunWithFaultsHasGoodFramesAndComments) {
   if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
 }
 
+// The PSNs on the wire: the simulator numbers messages, a NIC packets. QP a starts at PSN 100
+// (SimPair). The SENDs of 3000 and 10 bytes go together and the first is dropped: the
+// responder NAKs the gap, the requester sends both again with the PSNs they had. A READ of
+// 2500 bytes takes as many PSNs as its response has packets, so the SEND after it starts 3
+// on. ACKs carry the PSN of the last packet they acknowledge.
+TEST(PcapRun, PsnsNumberPacketsAsOnTheWire) {
+  const std::string path = temp_path("wire_psns");
+  sim::PcapWriter w(path);
+  {
+    sim::Config config;
+    config.faults = sim::FaultPlan::parse("drop nth=1");
+    testing::SimPair p(config);
+    p.world.add_observer(w);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      const Sge rs = p.b.sge(i * 4096, 4096);
+      EXPECT_FALSE(p.b.qp->post_recv(RecvWr{100 + i, {&rs, 1}}).error());
+    }
+    const Sge s3000 = p.a.sge(0, 3000), s10 = p.a.sge(4096, 10), s2500 = p.a.sge(8192, 2500),
+              s64 = p.a.sge(12288, 64);
+    const auto wr = [&](std::uint64_t id, WrOpcode op, const Sge& sge) {
+      SendWr s;
+      s.wr_id = id;
+      s.opcode = op;
+      s.flags = SendFlags::signaled;
+      s.sg_list = {&sge, 1};
+      s.remote_addr = reinterpret_cast<std::uint64_t>(p.b.buf.data()) + 16384;
+      s.rkey = p.b.mr->rkey();
+      return s;
+    };
+    const SendWr sends[] = {wr(1, WrOpcode::send, s3000), wr(2, WrOpcode::send, s10)};
+    EXPECT_FALSE(p.a.qp->post_send(sends).error());
+    EXPECT_EQ(testing::poll_n(p.world, *p.a.cq, 2).size(), 2u);
+    const SendWr read_then_send[] = {wr(3, WrOpcode::rdma_read, s2500), wr(4, WrOpcode::send, s64)};
+    EXPECT_FALSE(p.a.qp->post_send(read_then_send).error());
+    EXPECT_EQ(testing::poll_n(p.world, *p.a.cq, 2).size(), 2u);
+    testing::drain(p.world, *p.b.cq);
+  }
+  const Capture c = read_capture(path);
+  std::vector<std::pair<int, std::uint32_t>> got;  // opcode, PSN
+  for (const Frame& f : c.frames) got.emplace_back(opcode(f), psn(f));
+  const std::vector<std::pair<int, std::uint32_t>> want = {
+      {0x00, 100}, {0x01, 101}, {0x02, 102},  // SEND 3000 (dropped)
+      {0x04, 103},                            // SEND 10
+      {0x11, 100},                            // NAK, PSN sequence error: expected 100
+      {0x00, 100}, {0x01, 101}, {0x02, 102},  // SEND 3000 again
+      {0x04, 103},                            // SEND 10 again
+      {0x11, 103},                            // one ACK for both
+      {0x0c, 104},                            // READ 2500: PSNs 104 to 106
+      {0x04, 107},                            // SEND 64
+      {0x0d, 104}, {0x0e, 105}, {0x0f, 106},  // the READ's response
+      {0x11, 107},                            // the SEND's ACK
+  };
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(c.frames[4].data[kExt], 0x60);  // the NAK is a PSN sequence error
+  if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
+}
+
+// Wire PSNs of many messages outstanding at once (more than the capture keeps at first), sent
+// again, and PSNs that wrap at 2^24.
+TEST(PcapWriter, WirePsnsSurviveManyOutstandingMessagesAndWrap) {
+  const std::string path = temp_path("many_outstanding");
+  {
+    sim::PcapWriter w(path);
+    constexpr std::uint32_t kStart = 0xffffc0;  // the simulator's PSNs wrap at message 64
+    for (std::uint32_t i = 0; i < 100; ++i) {
+      w.packet(request(i, WrOpcode::send, (kStart + i) & 0xffffff, 2000));  // 2 packets each
+    }
+    w.packet(request(200, WrOpcode::send, kStart, 2000));                    // the first again
+    w.packet(request(201, WrOpcode::send, (kStart + 99) & 0xffffff, 2000));  // the last again
+    w.packet(response(300, sim::PacketKind::ack, (kStart + 99) & 0xffffff));
+    w.finished(400);
+  }
+  const Capture c = read_capture(path);
+  ASSERT_EQ(c.frames.size(), 205u);
+  EXPECT_EQ(psn(c.frames[0]), 0xffffc0u);
+  EXPECT_EQ(psn(c.frames[63]), 0xffffffu);  // message 31's second packet
+  EXPECT_EQ(psn(c.frames[64]), 0u);
+  EXPECT_EQ(psn(c.frames[199]), 135u);  // message 99's second packet: 0xffffc0 + 199
+  EXPECT_EQ(psn(c.frames[200]), 0xffffc0u);
+  EXPECT_EQ(psn(c.frames[201]), 0xffffc1u);
+  EXPECT_EQ(psn(c.frames[202]), 134u);
+  EXPECT_EQ(psn(c.frames[203]), 135u);
+  EXPECT_EQ(psn(c.frames[204]), 135u);  // the ACK: the last packet of message 99
+  std::remove(path.c_str());
+}
+
 // Every kind, opcode, transport and fate, with lengths around the MTU, payloads shorter than
 // the message or none, and PSNs that wrap: whatever a record says, the frames are whole, their
 // ICRCs right, and (with tshark) none is malformed. Combinations a QP cannot post are framed

@@ -219,13 +219,22 @@ std::uint32_t packets_of(const PacketRecord& r, Family f, std::uint32_t mtu) noe
       std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
 }
 
-// Packet `i` of the `n` a message is cut into.
-Packet packet_at(const PacketRecord& r, Family f, std::uint32_t i, std::uint32_t n,
-                 std::uint32_t mtu) noexcept {
+// The PSNs a request takes on the wire: one per packet, and a READ request as many as its
+// response has packets (IBTA 9.7.1).
+std::uint32_t wire_packets(const PacketRecord& r, Family f, std::uint32_t packets,
+                           std::uint32_t mtu) noexcept {
+  if (f != Family::read) return packets;
+  return static_cast<std::uint32_t>(
+      std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
+}
+
+// Packet `i` of the `n` a message is cut into, the first with PSN `psn`.
+Packet packet_at(const PacketRecord& r, Family f, std::uint32_t psn, std::uint32_t i,
+                 std::uint32_t n, std::uint32_t mtu) noexcept {
   Packet p;
   p.first = i == 0;
   p.last = i + 1 == n;
-  p.psn = (r.psn + i) & kPsnMask;
+  p.psn = (psn + i) & kPsnMask;
   p.opcode = opcode_of(r, f, p.first, p.last);
   if (f == Family::send || f == Family::write || f == Family::read_response) {
     p.offset = i * mtu;
@@ -538,13 +547,75 @@ std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
   if (!lost) {
     QpState& q = qp(r.dst_dev, r.dst_qpn);
     if (!q.given) {
-      q = {.last_new_psn = r.psn, .msn = 1, .given = true};
+      q.last_new_psn = r.psn;
+      q.msn = 1;
+      q.given = true;
     } else if (later(r.psn, q.last_new_psn)) {
       q.last_new_psn = r.psn;
       q.msn = (q.msn + 1) & kPsnMask;
     }
   }
   return 0;
+}
+
+const PcapWriter::WireMessage* PcapWriter::QpState::find(std::uint32_t psn) const noexcept {
+  if (ring.empty()) return nullptr;
+  const WireMessage& m = ring[psn & (ring.size() - 1)];
+  return m.used && m.psn == psn ? &m : nullptr;
+}
+
+void PcapWriter::QpState::remember(const WireMessage& m) {
+  if (ring.empty()) ring.resize(16);
+  // Grow rather than forget a message not yet acknowledged: it may be sent again.
+  while (ring[m.psn & (ring.size() - 1)].used &&
+         later(ring[m.psn & (ring.size() - 1)].psn, acked)) {
+    std::vector<WireMessage> old(ring.size() * 2);
+    old.swap(ring);
+    for (const WireMessage& o : old) {
+      if (o.used) ring[o.psn & (ring.size() - 1)] = o;
+    }
+  }
+  ring[m.psn & (ring.size() - 1)] = m;
+}
+
+std::uint32_t PcapWriter::wire_psn(const PacketRecord& r, std::uint32_t packets) {
+  if (r.kind == PacketKind::request) {
+    QpState& q = qp(r.src_dev, r.src_qpn);
+    if (q.sent && !later(r.psn, q.newest)) {  // sent again: the PSNs it had
+      const WireMessage* m = q.find(r.psn);
+      return m != nullptr ? m->wire : r.psn;
+    }
+    if (!q.sent) {  // the first message keeps the simulator's PSN
+      q.sent = true;
+      q.next_wire = r.psn;
+      q.acked = (r.psn - 1) & kPsnMask;
+    }
+    const WireMessage m{.psn = r.psn, .wire = q.next_wire, .packets = packets, .used = true};
+    q.newest = r.psn;
+    q.next_wire = (q.next_wire + m.packets) & kPsnMask;
+    // Only RC sends a message again; UC and UD need no memory of their PSNs.
+    if (r.qp_type == QpType::rc) q.remember(m);
+    return m.wire;
+  }
+  // A response: the requester is its destination; its PSNs are those of the request.
+  QpState& q = qp(r.dst_dev, r.dst_qpn);
+  const WireMessage* m = q.find(r.psn);
+  if (m == nullptr) return r.psn;
+  const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
+  switch (r.kind) {
+    case PacketKind::read_response: break;
+    case PacketKind::nak:
+      // The requester goes back to the NAK's PSN: a PSN sequence error names the message
+      // expected, an RNR NAK the one refused, by their first packets.
+      if (r.nak == NakCode::psn_seq || r.nak == NakCode::rnr) return m->wire;
+      [[fallthrough]];
+    case PacketKind::ack:
+    case PacketKind::atomic_response:
+    case PacketKind::request:
+      if (!lost && r.kind != PacketKind::nak && later(r.psn, q.acked)) q.acked = r.psn;
+      return (m->wire + m->packets - 1) & kPsnMask;
+  }
+  return m->wire;
 }
 
 void PcapWriter::packet(const PacketRecord& r) {
@@ -555,8 +626,10 @@ void PcapWriter::packet(const PacketRecord& r) {
   const std::string_view comment = fate_comment(r, text);
   const Family f = family_of(r);
   const std::uint32_t n = packets_of(r, f, mtu_);
+  if (n == 0) return;
+  const std::uint32_t psn = wire_psn(r, wire_packets(r, f, n, mtu_));
   for (std::uint32_t i = 0; i < n; ++i) {
-    const Packet p = packet_at(r, f, i, n, mtu_);
+    const Packet p = packet_at(r, f, psn, i, n, mtu_);
     std::uint8_t* const frame = begin_epb(interface, r.sent_ns, kFrameOverhead + p.bytes, comment);
     const std::size_t len = write_frame(frame, r, p, msn);
     if (r.fate == PacketFate::duplicated) {

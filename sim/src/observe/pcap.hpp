@@ -42,6 +42,14 @@ class PcapWriter final : public Observer {
     std::uint32_t interface;
     std::vector<std::uint8_t> frame;
   };
+  // A message of a requester: its PSN in the simulator, which numbers messages, and the first
+  // of the `packets` PSNs it takes on the wire, where PSNs number packets.
+  struct WireMessage {
+    std::uint32_t psn = 0;
+    std::uint32_t wire = 0;
+    std::uint32_t packets = 0;
+    bool used = false;
+  };
   // What the frames of a QP's packets need to know of its earlier packets.
   struct QpState {
     // As a responder: the first PSN of the last new RC request it was given, and its message
@@ -49,6 +57,17 @@ class PcapWriter final : public Observer {
     std::uint32_t last_new_psn = 0;
     std::uint32_t msn = 0;
     bool given = false;
+    // As a requester: `sent` a request yet; the simulator's PSN of its newest message; the
+    // wire PSN after that message's last packet; the newest PSN an ACK that arrived named.
+    bool sent = false;
+    std::uint32_t newest = 0;
+    std::uint32_t next_wire = 0;
+    std::uint32_t acked = 0;
+    // Its RC messages by simulator PSN modulo the size (a power of two), which doubles rather
+    // than forget a message not yet acknowledged: at most about the send queue's depth.
+    std::vector<WireMessage> ring;
+    const WireMessage* find(std::uint32_t psn) const noexcept;
+    void remember(const WireMessage& m);
   };
   std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port);
   QpState& qp(std::uint16_t dev, std::uint32_t qpn);
@@ -64,6 +83,11 @@ class PcapWriter final : public Observer {
   void flush();  // writes out_ to the file
   void write_held_until(std::uint64_t ts_ns);
   std::uint32_t msn_after(const PacketRecord& r);
+  // The wire PSN of the record's first packet: a new request takes the `packets` PSNs after
+  // its QP's previous message (its first message keeps the simulator's PSN); a request sent
+  // again, its first time's; a READ response, the READ's; an ACK, the last of the message it
+  // acknowledges; a PSN sequence error or RNR NAK, the first of the message it names.
+  std::uint32_t wire_psn(const PacketRecord& r, std::uint32_t packets);
 
   std::string path_;
   std::FILE* file_;
