@@ -1,5 +1,7 @@
 #include "observe/pcap.hpp"
 
+#include "observe/cm_mad.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -638,6 +640,41 @@ void PcapWriter::packet(const PacketRecord& r) {
     }
     end_epb(len, comment);
   }
+}
+
+void PcapWriter::cm(const CmRecord& r) {
+  if (!r.sidr && (r.kind == CmMessage::req || r.kind == CmMessage::rep)) {
+    cm_qpns_[r.local_comm_id] = r.qpn;
+  }
+  std::uint32_t remote_qpn = 0;
+  if (r.kind == CmMessage::dreq) {
+    const auto it = cm_qpns_.find(r.remote_comm_id);
+    if (it != cm_qpns_.end()) remote_qpn = it->second;
+  }
+  write_cm_mad(r, remote_qpn, mad_);
+  // A UD SEND_ONLY from QP 1 to QP 1, a PSN after the last of the sending device's QP 1.
+  if (r.src_dev >= gsi_psns_.size()) gsi_psns_.resize(r.src_dev + std::size_t{1}, 0);
+  PacketRecord p;
+  p.sent_ns = r.sent_ns;
+  p.arrives_ns = r.arrives_ns;
+  p.fate = r.fate;
+  p.kind = PacketKind::request;
+  p.qp_type = QpType::ud;
+  p.opcode = WrOpcode::send;
+  p.src_dev = r.src_dev;
+  p.dst_dev = r.dst_dev;
+  p.src_port = r.src_port;
+  p.dst_port = r.dst_port;
+  p.src_gid = r.src_gid;
+  p.dst_gid = r.dst_gid;
+  p.src_qpn = 1;
+  p.dst_qpn = 1;
+  p.psn = gsi_psns_[r.src_dev];
+  gsi_psns_[r.src_dev] = (p.psn + 1) & kPsnMask;
+  p.length = kMadBytes;
+  p.qkey = kGsiQkey;
+  p.payload = mad_;
+  packet(p);
 }
 
 void PcapWriter::finished(std::uint64_t /*time_ns*/) {

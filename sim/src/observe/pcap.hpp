@@ -4,13 +4,16 @@
 // padded to 4 bytes / ICRC (IBTA Annex A17). A message longer than the path MTU is cut into
 // FIRST/MIDDLE/LAST packets with a PSN each, as a NIC would. What the fault plan did to a packet
 // is an EPB comment ("verbsim: dropped by the fault plan"); a duplicated packet is written again,
-// marked "verbsim: duplicate", when its copy arrives. docs/OBSERVABILITY.md, "Packet capture".
+// marked "verbsim: duplicate", when its copy arrives. Connection manager messages are UD SENDs
+// to QP 1 carrying the CM's MADs (observe/cm_mad.hpp). docs/OBSERVABILITY.md, "Packet capture".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,6 +31,8 @@ class PcapWriter final : public Observer {
   PcapWriter& operator=(const PcapWriter&) = delete;
 
   void packet(const PacketRecord& r) override;
+  // A connection manager message: the MAD a RoCE v2 NIC sends, a UD SEND_ONLY to QP 1.
+  void cm(const CmRecord& r) override;
   // Writes the duplicates still held back and flushes the file.
   void finished(std::uint64_t time_ns) override;
 
@@ -103,6 +108,10 @@ class PcapWriter final : public Observer {
   // By device, then QP number: the index of the QP's state in qps_, plus one (0: none yet).
   std::vector<std::vector<std::uint32_t>> qp_index_;
   std::vector<QpState> qps_;
+  std::array<std::uint8_t, 256> mad_{};  // the CM message being written
+  std::vector<std::uint32_t> gsi_psns_;  // by device: the next PSN of its QP 1
+  // The QP of each CM end (by its comm id) that sent a REQ or REP: a DREQ names its peer's.
+  std::unordered_map<std::uint32_t, std::uint32_t> cm_qpns_;
 };
 
 }  // namespace verbsim::sim
