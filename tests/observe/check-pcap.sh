@@ -10,11 +10,16 @@
 #   (IBTA Annex A17), little-endian in the last 4 bytes; and tshark's Invariant CRC field is
 #   those 4 bytes (so the dissector found the ICRC where the headers say it is). Needs python3;
 #   tshark itself does not verify ICRCs;
+# - a frame to QP 1 is a connection manager MAD (management class 0x07) that Wireshark
+#   decodes; CM MADs are counted by attribute (REQ, REP, RTU, REJ, DREQ, DREP, SIDR_REQ,
+#   SIDR_REP), apart from the per-opcode counts;
 # - optionally, the number of frames per BTH opcode (decimal or 0x hex), from arguments
-#   OPCODE=COUNT or from a file of "OPCODE COUNT" lines ('#' starts a comment), and the
-#   number of frames (total=N). Opcodes not named must not occur when any count is given.
+#   OPCODE=COUNT or from a file of "OPCODE COUNT" lines ('#' starts a comment), the number of
+#   CM MADs per attribute (cm.REQ=1, ...), and the number of frames (total=N, CM MADs
+#   included). Opcodes and attributes not named must not occur when any count of their kind
+#   is given.
 #
-#   check-pcap.sh FILE [OPCODE=COUNT | total=N]...
+#   check-pcap.sh FILE [OPCODE=COUNT | cm.ATTRIBUTE=COUNT | total=N]...
 #   check-pcap.sh FILE --expect COUNTS_FILE
 #
 # Exit 0 when everything holds (a summary on stdout), 1 naming what does not, 77 (ctest's
@@ -35,17 +40,19 @@ if ! command -v tshark >/dev/null 2>&1; then
   exit 77
 fi
 
-declare -A want=()
+declare -A want=() want_cm=()
 want_total=
 add_expect() {  # KEY COUNT
   local key=$1 count=$2
   [[ $count =~ ^[0-9]+$ ]] || { echo "check-pcap: bad count '$count' for $key" >&2; exit 2; }
   if [[ $key == total ]]; then
     want_total=$count
+  elif [[ ${key^^} =~ ^CM\.(REQ|REP|RTU|REJ|DREQ|DREP|SIDR_REQ|SIDR_REP)$ ]]; then
+    want_cm[${BASH_REMATCH[1]}]=$count
   elif [[ $key =~ ^(0x[0-9a-fA-F]+|[0-9]+)$ ]]; then
     want[$((key))]=$count
   else
-    echo "check-pcap: bad opcode '$key' (a number, decimal or 0x hex)" >&2
+    echo "check-pcap: bad opcode '$key' (a number, decimal or 0x hex, or cm.REQ, ...)" >&2
     exit 2
   fi
 }
@@ -77,12 +84,16 @@ fail() {
 }
 
 fields=$("${ts[@]}" -T fields -E separator=/t -e frame.number -e frame.protocols \
-  -e infiniband.bth.opcode -e infiniband.invariant.crc 2>/dev/null) ||
+  -e infiniband.bth.opcode -e infiniband.invariant.crc -e infiniband.bth.destqp \
+  -e infiniband.mad.mgmtclass -e infiniband.mad.attributeid 2>/dev/null) ||
   { echo "check-pcap: tshark cannot read $file" >&2; exit 1; }
 frames=0
-declare -A got=()
+cm_frames=0
+declare -A got=() got_cm=()
+declare -A cm_names=([0x0010]=REQ [0x0012]=REJ [0x0013]=REP [0x0014]=RTU [0x0015]=DREQ
+  [0x0016]=DREP [0x0017]=SIDR_REQ [0x0018]=SIDR_REP)
 crcs=()
-while IFS=$'\t' read -r num protocols opcode crc; do
+while IFS=$'\t' read -r num protocols opcode crc qp class attribute; do
   [[ -z $num ]] && continue
   frames=$((frames + 1))
   case $protocols in
@@ -93,8 +104,18 @@ while IFS=$'\t' read -r num protocols opcode crc; do
     fail "frame $num has no BTH opcode"
     opcode=none
   fi
-  got[$opcode]=$((${got[$opcode]:-0} + 1))
   crcs+=("$num ${crc:-none}")
+  if [[ $qp == 0x000001 || -n $class ]]; then  # a MAD to QP 1
+    if [[ $qp != 0x000001 || $class != 0x07 || -z ${cm_names[$attribute]:-} ]]; then
+      fail "frame $num: to QP $qp, management class '$class', attribute '$attribute':" \
+        "not a CM MAD to QP 1"
+      continue
+    fi
+    cm_frames=$((cm_frames + 1))
+    got_cm[${cm_names[$attribute]}]=$((${got_cm[${cm_names[$attribute]}]:-0} + 1))
+    continue
+  fi
+  got[$opcode]=$((${got[$opcode]:-0} + 1))
 done <<<"$fields"
 
 bad=$("${ts[@]}" -Y '_ws.malformed || _ws.expert.severity >= "Warning"' 2>/dev/null || true)
@@ -165,10 +186,26 @@ if [[ ${#want[@]} -gt 0 ]]; then
   done
 fi
 
+if [[ ${#want_cm[@]} -gt 0 ]]; then
+  for a in "${!want_cm[@]}"; do
+    [[ ${got_cm[$a]:-0} == "${want_cm[$a]}" ]] ||
+      fail "CM $a: ${got_cm[$a]:-0} MADs, expected ${want_cm[$a]}"
+  done
+  for a in "${!got_cm[@]}"; do
+    [[ -n ${want_cm[$a]:-} ]] || fail "CM $a: ${got_cm[$a]} MADs, expected none"
+  done
+fi
+
 summary=""
 for op in $(printf '%s\n' "${!got[@]}" | sort -n); do
   summary+=" $op=${got[$op]}"
 done
+if [[ $cm_frames -gt 0 ]]; then
+  summary+="; $cm_frames CM MADs by attribute:"
+  for a in REQ REP RTU REJ DREQ DREP SIDR_REQ SIDR_REP; do
+    [[ -n ${got_cm[$a]:-} ]] && summary+=" $a=${got_cm[$a]}"
+  done
+fi
 if [[ $errors -gt 0 ]]; then
   echo "check-pcap: $file: FAILED ($errors problems); frames by opcode:$summary" >&2
   exit 1

@@ -705,6 +705,238 @@ TEST(PcapRun, ARealRunWithFaultsHasGoodFramesAndComments) {
   if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
 }
 
+// The PSNs on the wire: the simulator numbers messages, a NIC packets. QP a starts at PSN 100
+// (SimPair). The SENDs of 3000 and 10 bytes go together and the first is dropped: the
+// responder NAKs the gap, the requester sends both again with the PSNs they had. A READ of
+// 2500 bytes takes as many PSNs as its response has packets, so the SEND after it starts 3
+// on. ACKs carry the PSN of the last packet they acknowledge.
+TEST(PcapRun, PsnsNumberPacketsAsOnTheWire) {
+  const std::string path = temp_path("wire_psns");
+  sim::PcapWriter w(path);
+  {
+    sim::Config config;
+    config.faults = sim::FaultPlan::parse("drop nth=1");
+    testing::SimPair p(config);
+    p.world.add_observer(w);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+      const Sge rs = p.b.sge(i * 4096, 4096);
+      EXPECT_FALSE(p.b.qp->post_recv(RecvWr{100 + i, {&rs, 1}}).error());
+    }
+    const Sge s3000 = p.a.sge(0, 3000), s10 = p.a.sge(4096, 10), s2500 = p.a.sge(8192, 2500),
+              s64 = p.a.sge(12288, 64);
+    const auto wr = [&](std::uint64_t id, WrOpcode op, const Sge& sge) {
+      SendWr s;
+      s.wr_id = id;
+      s.opcode = op;
+      s.flags = SendFlags::signaled;
+      s.sg_list = {&sge, 1};
+      s.remote_addr = reinterpret_cast<std::uint64_t>(p.b.buf.data()) + 16384;
+      s.rkey = p.b.mr->rkey();
+      return s;
+    };
+    const SendWr sends[] = {wr(1, WrOpcode::send, s3000), wr(2, WrOpcode::send, s10)};
+    EXPECT_FALSE(p.a.qp->post_send(sends).error());
+    EXPECT_EQ(testing::poll_n(p.world, *p.a.cq, 2).size(), 2u);
+    const SendWr read_then_send[] = {wr(3, WrOpcode::rdma_read, s2500), wr(4, WrOpcode::send, s64)};
+    EXPECT_FALSE(p.a.qp->post_send(read_then_send).error());
+    EXPECT_EQ(testing::poll_n(p.world, *p.a.cq, 2).size(), 2u);
+    testing::drain(p.world, *p.b.cq);
+  }
+  const Capture c = read_capture(path);
+  std::vector<std::pair<int, std::uint32_t>> got;  // opcode, PSN
+  for (const Frame& f : c.frames) got.emplace_back(opcode(f), psn(f));
+  const std::vector<std::pair<int, std::uint32_t>> want = {
+      {0x00, 100}, {0x01, 101}, {0x02, 102},  // SEND 3000 (dropped)
+      {0x04, 103},                            // SEND 10
+      {0x11, 100},                            // NAK, PSN sequence error: expected 100
+      {0x00, 100}, {0x01, 101}, {0x02, 102},  // SEND 3000 again
+      {0x04, 103},                            // SEND 10 again
+      {0x11, 103},                            // one ACK for both
+      {0x0c, 104},                            // READ 2500: PSNs 104 to 106
+      {0x04, 107},                            // SEND 64
+      {0x0d, 104}, {0x0e, 105}, {0x0f, 106},  // the READ's response
+      {0x11, 107},                            // the SEND's ACK
+  };
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(c.frames[4].data[kExt], 0x60);  // the NAK is a PSN sequence error
+  if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
+}
+
+// Wire PSNs of many messages outstanding at once (more than the capture keeps at first), sent
+// again, and PSNs that wrap at 2^24.
+TEST(PcapWriter, WirePsnsSurviveManyOutstandingMessagesAndWrap) {
+  const std::string path = temp_path("many_outstanding");
+  {
+    sim::PcapWriter w(path);
+    constexpr std::uint32_t kStart = 0xffffc0;  // the simulator's PSNs wrap at message 64
+    for (std::uint32_t i = 0; i < 100; ++i) {
+      w.packet(request(i, WrOpcode::send, (kStart + i) & 0xffffff, 2000));  // 2 packets each
+    }
+    w.packet(request(200, WrOpcode::send, kStart, 2000));                    // the first again
+    w.packet(request(201, WrOpcode::send, (kStart + 99) & 0xffffff, 2000));  // the last again
+    w.packet(response(300, sim::PacketKind::ack, (kStart + 99) & 0xffffff));
+    w.finished(400);
+  }
+  const Capture c = read_capture(path);
+  ASSERT_EQ(c.frames.size(), 205u);
+  EXPECT_EQ(psn(c.frames[0]), 0xffffc0u);
+  EXPECT_EQ(psn(c.frames[63]), 0xffffffu);  // message 31's second packet
+  EXPECT_EQ(psn(c.frames[64]), 0u);
+  EXPECT_EQ(psn(c.frames[199]), 135u);  // message 99's second packet: 0xffffc0 + 199
+  EXPECT_EQ(psn(c.frames[200]), 0xffffc0u);
+  EXPECT_EQ(psn(c.frames[201]), 0xffffc1u);
+  EXPECT_EQ(psn(c.frames[202]), 134u);
+  EXPECT_EQ(psn(c.frames[203]), 135u);
+  EXPECT_EQ(psn(c.frames[204]), 135u);  // the ACK: the last packet of message 99
+  std::remove(path.c_str());
+}
+
+// ---- connection manager MADs ---------------------------------------------------------------
+
+sim::CmRecord cm_record(std::uint64_t t, sim::CmMessage kind, bool from_client) {
+  sim::CmRecord r;
+  r.sent_ns = t;
+  r.arrives_ns = t + 1000;
+  r.kind = kind;
+  r.src_dev = from_client ? 0 : 1;
+  r.dst_dev = from_client ? 1 : 0;
+  r.src_gid = from_client ? Gid::from_ipv4(10, 0, 0, 1) : Gid::from_ipv4(10, 0, 1, 1);
+  r.dst_gid = from_client ? Gid::from_ipv4(10, 0, 1, 1) : Gid::from_ipv4(10, 0, 0, 1);
+  r.local_comm_id = from_client ? 7 : 9;
+  r.remote_comm_id = kind == sim::CmMessage::req ? 0 : from_client ? 9 : 7;
+  return r;
+}
+
+constexpr std::size_t kMad = kExt + 8;    // after the DETH
+constexpr std::size_t kAttr = kMad + 24;  // the CM attribute, after the common MAD header
+
+// A connection's CM messages as a Linux CM over RoCE v2 sends them, in a UD SEND_ONLY from QP 1
+// to QP 1, read back byte by byte; with tshark, decoded as InfiniBand CM, nothing malformed.
+TEST(PcapCm, AConnectionsMadsAreUdSendsToQp1WithTheIbtaLayout) {
+  const std::string path = temp_path("cm");
+  const Bytes hello = {'h', 'e', 'l', 'l', 'o'};
+  {
+    sim::PcapWriter w(path);
+    auto req = cm_record(1000, sim::CmMessage::req, true);
+    req.src_ip = Gid::from_ipv4(10, 0, 0, 1).raw;
+    req.dst_ip = Gid::from_ipv4(10, 0, 1, 1).raw;
+    req.src_ip_port = 32768;
+    req.dst_ip_port = 7471;
+    req.qpn = 0x11;
+    req.psn = 0x364cea;
+    req.responder_resources = 2;
+    req.initiator_depth = 3;
+    req.retry_count = 7;
+    req.rnr_retry_count = 6;
+    req.private_data = hello;
+    w.cm(req);
+    auto rep = cm_record(2000, sim::CmMessage::rep, false);
+    rep.qpn = 0x12;
+    rep.psn = 0xabcdef;
+    w.cm(rep);
+    w.cm(cm_record(3000, sim::CmMessage::rtu, true));
+    auto dreq = cm_record(4000, sim::CmMessage::dreq, true);
+    dreq.fate = sim::PacketFate::dropped;
+    w.cm(dreq);
+    dreq.sent_ns = 5000;
+    dreq.fate = sim::PacketFate::delivered;
+    w.cm(dreq);
+    w.cm(cm_record(6000, sim::CmMessage::drep, false));
+    auto rej = cm_record(7000, sim::CmMessage::rej, false);
+    rej.reason = 28;  // consumer defined
+    w.cm(rej);
+    auto sidr_req = cm_record(8000, sim::CmMessage::req, true);
+    sidr_req.sidr = true;
+    sidr_req.dst_ip_port = 7472;
+    w.cm(sidr_req);
+    auto sidr_rep = cm_record(9000, sim::CmMessage::rep, false);
+    sidr_rep.sidr = true;
+    sidr_rep.qpn = 0x13;
+    sidr_rep.qkey = 0x01234567;
+    sidr_rep.src_ip_port = 7472;
+    w.cm(sidr_rep);
+    w.finished(10000);
+  }
+  const Capture c = read_capture(path);
+  ASSERT_EQ(c.frames.size(), 9u);
+  const std::uint16_t attributes[] = {0x10, 0x13, 0x14, 0x15, 0x15, 0x16, 0x12, 0x17, 0x18};
+  for (std::size_t i = 0; i < c.frames.size(); ++i) {
+    const Frame& f = c.frames[i];
+    SCOPED_TRACE(i);
+    ASSERT_EQ(f.data.size(), kExt + 8 + 256 + 4);
+    EXPECT_EQ(opcode(f), 0x64);                  // UD SEND_ONLY
+    EXPECT_EQ(be24(f.data, kBth + 5), 1u);       // to QP 1
+    EXPECT_EQ(be32(f.data, kExt), 0x80010000u);  // DETH: QP 1's Q_Key
+    EXPECT_EQ(be24(f.data, kExt + 5), 1u);       // from QP 1
+    EXPECT_EQ(be32(f.data, kMad), 0x01070203u);  // base version 1, CM, version 2, Send
+    EXPECT_EQ(be16(f.data, kMad + 16), attributes[i]);
+    EXPECT_EQ(le32(f.data, f.data.size() - 4), expected_icrc(f.data));
+  }
+  // QP 1 numbers its packets per device: the client's (sim0) 0, 1, 2, 3, 4, the server's 0...
+  EXPECT_EQ(psn(c.frames[0]), 0u);
+  EXPECT_EQ(psn(c.frames[4]), 3u);
+  EXPECT_EQ(psn(c.frames[5]), 1u);
+  EXPECT_EQ(c.frames[3].comment, "verbsim: dropped by the fault plan");
+
+  const Bytes& q = c.frames[0].data;                    // the REQ
+  EXPECT_EQ(be64(q, kMad + 8), 0x0000000100000007u);    // transaction id: the client's comm id
+  EXPECT_EQ(be32(q, kAttr + 0), 7u);                    // local comm id
+  EXPECT_EQ(be64(q, kAttr + 8), 0x00000000'01061d2fu);  // service id: RDMA_PS_TCP, port 7471
+  EXPECT_EQ(be24(q, kAttr + 32), 0x11u);                // local QPN
+  EXPECT_EQ(q[kAttr + 35], 2);                          // responder resources
+  EXPECT_EQ(q[kAttr + 39], 3);                          // initiator depth
+  EXPECT_EQ(q[kAttr + 43] & 0x07, 1);                   // RC, end-to-end flow control
+  EXPECT_EQ(be24(q, kAttr + 44), 0x364ceau);            // starting PSN
+  EXPECT_EQ(q[kAttr + 47] & 0x07, 7);                   // retry count
+  EXPECT_EQ(be16(q, kAttr + 48), 0xffffu);              // P_Key
+  EXPECT_EQ(q[kAttr + 50], 0x36);                       // MTU 1024 (3), RNR retry count 6
+  EXPECT_EQ(be16(q, kAttr + 52), 0xffffu);              // primary path: LIDs 0xffff
+  EXPECT_EQ(be16(q, kAttr + 54), 0xffffu);
+  EXPECT_TRUE(std::equal(q.begin() + kAttr + 56, q.begin() + kAttr + 72,
+                         Gid::from_ipv4(10, 0, 0, 1).raw.begin()));
+  EXPECT_TRUE(std::equal(q.begin() + kAttr + 72, q.begin() + kAttr + 88,
+                         Gid::from_ipv4(10, 0, 1, 1).raw.begin()));
+  // Private data (92 bytes at 140): rdma_cm's header, then the program's.
+  const std::size_t pd = kAttr + 140;
+  EXPECT_EQ(q[pd], 0);         // version
+  EXPECT_EQ(q[pd + 1], 0x40);  // IPv4
+  EXPECT_EQ(be16(q, pd + 2), 32768u);
+  EXPECT_EQ(be32(q, pd + 4), 0u);  // IPv4 in the last 4 bytes of 16
+  EXPECT_EQ(be32(q, pd + 16), 0x0a000001u);
+  EXPECT_EQ(be32(q, pd + 32), 0x0a000101u);
+  EXPECT_TRUE(std::equal(hello.begin(), hello.end(), q.begin() + pd + 36));
+  EXPECT_EQ(q[pd + 36 + hello.size()], 0);
+
+  const Bytes& p = c.frames[1].data;                  // the REP
+  EXPECT_EQ(be64(p, kMad + 8), 0x0000000100000007u);  // the REQ's transaction id
+  EXPECT_EQ(be32(p, kAttr + 0), 9u);
+  EXPECT_EQ(be32(p, kAttr + 4), 7u);
+  EXPECT_EQ(be24(p, kAttr + 12), 0x12u);
+  EXPECT_EQ(be24(p, kAttr + 20), 0xabcdefu);
+  const Bytes& d = c.frames[4].data;  // the DREQ names the server's QP, from its REP
+  EXPECT_EQ(be24(d, kAttr + 8), 0x12u);
+  const Bytes& j = c.frames[6].data;  // the REJ
+  EXPECT_EQ(be16(j, kAttr + 10), 28u);
+  const Bytes& sq = c.frames[7].data;  // the SIDR_REQ: RDMA_PS_UDP
+  EXPECT_EQ(be64(sq, kAttr + 8), 0x00000000'01111d30u);
+  const Bytes& sp = c.frames[8].data;  // the SIDR_REP
+  EXPECT_EQ(be32(sp, kAttr + 0), 7u);  // the request it answers
+  EXPECT_EQ(sp[kAttr + 4], 0);         // status: valid
+  EXPECT_EQ(be24(sp, kAttr + 8), 0x13u);
+  EXPECT_EQ(be64(sp, kAttr + 12), 0x00000000'01111d30u);
+  EXPECT_EQ(be32(sp, kAttr + 20), 0x01234567u);
+
+  if (have_tshark()) {
+    EXPECT_EQ(tshark(path, "-Y '_ws.malformed || _ws.expert.severity >= \"Warning\"'"), "");
+    EXPECT_EQ(lines(tshark(path, "-Y 'infiniband.mad.mgmtclass == 0x07'")).size(), 9u);
+    EXPECT_EQ(tshark(path,
+                     "-Y infiniband.cm.req -T fields -e infiniband.cm.req.localqpn "
+                     "-e infiniband.cm.req.serviceid.dport -e infiniband.cm.req.ip_cm.sip4"),
+              "0x000011\t0x1d2f\t10.0.0.1\n");
+  }
+  if (std::getenv("VERBSIM_PCAP_TEST_KEEP") == nullptr) std::remove(path.c_str());
+}
+
 // Every kind, opcode, transport and fate, with lengths around the MTU, payloads shorter than
 // the message or none, and PSNs that wrap: whatever a record says, the frames are whole, their
 // ICRCs right, and (with tshark) none is malformed. Combinations a QP cannot post are framed

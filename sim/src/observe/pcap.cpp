@@ -1,8 +1,11 @@
 #include "observe/pcap.hpp"
 
+#include "observe/cm_mad.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <system_error>
 
@@ -15,71 +18,93 @@ using Bytes = std::vector<std::uint8_t>;
 constexpr std::uint16_t kRoceV2Port = 4791;
 constexpr std::uint32_t kPsnMask = 0xffffff;
 
-// CRC-32 of IEEE 802.3 (reflected polynomial 0xedb88320), as zlib's crc32 computes it.
-struct Crc32Table {
-  std::array<std::uint32_t, 256> t{};
-  constexpr Crc32Table() {
+// CRC-32 of IEEE 802.3 (reflected polynomial 0xedb88320), as zlib's crc32 computes it, 16
+// bytes a step (slicing-by-16): t[0] is the byte-at-a-time table, t[k] a byte's effect k bytes
+// further on. 16 KiB of tables; on frames of 100 bytes about 1.5x as fast as slicing-by-8 and
+// 3x as fast as zlib's crc32.
+struct Crc32Tables {
+  std::array<std::array<std::uint32_t, 256>, 16> t{};
+  constexpr Crc32Tables() {
     for (std::uint32_t i = 0; i < 256; ++i) {
       std::uint32_t c = i;
       for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
+      t[0][i] = c;
+    }
+    for (std::size_t k = 1; k < t.size(); ++k) {
+      for (std::size_t i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
     }
   }
 };
-constexpr Crc32Table kCrcTable;
+constexpr Crc32Tables kCrc;
+
+std::uint32_t load_le32(const std::uint8_t* p) noexcept {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+}
 
 // The running (not yet inverted) CRC over `n` bytes.
 std::uint32_t crc_update(std::uint32_t crc, const std::uint8_t* p, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) crc = kCrcTable.t[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  const auto& t = kCrc.t;
+  // What the 4 bytes of `v` add when they are `at` to `at` + 3 bytes from the step's end.
+  const auto word = [&t](std::uint32_t v, std::size_t at) {
+    return t[at + 3][v & 0xff] ^ t[at + 2][(v >> 8) & 0xff] ^ t[at + 1][(v >> 16) & 0xff] ^
+           t[at][v >> 24];
+  };
+  for (; n >= 16; n -= 16, p += 16) {
+    crc = word(load_le32(p) ^ crc, 12) ^ word(load_le32(p + 4), 8) ^ word(load_le32(p + 8), 4) ^
+          word(load_le32(p + 12), 0);
+  }
+  for (; n > 0; --n, ++p) crc = t[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
   return crc;
 }
 
-void be16(Bytes& b, std::uint32_t v) {
-  b.push_back(static_cast<std::uint8_t>(v >> 8));
-  b.push_back(static_cast<std::uint8_t>(v));
-}
-void be24(Bytes& b, std::uint32_t v) {
-  b.push_back(static_cast<std::uint8_t>(v >> 16));
-  be16(b, v);
-}
-void be32(Bytes& b, std::uint32_t v) {
-  be16(b, v >> 16);
-  be16(b, v);
-}
-void be64(Bytes& b, std::uint64_t v) {
-  be32(b, static_cast<std::uint32_t>(v >> 32));
-  be32(b, static_cast<std::uint32_t>(v));
-}
-void le16(Bytes& b, std::uint32_t v) {
-  b.push_back(static_cast<std::uint8_t>(v));
-  b.push_back(static_cast<std::uint8_t>(v >> 8));
-}
-void le32(Bytes& b, std::uint32_t v) {
-  le16(b, v);
-  le16(b, v >> 16);
-}
-void pad4(Bytes& b) {
-  while (b.size() % 4 != 0) b.push_back(0);
-}
+// Writes fields at a cursor into memory the caller made room for.
+struct Out {
+  std::uint8_t* p;
+  void u8(std::uint32_t v) noexcept { *p++ = static_cast<std::uint8_t>(v); }
+  void be16(std::uint32_t v) noexcept {
+    u8(v >> 8);
+    u8(v);
+  }
+  void be24(std::uint32_t v) noexcept {
+    u8(v >> 16);
+    be16(v);
+  }
+  void be32(std::uint32_t v) noexcept {
+    be16(v >> 16);
+    be16(v);
+  }
+  void be64(std::uint64_t v) noexcept {
+    be32(static_cast<std::uint32_t>(v >> 32));
+    be32(static_cast<std::uint32_t>(v));
+  }
+  void le16(std::uint32_t v) noexcept {
+    u8(v);
+    u8(v >> 8);
+  }
+  void le32(std::uint32_t v) noexcept {
+    le16(v);
+    le16(v >> 16);
+  }
+  void bytes(const void* v, std::size_t n) noexcept {
+    if (n != 0) std::memcpy(p, v, n);
+    p += n;
+  }
+  void zeros(std::size_t n) noexcept {
+    std::memset(p, 0, n);
+    p += n;
+  }
+};
 
-// A pcapng option: code, length, value padded to 4 bytes.
-void option(Bytes& b, std::uint16_t code, const void* value, std::size_t len) {
-  le16(b, code);
-  le16(b, static_cast<std::uint32_t>(len));
-  const auto* p = static_cast<const std::uint8_t*>(value);
-  b.insert(b.end(), p, p + len);
-  pad4(b);
-}
+constexpr std::size_t padded4(std::size_t n) noexcept { return (n + 3) / 4 * 4; }
 
-// A block: type, total length, body, total length again.
-Bytes block(std::uint32_t type, const Bytes& body) {
-  Bytes b;
-  const auto total = static_cast<std::uint32_t>(12 + body.size());
-  le32(b, type);
-  le32(b, total);
-  b.insert(b.end(), body.begin(), body.end());
-  le32(b, total);
-  return b;
+// The bytes a pcapng option takes: code, length, value padded to 4 bytes.
+constexpr std::size_t option_size(std::size_t len) noexcept { return 4 + padded4(len); }
+
+void option(Out& o, std::uint16_t code, const void* value, std::size_t len) noexcept {
+  o.le16(code);
+  o.le16(static_cast<std::uint32_t>(len));
+  o.bytes(value, len);
+  o.zeros(padded4(len) - len);
 }
 
 // BTH opcodes (IBTA table 38): the transport's base plus the operation.
@@ -191,41 +216,44 @@ std::uint8_t opcode_of(const PacketRecord& r, Family f, bool first, bool last) n
   return r.kind == PacketKind::atomic_response ? kAtomicAck : kAck;
 }
 
-// The packets a message is cut into; none for a work request that puts nothing on the wire.
-std::vector<Packet> cut(const PacketRecord& r, std::uint32_t mtu) {
-  const Family f = family_of(r);
-  if (f == Family::other && r.kind == PacketKind::request) return {};
+// How many packets a message is cut into; 0 for a work request that puts nothing on the wire.
+std::uint32_t packets_of(const PacketRecord& r, Family f, std::uint32_t mtu) noexcept {
+  if (f == Family::other && r.kind == PacketKind::request) return 0;
   const bool carries_data = f == Family::send || f == Family::write || f == Family::read_response;
-  const std::uint32_t n = carries_data && r.qp_type != QpType::ud
-                              ? static_cast<std::uint32_t>(std::max<std::uint64_t>(
-                                    1, (std::uint64_t{r.length} + mtu - 1) / mtu))
-                              : 1;
-  std::vector<Packet> out;
-  out.reserve(n);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    Packet p;
-    p.first = i == 0;
-    p.last = i + 1 == n;
-    p.psn = (r.psn + i) & kPsnMask;
-    p.opcode = opcode_of(r, f, p.first, p.last);
-    if (carries_data) {
-      p.offset = i * mtu;
-      p.bytes = p.last ? r.length - p.offset : mtu;
-    }
-    out.push_back(p);
+  if (!carries_data || r.qp_type == QpType::ud) return 1;
+  return static_cast<std::uint32_t>(
+      std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
+}
+
+// The PSNs a request takes on the wire: one per packet, and a READ request as many as its
+// response has packets (IBTA 9.7.1).
+std::uint32_t wire_packets(const PacketRecord& r, Family f, std::uint32_t packets,
+                           std::uint32_t mtu) noexcept {
+  if (f != Family::read) return packets;
+  return static_cast<std::uint32_t>(
+      std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
+}
+
+// Packet `i` of the `n` a message is cut into, the first with PSN `psn`.
+Packet packet_at(const PacketRecord& r, Family f, std::uint32_t psn, std::uint32_t i,
+                 std::uint32_t n, std::uint32_t mtu) noexcept {
+  Packet p;
+  p.first = i == 0;
+  p.last = i + 1 == n;
+  p.psn = (psn + i) & kPsnMask;
+  p.opcode = opcode_of(r, f, p.first, p.last);
+  if (f == Family::send || f == Family::write || f == Family::read_response) {
+    p.offset = i * mtu;
+    p.bytes = p.last ? r.length - p.offset : mtu;
   }
-  return out;
+  return p;
 }
 
-std::array<std::uint8_t, 4> ipv4_of(const Gid& g) noexcept {
-  return {g.raw[12], g.raw[13], g.raw[14], g.raw[15]};
-}
-
-void mac(Bytes& b, std::uint16_t dev, std::uint8_t port) {
-  be16(b, 0x0200);  // locally administered
-  b.push_back(0);
-  be16(b, dev);
-  b.push_back(port);
+void mac(Out& o, std::uint16_t dev, std::uint8_t port) noexcept {
+  o.be16(0x0200);  // locally administered
+  o.u8(0);
+  o.be16(dev);
+  o.u8(port);
 }
 
 // The UDP source port of a QP pair, as the kernel picks it (rdma_calc_flow_label, then
@@ -247,35 +275,43 @@ std::uint16_t ip_checksum(const std::uint8_t* p, std::size_t n) noexcept {
 }
 
 constexpr std::size_t kEth = 14, kIp = 20, kUdp = 8, kBth = 12;
+// The most a frame adds to its payload: headers, the largest extension headers an opcode
+// has (AtomicETH and DETH are never together), pad, ICRC.
+constexpr std::size_t kFrameOverhead = kEth + kIp + kUdp + kBth + 8 + 28 + 4 + 8 + 4 + 3 + 4;
 
 // The ICRC of a RoCE v2 packet over IPv4 (IBTA Annex A17.3.3): CRC-32 over 8 bytes of ones
 // (the LRH RoCE v2 has not) and the packet from the IP header to the end of the payload and
 // pad, with the fields that change on the way masked to ones: IP TOS, TTL and checksum, the
-// UDP checksum, BTH byte 4 (FECN, BECN, reserved). Little-endian on the wire.
-std::uint32_t icrc(const Bytes& frame) noexcept {
-  std::array<std::uint8_t, kIp + kUdp + kBth> hdr{};
-  std::copy_n(frame.begin() + kEth, hdr.size(), hdr.begin());
-  hdr[1] = 0xff;                       // TOS (DSCP, ECN)
-  hdr[8] = 0xff;                       // TTL
-  hdr[10] = hdr[11] = 0xff;            // header checksum
-  hdr[kIp + 6] = hdr[kIp + 7] = 0xff;  // UDP checksum
-  hdr[kIp + kUdp + 4] = 0xff;          // FECN, BECN, resv6
-  static constexpr std::array<std::uint8_t, 8> kLrh = {0xff, 0xff, 0xff, 0xff,
-                                                       0xff, 0xff, 0xff, 0xff};
-  std::uint32_t crc = crc_update(0xffffffffu, kLrh.data(), kLrh.size());
-  crc = crc_update(crc, hdr.data(), hdr.size());
-  const std::size_t rest = kEth + hdr.size();
-  crc = crc_update(crc, frame.data() + rest, frame.size() - rest);
+// UDP checksum, BTH byte 4 (FECN, BECN, resv6). Little-endian on the wire.
+std::uint32_t icrc(const std::uint8_t* frame, std::size_t len) noexcept {
+  static constexpr std::uint32_t kAfterLrh = [] {  // the running CRC after the 8 bytes of ones
+    std::uint32_t crc = 0xffffffffu;
+    for (int i = 0; i < 8; ++i) crc = kCrc.t[0][(crc ^ 0xff) & 0xff] ^ (crc >> 8);
+    return crc;
+  }();
+  std::array<std::uint8_t, kIp + kUdp + kBth> hdr;
+  std::memcpy(hdr.data(), frame + kEth, hdr.size());
+  std::uint8_t* const ip = hdr.data();
+  ip[1] = 0xff;                      // TOS (DSCP, ECN)
+  ip[8] = 0xff;                      // TTL
+  ip[10] = ip[11] = 0xff;            // header checksum
+  ip[kIp + 6] = ip[kIp + 7] = 0xff;  // UDP checksum
+  ip[kIp + kUdp + 4] = 0xff;         // FECN, BECN, resv6
+  std::uint32_t crc = crc_update(kAfterLrh, hdr.data(), hdr.size());
+  const std::size_t rest = kEth + kIp + kUdp + kBth;
+  crc = crc_update(crc, frame + rest, len - rest);
   return ~crc;
 }
 
-// One frame: Ethernet II / IPv4 / UDP / BTH / extension headers / payload / pad / ICRC.
-Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
+// Writes one frame at `f` (room for kFrameOverhead + p.bytes): Ethernet II / IPv4 / UDP / BTH /
+// extension headers / payload / pad / ICRC. Returns its length.
+std::size_t write_frame(std::uint8_t* f, const PacketRecord& r, const Packet& p,
+                        std::uint32_t msn) noexcept {
   const std::uint8_t transport = p.opcode & 0xe0;
   const std::uint8_t op = p.opcode & 0x1f;
   const bool is_response = r.kind != PacketKind::request;
-  Bytes ib;  // BTH to the end of the pad
-  ib.reserve(kBth + 28 + p.bytes + 3);
+  std::uint8_t* const ib = f + kEth + kIp + kUdp;  // BTH to the end of the pad
+  Out o{ib};
   // BTH.
   const std::uint32_t pad = (4 - p.bytes % 4) % 4;
   const bool event_point =
@@ -284,87 +320,88 @@ Bytes frame_of(const PacketRecord& r, const Packet& p, std::uint32_t msn) {
        r.opcode == WrOpcode::send_with_inv || r.opcode == WrOpcode::rdma_write_with_imm);
   const bool se = r.solicited && event_point;
   const bool ack_req = transport == 0x00 && !is_response && p.last;  // RC
-  ib.push_back(p.opcode);
-  ib.push_back(static_cast<std::uint8_t>((se ? 0x80 : 0) | (pad << 4)));  // MigReq 0, TVer 0
-  be16(ib, 0xffff);                                                       // P_Key
-  ib.push_back(0);                                                        // FECN, BECN, resv6
-  be24(ib, r.dst_qpn);
-  ib.push_back(ack_req ? 0x80 : 0);
-  be24(ib, p.psn);
+  o.u8(p.opcode);
+  o.u8((se ? 0x80 : 0) | (pad << 4));  // MigReq 0, TVer 0
+  o.be16(0xffff);                      // P_Key
+  o.u8(0);                             // FECN, BECN, resv6
+  o.be24(r.dst_qpn);
+  o.u8(ack_req ? 0x80 : 0);
+  o.be24(p.psn);
   // Extension headers, in the order IBTA 9.2 puts them.
   if (transport == 0x60) {  // DETH
-    be32(ib, r.qkey);
-    ib.push_back(0);
-    be24(ib, r.src_qpn);
+    o.be32(r.qkey);
+    o.u8(0);
+    o.be24(r.src_qpn);
   }
   const bool write = op >= kWriteFirst && op <= kWriteOnlyImm;
   if ((write && p.first) || op == kReadRequest) {  // RETH
-    be64(ib, r.remote_addr);
-    be32(ib, r.rkey);
-    be32(ib, r.length);
+    o.be64(r.remote_addr);
+    o.be32(r.rkey);
+    o.be32(r.length);
   }
   if (op == kCmpSwap || op == kFetchAdd) {  // AtomicETH
-    be64(ib, r.remote_addr);
-    be32(ib, r.rkey);
-    be64(ib, op == kCmpSwap ? r.swap : r.compare_add);
-    be64(ib, op == kCmpSwap ? r.compare_add : 0);
+    o.be64(r.remote_addr);
+    o.be32(r.rkey);
+    o.be64(op == kCmpSwap ? r.swap : r.compare_add);
+    o.be64(op == kCmpSwap ? r.compare_add : 0);
   }
   if (op == kAck || op == kAtomicAck || op == kReadRespFirst || op == kReadRespLast ||
       op == kReadRespOnly) {  // AETH
-    ib.push_back(syndrome(r));
-    be24(ib, msn);
+    o.u8(syndrome(r));
+    o.be24(msn);
   }
-  if (op == kAtomicAck) be64(ib, r.atomic_original);  // AtomicAckETH
+  if (op == kAtomicAck) o.be64(r.atomic_original);  // AtomicAckETH
   const bool imm_here =
       op == kSendLastImm || op == kSendOnlyImm || op == kWriteLastImm || op == kWriteOnlyImm;
-  if (imm_here || op == kSendLastInv || op == kSendOnlyInv) be32(ib, r.imm);  // ImmDt, IETH
+  if (imm_here || op == kSendLastInv || op == kSendOnlyInv) o.be32(r.imm);  // ImmDt, IETH
   // Payload: the bytes the record carries; zeros where it carries none.
-  const std::size_t start = ib.size();
-  ib.resize(start + p.bytes + pad, 0);
+  std::size_t have = 0;
   if (p.offset < r.payload.size()) {
-    const std::size_t have = std::min<std::size_t>(p.bytes, r.payload.size() - p.offset);
-    std::copy_n(r.payload.begin() + p.offset, have,
-                ib.begin() + static_cast<std::ptrdiff_t>(start));
+    have = std::min<std::size_t>(p.bytes, r.payload.size() - p.offset);
+    o.bytes(r.payload.data() + p.offset, have);
   }
+  o.zeros(p.bytes - have + pad);
+  const auto ib_len = static_cast<std::uint32_t>(o.p - ib);
 
-  Bytes f;
-  f.reserve(kEth + kIp + kUdp + ib.size() + 4);
-  mac(f, r.dst_dev, r.dst_port);
-  mac(f, r.src_dev, r.src_port);
-  be16(f, 0x0800);
+  Out h{f};
+  mac(h, r.dst_dev, r.dst_port);
+  mac(h, r.src_dev, r.src_port);
+  h.be16(0x0800);
   // IPv4: no options, DSCP/ECN 0, id 0, DF, TTL 64, UDP.
-  const auto ip_len = static_cast<std::uint32_t>(kIp + kUdp + ib.size() + 4);
-  const std::size_t ip = f.size();
-  be16(f, 0x4500);
-  be16(f, ip_len);
-  be16(f, 0);
-  be16(f, 0x4000);
-  be16(f, (64 << 8) | 17);  // TTL, protocol
-  be16(f, 0);
-  for (const std::uint8_t b : ipv4_of(r.src_gid)) f.push_back(b);
-  for (const std::uint8_t b : ipv4_of(r.dst_gid)) f.push_back(b);
-  const std::uint16_t sum = ip_checksum(f.data() + ip, kIp);
-  f[ip + 10] = static_cast<std::uint8_t>(sum >> 8);
-  f[ip + 11] = static_cast<std::uint8_t>(sum);
+  const std::uint32_t ip_len = kIp + kUdp + ib_len + 4;
+  std::uint8_t* const ip = h.p;
+  h.be16(0x4500);
+  h.be16(ip_len);
+  h.be16(0);
+  h.be16(0x4000);
+  h.be16((64 << 8) | 17);  // TTL, protocol
+  h.be16(0);
+  h.bytes(r.src_gid.raw.data() + 12, 4);  // the IPv4 address of an IPv4-mapped GID
+  h.bytes(r.dst_gid.raw.data() + 12, 4);
+  const std::uint16_t sum = ip_checksum(ip, kIp);
+  ip[10] = static_cast<std::uint8_t>(sum >> 8);
+  ip[11] = static_cast<std::uint8_t>(sum);
   // UDP, checksum 0 (RoCE v2 allows it).
-  be16(f, udp_sport(r.src_qpn, r.dst_qpn));
-  be16(f, kRoceV2Port);
-  be16(f, ip_len - kIp);
-  be16(f, 0);
-  f.insert(f.end(), ib.begin(), ib.end());
-  le32(f, icrc(f));
-  return f;
+  h.be16(udp_sport(r.src_qpn, r.dst_qpn));
+  h.be16(kRoceV2Port);
+  h.be16(ip_len - kIp);
+  h.be16(0);
+  const auto len = static_cast<std::size_t>(o.p - f);
+  o.le32(icrc(f, len));
+  return len + 4;
 }
 
-std::string fate_comment(const PacketRecord& r) {
+std::string_view fate_comment(const PacketRecord& r, std::string& buf) {
   switch (r.fate) {
     case PacketFate::delivered: return {};
     case PacketFate::delayed:
-      return "verbsim: delayed by the fault plan, arrives at " + std::to_string(r.arrives_ns) +
-             " ns";
+      buf =
+          "verbsim: delayed by the fault plan, arrives at " + std::to_string(r.arrives_ns) + " ns";
+      return buf;
     case PacketFate::duplicated:
-      return "verbsim: duplicated by the fault plan, the copy arrives at " +
-             std::to_string(r.duplicate_ns) + " ns";
+      buf = "verbsim: duplicated by the fault plan, the copy arrives at " +
+            std::to_string(r.duplicate_ns) + " ns";
+      return buf;
     case PacketFate::dropped: return "verbsim: dropped by the fault plan";
     case PacketFate::link_down: return "verbsim: lost, a link on its way is down";
   }
@@ -384,6 +421,9 @@ bool later(std::uint32_t a, std::uint32_t b) noexcept {  // PSN a after b, modul
   return d != 0 && d < 0x800000;
 }
 
+constexpr std::size_t kOutBytes = std::size_t{1} << 20;
+constexpr std::uint32_t kEpb = 6;
+
 }  // namespace
 
 PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
@@ -392,71 +432,115 @@ PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
     throw std::system_error(errno, std::generic_category(),
                             "packet capture: cannot create " + path_);
   }
+  out_.resize(kOutBytes);
   // Section Header Block: byte-order magic, version 1.0, section length unknown.
-  Bytes body;
-  le32(body, 0x1a2b3c4d);
-  le16(body, 1);
-  le16(body, 0);
-  le32(body, 0xffffffff);
-  le32(body, 0xffffffff);
   static constexpr char kApp[] = "verbsim";
-  option(body, 4, kApp, sizeof kApp - 1);  // shb_userappl
-  option(body, 0, nullptr, 0);             // opt_endofopt
-  write_block(block(0x0a0d0d0a, body));
+  Out o{begin_block(0x0a0d0d0a, 16 + option_size(sizeof kApp) + option_size(0))};
+  o.le32(0x1a2b3c4d);
+  o.le16(1);
+  o.le16(0);
+  o.le32(0xffffffff);
+  o.le32(0xffffffff);
+  option(o, 4, kApp, sizeof kApp - 1);  // shb_userappl
+  option(o, 0, nullptr, 0);             // opt_endofopt
+  end_block(o.p);
 }
 
 PcapWriter::~PcapWriter() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ == nullptr) return;
+  flush();
+  std::fclose(file_);
+}
+
+std::uint8_t* PcapWriter::begin_block(std::uint32_t type, std::size_t body_max) {
+  if (out_.size() - used_ < 12 + body_max) {
+    flush();
+    if (out_.size() < 12 + body_max) out_.resize(12 + body_max);
+  }
+  Out o{out_.data() + used_};
+  o.le32(type);
+  o.le32(0);  // the total length, when known
+  return o.p;
+}
+
+void PcapWriter::end_block(std::uint8_t* body_end) {
+  std::uint8_t* const start = out_.data() + used_;
+  const auto total = static_cast<std::uint32_t>(body_end - start + 4);
+  Out{body_end}.le32(total);
+  Out{start + 4}.le32(total);
+  used_ += total;
+}
+
+void PcapWriter::flush() {
+  if (used_ != 0 && std::fwrite(out_.data(), 1, used_, file_) != used_) write_failed_ = true;
+  used_ = 0;
 }
 
 std::uint32_t PcapWriter::interface_of(std::uint16_t dev, std::uint8_t port) {
-  const auto [it, added] =
-      interfaces_.try_emplace({dev, port}, static_cast<std::uint32_t>(interfaces_.size()));
-  if (added) {
-    // Interface Description Block: Ethernet, no snap length, nanosecond timestamps.
-    Bytes body;
-    le16(body, 1);  // LINKTYPE_ETHERNET
-    le16(body, 0);
-    le32(body, 0);
-    const std::string name = "sim" + std::to_string(dev) + " port " + std::to_string(port);
-    option(body, 2, name.data(), name.size());  // if_name
-    const std::uint8_t nanoseconds = 9;
-    option(body, 9, &nanoseconds, 1);  // if_tsresol
-    option(body, 0, nullptr, 0);
-    write_block(block(1, body));
+  const std::size_t at = std::size_t{dev} << 8 | port;
+  if (at >= interfaces_.size()) interfaces_.resize(at + 1, 0);
+  if (interfaces_[at] != 0) return interfaces_[at] - 1;
+  interfaces_[at] = ++interface_count_;
+  // Interface Description Block: Ethernet, no snap length, nanosecond timestamps.
+  const std::string name = "sim" + std::to_string(dev) + " port " + std::to_string(port);
+  Out o{begin_block(1, 8 + option_size(name.size()) + option_size(1) + option_size(0))};
+  o.le16(1);  // LINKTYPE_ETHERNET
+  o.le16(0);
+  o.le32(0);
+  option(o, 2, name.data(), name.size());  // if_name
+  const std::uint8_t nanoseconds = 9;
+  option(o, 9, &nanoseconds, 1);  // if_tsresol
+  option(o, 0, nullptr, 0);
+  end_block(o.p);
+  return interface_count_ - 1;
+}
+
+PcapWriter::QpState& PcapWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
+  if (dev >= qp_index_.size()) qp_index_.resize(dev + std::size_t{1});
+  std::vector<std::uint32_t>& index = qp_index_[dev];
+  if (qpn >= index.size()) index.resize(qpn + std::size_t{1}, 0);
+  if (index[qpn] == 0) {
+    qps_.emplace_back();
+    index[qpn] = static_cast<std::uint32_t>(qps_.size());
   }
-  return it->second;
+  return qps_[index[qpn] - 1];
 }
 
-void PcapWriter::write_block(const Bytes& block) {
-  if (std::fwrite(block.data(), 1, block.size(), file_) != block.size()) write_failed_ = true;
+std::uint8_t* PcapWriter::begin_epb(std::uint32_t interface, std::uint64_t ts_ns,
+                                    std::size_t frame_max, std::string_view comment) {
+  Out o{begin_block(kEpb, 20 + frame_max + 3 + option_size(comment.size()) + option_size(0))};
+  o.le32(interface);
+  o.le32(static_cast<std::uint32_t>(ts_ns >> 32));
+  o.le32(static_cast<std::uint32_t>(ts_ns));
+  o.le32(0);  // captured and on the wire: the frame's length, when known
+  o.le32(0);
+  return o.p;
 }
 
-void PcapWriter::write_epb(std::uint32_t interface, std::uint64_t ts_ns, const Bytes& frame,
-                           const std::string& comment) {
-  Bytes body;
-  body.reserve(20 + frame.size() + comment.size() + 16);
-  le32(body, interface);
-  le32(body, static_cast<std::uint32_t>(ts_ns >> 32));
-  le32(body, static_cast<std::uint32_t>(ts_ns));
-  le32(body, static_cast<std::uint32_t>(frame.size()));  // captured
-  le32(body, static_cast<std::uint32_t>(frame.size()));  // on the wire
-  body.insert(body.end(), frame.begin(), frame.end());
-  pad4(body);
+void PcapWriter::end_epb(std::size_t frame_len, std::string_view comment) {
+  std::uint8_t* const frame = out_.data() + used_ + 28;
+  Out lengths{frame - 8};
+  lengths.le32(static_cast<std::uint32_t>(frame_len));
+  lengths.le32(static_cast<std::uint32_t>(frame_len));
+  Out o{frame + frame_len};
+  o.zeros(padded4(frame_len) - frame_len);
   if (!comment.empty()) {
-    option(body, 1, comment.data(), comment.size());  // opt_comment
-    option(body, 0, nullptr, 0);
+    option(o, 1, comment.data(), comment.size());  // opt_comment
+    option(o, 0, nullptr, 0);
   }
-  write_block(block(6, body));
+  end_block(o.p);
   ++frames_;
 }
 
 void PcapWriter::write_held_until(std::uint64_t ts_ns) {
+  static constexpr std::string_view kDuplicate = "verbsim: duplicate";
   while (!held_.empty() && held_.front().ts_ns <= ts_ns) {
     std::pop_heap(held_.begin(), held_.end(), HeldAfter{});
-    Held h = std::move(held_.back());
+    const Held& h = held_.back();
+    std::uint8_t* const f = begin_epb(h.interface, h.ts_ns, h.frame.size(), kDuplicate);
+    std::memcpy(f, h.frame.data(), h.frame.size());
+    end_epb(h.frame.size(), kDuplicate);
     held_.pop_back();
-    write_epb(h.interface, h.ts_ns, h.frame, "verbsim: duplicate");
   }
 }
 
@@ -467,40 +551,148 @@ std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
   // the MSN of the message before, each time).
   if (r.qp_type != QpType::rc) return 0;
   if (r.kind != PacketKind::request) {
-    const auto it = msn_.find({r.src_dev, r.src_qpn});
-    if (it == msn_.end()) return 0;
-    if (r.kind == PacketKind::nak && it->second.first == r.psn) {
-      it->second = {(r.psn - 1) & kPsnMask, (it->second.second - 1) & kPsnMask};
+    QpState& q = qp(r.src_dev, r.src_qpn);
+    if (r.kind == PacketKind::nak && q.given && q.last_new_psn == r.psn) {
+      q.last_new_psn = (r.psn - 1) & kPsnMask;
+      q.msn = (q.msn - 1) & kPsnMask;
     }
-    return it->second.second;
+    return q.msn;
   }
   const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
   if (!lost) {
-    const auto [it, added] = msn_.try_emplace({r.dst_dev, r.dst_qpn}, r.psn, 1);
-    if (!added && later(r.psn, it->second.first)) {
-      it->second = {r.psn, (it->second.second + 1) & kPsnMask};
+    QpState& q = qp(r.dst_dev, r.dst_qpn);
+    if (!q.given) {
+      q.last_new_psn = r.psn;
+      q.msn = 1;
+      q.given = true;
+    } else if (later(r.psn, q.last_new_psn)) {
+      q.last_new_psn = r.psn;
+      q.msn = (q.msn + 1) & kPsnMask;
     }
   }
   return 0;
+}
+
+const PcapWriter::WireMessage* PcapWriter::QpState::find(std::uint32_t psn) const noexcept {
+  if (ring.empty()) return nullptr;
+  const WireMessage& m = ring[psn & (ring.size() - 1)];
+  return m.used && m.psn == psn ? &m : nullptr;
+}
+
+void PcapWriter::QpState::remember(const WireMessage& m) {
+  if (ring.empty()) ring.resize(16);
+  // Grow rather than forget a message not yet acknowledged: it may be sent again.
+  while (ring[m.psn & (ring.size() - 1)].used &&
+         later(ring[m.psn & (ring.size() - 1)].psn, acked)) {
+    std::vector<WireMessage> old(ring.size() * 2);
+    old.swap(ring);
+    for (const WireMessage& o : old) {
+      if (o.used) ring[o.psn & (ring.size() - 1)] = o;
+    }
+  }
+  ring[m.psn & (ring.size() - 1)] = m;
+}
+
+std::uint32_t PcapWriter::wire_psn(const PacketRecord& r, std::uint32_t packets) {
+  if (r.kind == PacketKind::request) {
+    QpState& q = qp(r.src_dev, r.src_qpn);
+    if (q.sent && !later(r.psn, q.newest)) {  // sent again: the PSNs it had
+      const WireMessage* m = q.find(r.psn);
+      return m != nullptr ? m->wire : r.psn;
+    }
+    if (!q.sent) {  // the first message keeps the simulator's PSN
+      q.sent = true;
+      q.next_wire = r.psn;
+      q.acked = (r.psn - 1) & kPsnMask;
+    }
+    const WireMessage m{.psn = r.psn, .wire = q.next_wire, .packets = packets, .used = true};
+    q.newest = r.psn;
+    q.next_wire = (q.next_wire + m.packets) & kPsnMask;
+    // Only RC sends a message again; UC and UD need no memory of their PSNs.
+    if (r.qp_type == QpType::rc) q.remember(m);
+    return m.wire;
+  }
+  // A response: the requester is its destination; its PSNs are those of the request.
+  QpState& q = qp(r.dst_dev, r.dst_qpn);
+  const WireMessage* m = q.find(r.psn);
+  if (m == nullptr) return r.psn;
+  const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
+  switch (r.kind) {
+    case PacketKind::read_response: break;
+    case PacketKind::nak:
+      // The requester goes back to the NAK's PSN: a PSN sequence error names the message
+      // expected, an RNR NAK the one refused, by their first packets.
+      if (r.nak == NakCode::psn_seq || r.nak == NakCode::rnr) return m->wire;
+      [[fallthrough]];
+    case PacketKind::ack:
+    case PacketKind::atomic_response:
+    case PacketKind::request:
+      if (!lost && r.kind != PacketKind::nak && later(r.psn, q.acked)) q.acked = r.psn;
+      return (m->wire + m->packets - 1) & kPsnMask;
+  }
+  return m->wire;
 }
 
 void PcapWriter::packet(const PacketRecord& r) {
   write_held_until(r.sent_ns);
   const std::uint32_t msn = msn_after(r);
   const std::uint32_t interface = interface_of(r.src_dev, r.src_port);
-  const std::string comment = fate_comment(r);
-  for (const Packet& p : cut(r, mtu_)) {
-    Bytes f = frame_of(r, p, msn);
-    write_epb(interface, r.sent_ns, f, comment);
+  std::string text;
+  const std::string_view comment = fate_comment(r, text);
+  const Family f = family_of(r);
+  const std::uint32_t n = packets_of(r, f, mtu_);
+  if (n == 0) return;
+  const std::uint32_t psn = wire_psn(r, wire_packets(r, f, n, mtu_));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const Packet p = packet_at(r, f, psn, i, n, mtu_);
+    std::uint8_t* const frame = begin_epb(interface, r.sent_ns, kFrameOverhead + p.bytes, comment);
+    const std::size_t len = write_frame(frame, r, p, msn);
     if (r.fate == PacketFate::duplicated) {
-      held_.push_back({r.duplicate_ns, seq_++, interface, std::move(f)});
+      held_.push_back({r.duplicate_ns, seq_++, interface, Bytes(frame, frame + len)});
       std::push_heap(held_.begin(), held_.end(), HeldAfter{});
     }
+    end_epb(len, comment);
   }
+}
+
+void PcapWriter::cm(const CmRecord& r) {
+  if (!r.sidr && (r.kind == CmMessage::req || r.kind == CmMessage::rep)) {
+    cm_qpns_[r.local_comm_id] = r.qpn;
+  }
+  std::uint32_t remote_qpn = 0;
+  if (r.kind == CmMessage::dreq) {
+    const auto it = cm_qpns_.find(r.remote_comm_id);
+    if (it != cm_qpns_.end()) remote_qpn = it->second;
+  }
+  write_cm_mad(r, remote_qpn, mad_);
+  // A UD SEND_ONLY from QP 1 to QP 1, a PSN after the last of the sending device's QP 1.
+  if (r.src_dev >= gsi_psns_.size()) gsi_psns_.resize(r.src_dev + std::size_t{1}, 0);
+  PacketRecord p;
+  p.sent_ns = r.sent_ns;
+  p.arrives_ns = r.arrives_ns;
+  p.fate = r.fate;
+  p.kind = PacketKind::request;
+  p.qp_type = QpType::ud;
+  p.opcode = WrOpcode::send;
+  p.src_dev = r.src_dev;
+  p.dst_dev = r.dst_dev;
+  p.src_port = r.src_port;
+  p.dst_port = r.dst_port;
+  p.src_gid = r.src_gid;
+  p.dst_gid = r.dst_gid;
+  p.src_qpn = 1;
+  p.dst_qpn = 1;
+  p.psn = gsi_psns_[r.src_dev];
+  gsi_psns_[r.src_dev] = (p.psn + 1) & kPsnMask;
+  p.length = kMadBytes;
+  p.qkey = kGsiQkey;
+  p.payload = mad_;
+  packet(p);
 }
 
 void PcapWriter::finished(std::uint64_t /*time_ns*/) {
   write_held_until(std::numeric_limits<std::uint64_t>::max());
+  flush();
   if (std::fflush(file_) != 0) write_failed_ = true;
   if (write_failed_) {
     std::fprintf(stderr, "verbsim: packet capture %s: could not write every frame\n",

@@ -4,13 +4,16 @@
 // padded to 4 bytes / ICRC (IBTA Annex A17). A message longer than the path MTU is cut into
 // FIRST/MIDDLE/LAST packets with a PSN each, as a NIC would. What the fault plan did to a packet
 // is an EPB comment ("verbsim: dropped by the fault plan"); a duplicated packet is written again,
-// marked "verbsim: duplicate", when its copy arrives. docs/OBSERVABILITY.md, "Packet capture".
+// marked "verbsim: duplicate", when its copy arrives. Connection manager messages are UD SENDs
+// to QP 1 carrying the CM's MADs (observe/cm_mad.hpp). docs/OBSERVABILITY.md, "Packet capture".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,6 +31,8 @@ class PcapWriter final : public Observer {
   PcapWriter& operator=(const PcapWriter&) = delete;
 
   void packet(const PacketRecord& r) override;
+  // A connection manager message: the MAD a RoCE v2 NIC sends, a UD SEND_ONLY to QP 1.
+  void cm(const CmRecord& r) override;
   // Writes the duplicates still held back and flushes the file.
   void finished(std::uint64_t time_ns) override;
 
@@ -42,12 +47,52 @@ class PcapWriter final : public Observer {
     std::uint32_t interface;
     std::vector<std::uint8_t> frame;
   };
+  // A message of a requester: its PSN in the simulator, which numbers messages, and the first
+  // of the `packets` PSNs it takes on the wire, where PSNs number packets.
+  struct WireMessage {
+    std::uint32_t psn = 0;
+    std::uint32_t wire = 0;
+    std::uint32_t packets = 0;
+    bool used = false;
+  };
+  // What the frames of a QP's packets need to know of its earlier packets.
+  struct QpState {
+    // As a responder: the first PSN of the last new RC request it was given, and its message
+    // sequence number (the MSN its ACKs carry); `given`: it has been given one.
+    std::uint32_t last_new_psn = 0;
+    std::uint32_t msn = 0;
+    bool given = false;
+    // As a requester: `sent` a request yet; the simulator's PSN of its newest message; the
+    // wire PSN after that message's last packet; the newest PSN an ACK that arrived named.
+    bool sent = false;
+    std::uint32_t newest = 0;
+    std::uint32_t next_wire = 0;
+    std::uint32_t acked = 0;
+    // Its RC messages by simulator PSN modulo the size (a power of two), which doubles rather
+    // than forget a message not yet acknowledged: at most about the send queue's depth.
+    std::vector<WireMessage> ring;
+    const WireMessage* find(std::uint32_t psn) const noexcept;
+    void remember(const WireMessage& m);
+  };
   std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port);
+  QpState& qp(std::uint16_t dev, std::uint32_t qpn);
+  // Blocks are written into out_: begin_block makes room for a block's body of at most
+  // `body_max` bytes and returns where the body goes; end_block closes it where the body ends.
+  std::uint8_t* begin_block(std::uint32_t type, std::size_t body_max);
+  void end_block(std::uint8_t* body_end);
+  // An Enhanced Packet Block: begin_epb returns where its frame (at most `frame_max` bytes)
+  // goes; end_epb closes the block after `frame_len` bytes of frame.
+  std::uint8_t* begin_epb(std::uint32_t interface, std::uint64_t ts_ns, std::size_t frame_max,
+                          std::string_view comment);
+  void end_epb(std::size_t frame_len, std::string_view comment);
+  void flush();  // writes out_ to the file
   void write_held_until(std::uint64_t ts_ns);
-  void write_epb(std::uint32_t interface, std::uint64_t ts_ns,
-                 const std::vector<std::uint8_t>& frame, const std::string& comment);
-  void write_block(const std::vector<std::uint8_t>& block);
   std::uint32_t msn_after(const PacketRecord& r);
+  // The wire PSN of the record's first packet: a new request takes the `packets` PSNs after
+  // its QP's previous message (its first message keeps the simulator's PSN); a request sent
+  // again, its first time's; a READ response, the READ's; an ACK, the last of the message it
+  // acknowledges; a PSN sequence error or RNR NAK, the first of the message it names.
+  std::uint32_t wire_psn(const PacketRecord& r, std::uint32_t packets);
 
   std::string path_;
   std::FILE* file_;
@@ -55,11 +100,18 @@ class PcapWriter final : public Observer {
   bool write_failed_ = false;
   std::uint64_t frames_ = 0;
   std::uint64_t seq_ = 0;
-  std::map<std::pair<std::uint16_t, std::uint8_t>, std::uint32_t> interfaces_;
+  std::vector<std::uint8_t> out_;  // blocks not yet in the file (1 MiB), the first used_ bytes
+  std::size_t used_ = 0;
+  std::vector<std::uint32_t> interfaces_;  // by device << 8 | port: the interface's number + 1
+  std::uint32_t interface_count_ = 0;
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)
-  // Per responder QP (device, QP number): the first PSN of the last new RC request it was
-  // given, and its message sequence number (the MSN its ACKs carry).
-  std::map<std::pair<std::uint16_t, std::uint32_t>, std::pair<std::uint32_t, std::uint32_t>> msn_;
+  // By device, then QP number: the index of the QP's state in qps_, plus one (0: none yet).
+  std::vector<std::vector<std::uint32_t>> qp_index_;
+  std::vector<QpState> qps_;
+  std::array<std::uint8_t, 256> mad_{};  // the CM message being written
+  std::vector<std::uint32_t> gsi_psns_;  // by device: the next PSN of its QP 1
+  // The QP of each CM end (by its comm id) that sent a REQ or REP: a DREQ names its peer's.
+  std::unordered_map<std::uint32_t, std::uint32_t> cm_qpns_;
 };
 
 }  // namespace verbsim::sim
