@@ -26,13 +26,14 @@ namespace {
 constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
 constexpr std::size_t kMaxRecord = 192;
 
-enum TrackKind : std::uint8_t { kSend = 0, kRecv = 1, kPackets = 2, kCq = 3 };
+enum TrackKind : std::uint8_t { kSend = 0, kRecv = 1, kPackets = 2, kCq = 3, kCmTrack = 4 };
 
 enum RecordKind : std::uint8_t {
   kWr,          // a WR's slice [, then its completion]
   kCompletion,  // a completion no WR slice ends at
   kPacket,      // where a packet leaves [, then where it arrives]
   kInstant,
+  kCm,  // where a CM message leaves [, then where it arrives]
 };
 
 // How a WR slice ended.
@@ -46,6 +47,16 @@ constexpr std::uint8_t kCqSend = 1;
 constexpr std::uint8_t kCqLost = 2;
 // kPacket flags: PacketFate in bits 0-2, PacketKind in bits 3-5, then this.
 constexpr std::uint8_t kPacketCopy = 64;  // a duplicate's second arrow: only the flow leaves
+// kCm flags: PacketFate in bits 0-2, CmMessage in bits 3-5, then this.
+constexpr std::uint8_t kCmSidr = 64;
+
+// A CM message's name as the IB CM calls it.
+std::string_view cm_name(CmMessage kind, bool sidr) {
+  static constexpr std::string_view kNames[] = {"?", "REQ", "REP", "RTU", "REJ", "DREQ", "DREP"};
+  // A UDP id's REJ is a SIDR REP that refuses.
+  if (sidr) return kind == CmMessage::req ? "SIDR_REQ" : "SIDR_REP";
+  return kNames[static_cast<std::size_t>(kind) % std::size(kNames)];
+}
 
 class Encoder {
  public:
@@ -176,6 +187,8 @@ struct Decoded {
   std::uint32_t tid, tid2;
   std::uint64_t wr_id, flow, text;
   std::uint32_t qpn, byte_len, psn, length, text_length;
+  std::uint32_t local_comm_id, remote_comm_id;
+  std::int64_t reason;
   WcStatus status;
   WrOpcode opcode;
   NakCode nak;
@@ -230,6 +243,21 @@ const std::uint8_t* decode(const std::uint8_t* p, Decoded& r) {
       r.text = in.u();
       r.text_length = in.u32();
       break;
+    case kCm:
+      r.dev = in.u16();
+      r.tid = in.u32();
+      r.flow = in.u();
+      r.local_comm_id = in.u32();
+      r.remote_comm_id = in.u32();
+      r.qpn = in.u32();
+      r.reason = in.z();
+      r.two_parts = r.flow != 0;
+      if (r.two_parts) {
+        r.d_ns = in.u();
+        r.dev2 = in.u16();
+        r.tid2 = in.u32();
+      }
+      break;
   }
   return in.end();
 }
@@ -270,13 +298,50 @@ void packet_line(JsonOut& o, const Decoded& r, bool leaving, std::uint64_t ts) {
   ts_end(o, ts);
 }
 
-void flow_line(JsonOut& o, bool start, std::uint64_t id, std::uint16_t dev, std::uint32_t tid,
-               std::uint64_t ts) {
+// A flow's start or finish, named and filed as `what` ("packet", "cm").
+void flow_line(JsonOut& o, std::string_view what, bool start, std::uint64_t id, std::uint16_t dev,
+               std::uint32_t tid, std::uint64_t ts) {
   o.line();
-  o.put(start ? "{\"name\":\"packet\",\"cat\":\"packet\",\"ph\":\"s\",\"id\":"
-              : "{\"name\":\"packet\",\"cat\":\"packet\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
+  o.put("{\"name\":\"");
+  o.put(what);
+  o.put("\",\"cat\":\"");
+  o.put(what);
+  o.put(start ? "\",\"ph\":\"s\",\"id\":" : "\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
   o.num(id);
   pid_tid(o, dev, tid);
+  ts_end(o, ts);
+}
+
+void cm_line(JsonOut& o, const Decoded& r, bool leaving, std::uint64_t ts) {
+  const auto fate = static_cast<PacketFate>(r.flags & 7);
+  const auto kind = static_cast<CmMessage>(r.flags >> 3 & 7);
+  o.line();
+  o.put("{\"name\":\"");
+  o.put(cm_name(kind, (r.flags & kCmSidr) != 0));
+  if (leaving && fate != PacketFate::delivered) {
+    o.put(" (");
+    o.put(to_string(fate));
+    o.put(')');
+  }
+  o.put("\",\"cat\":\"cm\",\"ph\":\"X\",\"dur\":0.001");
+  pid_tid(o, leaving ? r.dev : r.dev2, leaving ? r.tid : r.tid2);
+  o.put(",\"args\":{\"fate\":\"");
+  o.put(to_string(fate));
+  o.put("\",\"local_comm_id\":");
+  o.num(r.local_comm_id);
+  o.put(",\"remote_comm_id\":");
+  o.num(r.remote_comm_id);
+  if (kind == CmMessage::req || kind == CmMessage::rep) {
+    o.put(",\"qpn\":");
+    o.num(r.qpn);
+  }
+  if (kind == CmMessage::rej) {
+    o.put(",\"reason\":");
+    if (r.reason < 0) o.put('-');
+    o.num(r.reason < 0 ? 0 - static_cast<std::uint64_t>(r.reason)
+                       : static_cast<std::uint64_t>(r.reason));
+  }
+  o.put('}');
   ts_end(o, ts);
 }
 
@@ -358,6 +423,12 @@ std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
 std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
   return cq_tids_.find(std::uint64_t{dev} << 32 | cq,
                        [&] { return new_track(dev, cq, kCq, 0, inside); });
+}
+
+std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {
+  if (cm_tids_.size() <= dev) cm_tids_.resize(dev + 1u, 0);
+  if (cm_tids_[dev] == 0) cm_tids_[dev] = new_track(dev, 0, kCmTrack, 0, inside);
+  return cm_tids_[dev];
 }
 
 std::uint32_t TimelineWriter::lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns) {
@@ -521,6 +592,31 @@ void TimelineWriter::instant(const InstantRecord& r) {
   texts_.append(r.what);
 }
 
+void TimelineWriter::cm(const CmRecord& r) {
+  const bool lost = r.fate != PacketFate::delivered;
+  const std::uint32_t from = cm_track(r.src_dev, false);
+  const std::uint32_t to = lost ? 0 : cm_track(r.dst_dev, true);
+  Encoder out(room());
+  out.byte(kCm);
+  out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) |
+                                     static_cast<unsigned>(r.kind) << 3 | (r.sidr ? kCmSidr : 0)));
+  out.z(static_cast<std::int64_t>(r.sent_ns - last_ts_ns_));
+  last_ts_ns_ = r.sent_ns;
+  out.u(r.src_dev);
+  out.u(from);
+  out.u(lost ? 0 : ++flow_);
+  out.u(r.local_comm_id);
+  out.u(r.remote_comm_id);
+  out.u(r.qpn);
+  out.z(r.reason);
+  if (!lost) {
+    out.u(r.arrives_ns - r.sent_ns);
+    out.u(r.dst_dev);
+    out.u(to);
+  }
+  keep(out.end());
+}
+
 void TimelineWriter::finished(std::uint64_t time_ns) {
   // WRs still outstanding end with the run, by device, QP and side (receives first).
   std::vector<std::pair<std::uint64_t, Qp*>> order;
@@ -576,9 +672,13 @@ void TimelineWriter::write(std::FILE* f) {
       o.put("{\"name\":\"thread_name\",\"ph\":\"M\"");
       pid_tid(o, t.dev, tid);
       o.put(",\"args\":{\"name\":\"");
-      o.put(t.kind == kCq ? "CQ " : "QP ");
-      o.num(t.num);
-      if (t.kind != kCq) o.put(kKinds[t.kind]);
+      if (t.kind == kCmTrack) {
+        o.put("CM");
+      } else {
+        o.put(t.kind == kCq ? "CQ " : "QP ");
+        o.num(t.num);
+        if (t.kind != kCq) o.put(kKinds[t.kind]);
+      }
       if (t.lane > 0) {
         o.put(" (");
         o.num(t.lane + 1u);
@@ -590,9 +690,11 @@ void TimelineWriter::write(std::FILE* f) {
       o.put("{\"name\":\"thread_sort_index\",\"ph\":\"M\"");
       pid_tid(o, t.dev, tid);
       o.put(",\"args\":{\"sort_index\":");
-      // By QP: send, receive and packets, then lanes; CQs after the QPs.
-      o.num((t.kind == kCq ? (1ull << 30) : 0) + t.num * 64ull + t.kind * 16ull +
-            std::min<std::uint64_t>(t.lane, 15));
+      // The CM track first, then by QP: send, receive and packets, then lanes; CQs after the
+      // QPs.
+      o.num(t.kind == kCmTrack ? 0
+                               : (t.kind == kCq ? (1ull << 30) : 0) + t.num * 64ull +
+                                     t.kind * 16ull + std::min<std::uint64_t>(t.lane, 15));
       o.put('}');
       ts_end(o, 0);
       if (t.first_of_device) {
@@ -655,10 +757,10 @@ void TimelineWriter::write(std::FILE* f) {
       case kPacket:
         if (!second) {
           if ((r.flags & kPacketCopy) == 0) packet_line(o, r, true, part_ns);
-          if (r.flow != 0) flow_line(o, true, r.flow, r.dev, r.tid, part_ns);
+          if (r.flow != 0) flow_line(o, "packet", true, r.flow, r.dev, r.tid, part_ns);
         } else {
           packet_line(o, r, false, part_ns);
-          flow_line(o, false, r.flow, r.dev2, r.tid2, part_ns);
+          flow_line(o, "packet", false, r.flow, r.dev2, r.tid2, part_ns);
         }
         break;
       case kInstant:
@@ -669,6 +771,13 @@ void TimelineWriter::write(std::FILE* f) {
         o.put(r.tid != 0 ? "\"t\"" : "\"p\"");
         pid_tid(o, r.dev, r.tid);
         ts_end(o, part_ns);
+        break;
+      case kCm:
+        cm_line(o, r, !second, part_ns);
+        if (r.flow != 0) {
+          flow_line(o, "cm", !second, r.flow, second ? r.dev2 : r.dev, second ? r.tid2 : r.tid,
+                    part_ns);
+        }
         break;
     }
   }

@@ -1,9 +1,10 @@
 // The timeline of a run (Config::timeline, VERBSIM_TIMELINE=<file>): Trace Event Format JSON,
 // which Perfetto's UI and chrome://tracing open, in virtual time. Per device a process; per QP
 // a send track and a receive track (a lane each for WRs outstanding at once, since slices on
-// one track must nest), a packet track, and per CQ a track of completions. A slice per work
-// request from its post to its completion (status in its args); packets as flow arrows from
-// the sender's packet track to the receiver's; faults, async and CM events as instants.
+// one track must nest), a packet track, and per CQ a track of completions; per device a CM
+// track. A slice per work request from its post to its completion (status in its args);
+// packets and CM messages as flow arrows from the sender's track to the receiver's; faults,
+// async and CM events as instants.
 //
 // While the run goes, the writer keeps compact binary records (timeline.cpp: small numbers in
 // a byte or two each; 6 bytes per event in BM_SimSend) and each QP's state in flat tables; the
@@ -32,6 +33,7 @@ class TimelineWriter final : public Observer {
   void packet(const PacketRecord& r) override;
   void completion(const CompletionRecord& r) override;
   void instant(const InstantRecord& r) override;
+  void cm(const CmRecord& r) override;
   void finished(std::uint64_t time_ns) override;
 
  private:
@@ -80,6 +82,7 @@ class TimelineWriter final : public Observer {
   Qp& qp(std::uint16_t dev, std::uint32_t qpn);
   std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
   std::uint32_t packets_track(Qp& q, bool inside);
+  std::uint32_t cm_track(std::uint16_t dev, bool inside);
   // `inside`: made between the two parts of the next record (a packet's destination track).
   std::uint32_t new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
                           std::uint16_t lane, bool inside);
@@ -123,8 +126,9 @@ class TimelineWriter final : public Observer {
     std::array<Slot, 256> cache_{};
     std::unordered_map<std::uint64_t, std::uint32_t> map_;
   };
-  Index qp_index_;  // -> qps_
-  Index cq_tids_;   // -> the CQ's track
+  Index qp_index_;                      // -> qps_
+  Index cq_tids_;                       // -> the CQ's track
+  std::vector<std::uint32_t> cm_tids_;  // by device; 0: no CM track yet
   std::vector<bool> named_devices_;
 };
 
