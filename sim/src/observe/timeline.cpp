@@ -395,8 +395,9 @@ std::uint8_t* TimelineWriter::room() {
   return chunks_.back().bytes.get() + chunks_.back().used;
 }
 
-void TimelineWriter::keep(const std::uint8_t* end) {
+void TimelineWriter::keep(const std::uint8_t* end, int parts) {
   chunks_.back().used = static_cast<std::size_t>(end - chunks_.back().bytes.get());
+  parts_ += static_cast<std::size_t>(parts);
 }
 
 TimelineWriter::Qp& TimelineWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
@@ -470,7 +471,7 @@ void TimelineWriter::unsignaled_or_outstanding(Qp& q, bool send, const Pending& 
   out.u(outstanding ? 0 : p.length);
   out.u(0);
   out.byte(static_cast<std::uint8_t>(p.opcode));
-  keep(out.end());
+  keep(out.end(), 1);
 }
 
 void TimelineWriter::completion(const CompletionRecord& r) {
@@ -521,7 +522,7 @@ void TimelineWriter::completion(const CompletionRecord& r) {
     out.u(r.wc.wr_id);
     out.u(r.wc.qp_num);
     out.u(static_cast<std::uint32_t>(r.wc.status));
-    keep(out.end());
+    keep(out.end(), 1);
     return;
   }
   // Its slice, then the completion.
@@ -542,7 +543,7 @@ void TimelineWriter::completion(const CompletionRecord& r) {
   out.u(r.wc.byte_len);
   out.u(static_cast<std::uint32_t>(r.wc.status));
   out.byte(static_cast<std::uint8_t>(done.opcode));
-  keep(out.end());
+  keep(out.end(), 2);
 }
 
 void TimelineWriter::packet(const PacketRecord& r) {
@@ -570,7 +571,7 @@ void TimelineWriter::packet(const PacketRecord& r) {
       out.u(r.dst_dev);
       out.u(to);
     }
-    keep(out.end());
+    keep(out.end(), lost ? 1 : 2);
   };
   one(0, r.arrives_ns);
   // A duplicate: a second arrow from where the packet left.
@@ -588,7 +589,7 @@ void TimelineWriter::instant(const InstantRecord& r) {
   out.u(tid);
   out.u(texts_.size());
   out.u(r.what.size());
-  keep(out.end());
+  keep(out.end(), 1);
   texts_.append(r.what);
 }
 
@@ -614,7 +615,7 @@ void TimelineWriter::cm(const CmRecord& r) {
     out.u(r.dst_dev);
     out.u(to);
   }
-  keep(out.end());
+  keep(out.end(), lost ? 1 : 2);
 }
 
 void TimelineWriter::finished(std::uint64_t time_ns) {
@@ -645,6 +646,7 @@ void TimelineWriter::finished(std::uint64_t time_ns) {
 void TimelineWriter::write(std::FILE* f) {
   // Every part of every record, by (time, seq).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> parts;
+  parts.reserve(parts_);
   std::uint64_t ts = 0;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const std::uint8_t* base = chunks_[c].bytes.get();

@@ -90,7 +90,8 @@ class TimelineWriter final : public Observer {
   // Where the next record goes; room for it is made first.
   std::uint64_t next_offset();
   std::uint8_t* room();
-  void keep(const std::uint8_t* end);
+  // Keeps the record written from room() to `end`, which has 1 or 2 parts.
+  void keep(const std::uint8_t* end, int parts);
   void unsignaled_or_outstanding(Qp& q, bool send, const Pending& p, std::uint64_t end_ns,
                                  bool outstanding);
   void write(std::FILE* f);
@@ -99,6 +100,7 @@ class TimelineWriter final : public Observer {
   std::uint64_t flow_ = 0;
   std::vector<Chunk> chunks_;     // the records, in the order they were made
   std::uint64_t last_ts_ns_ = 0;  // of the last record (records store the difference)
+  std::size_t parts_ = 0;         // of all records: what write() sorts
   std::string texts_;             // instants' names, which records point into
   std::vector<Track> tracks_;
   std::deque<Qp> qps_;  // a deque: a Qp& stays valid while others are added
