@@ -6,7 +6,10 @@
 - flows pair up: every flow start ("s") has exactly one finish ("f") with its id, not earlier;
 - every completion (an instant on a CQ track) has exactly one work-request slice that ends at
   it, on the track of its QP and side ("QP <n> send" or "QP <n> recv", any lane), with the
-  same wr_id and status.
+  same wr_id and status;
+- CM messages: every CM slice is on a "CM" track; every CM flow starts at a slice where a
+  message leaves and finishes at one where the same message (name and args) arrives; every
+  slice is one end of a flow, or a message lost on its way (named so, with its fate).
 
   check-timeline.py FILE...      exits 1 naming what is wrong, 0 printing a summary per file
 """
@@ -30,6 +33,8 @@ def check(path):
             names[(e["pid"], e["tid"])] = e["args"]["name"]
     last = {}
     flows = collections.defaultdict(lambda: {"s": [], "f": []})
+    flow_ends = collections.defaultdict(dict)  # cm flow id -> phase -> (pid, tid, ns)
+    cm_slices = collections.defaultdict(list)  # (pid, tid, ns) -> (name, args)
     slices = collections.defaultdict(list)  # (pid, qp, side, wr_id, end ns) -> statuses
     completions = []
     for i, e in enumerate(events):
@@ -46,6 +51,12 @@ def check(path):
         last[track] = t
         if ph in ("s", "f"):
             flows[e["id"]][ph].append(t)
+            if e.get("cat") == "cm":
+                flow_ends[e["id"]][ph] = (e["pid"], e["tid"], t)
+        elif ph == "X" and e.get("cat") == "cm":
+            if names.get(track) != "CM":
+                errors.append(f"event {i}: a CM slice on track '{names.get(track, track)}'")
+            cm_slices[(e["pid"], e["tid"], t)].append((e["name"], e["args"]))
         elif ph == "X" and e.get("cat") == "wr":
             name = names.get(track, "")
             parts = name.split()
@@ -63,6 +74,37 @@ def check(path):
             errors.append(f"flow {fid}: {len(ends['s'])} starts, {len(ends['f'])} finishes")
         elif ends["f"][0] < ends["s"][0]:
             errors.append(f"flow {fid} finishes before it starts")
+    lost = 0
+    for where, slices_there in cm_slices.items():
+        for name, args in slices_there:
+            fate = args.get("fate")
+            if name.endswith(")"):
+                lost += 1
+                if fate in (None, "delivered") or not name.endswith(f" ({fate})"):
+                    errors.append(f"CM slice {name} at {where}: lost, but its fate is {fate}")
+    n_cm = sum(len(v) for v in cm_slices.values())
+    used = set()  # (where, index) of CM slices already paired with a flow
+    for fid in sorted(flow_ends):
+        ends = flow_ends[fid]
+        if "s" not in ends or "f" not in ends:
+            continue  # reported with the other flows
+        pair = None
+        for i, m in enumerate(cm_slices.get(ends["s"], [])):
+            if m[0].endswith(")") or (ends["s"], i) in used:
+                continue
+            for j, a in enumerate(cm_slices.get(ends["f"], [])):
+                if a == m and (ends["f"], j) not in used and (ends["s"], i) != (ends["f"], j):
+                    pair = ((ends["s"], i), (ends["f"], j))
+                    break
+            if pair:
+                break
+        if pair is None:
+            errors.append(f"CM flow {fid}: no message leaves where it starts {ends['s']} and "
+                          f"arrives, the same, where it finishes {ends['f']}")
+        else:
+            used.update(pair)
+    if n_cm != lost + 2 * len(flow_ends):
+        errors.append(f"{n_cm} CM slices, but {len(flow_ends)} CM flows and {lost} lost messages")
     seen = collections.Counter()
     for key, status in completions:
         got = slices.get(key, [])
@@ -79,7 +121,8 @@ def check(path):
     if not errors:
         n_slices = sum(len(v) for v in slices.values())
         print(f"{path}: {len(completions)} completions, {n_slices} WR slices, "
-              f"{len(flows)} flows, {len(names)} tracks: ok")
+              f"{len(flows)} flows ({len(flow_ends)} of CM messages, {lost} CM messages lost), "
+              f"{len(names)} tracks: ok")
     return not errors
 
 

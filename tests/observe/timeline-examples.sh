@@ -24,4 +24,5 @@ run perf_send_bw_drop "drop p=0.02" "$ex/verbsim-perf" --test send_bw -n 300 -q 
 run event_server "" "$ex/event_server" --messages 50
 run windows "" "$ex/windows" --requests 8
 run cm_echo "" "$ex/cm_echo" --messages 16
+run cm_echo_lost "cm_drop msg=rep nth=1; cm_drop msg=dreq nth=1" "$ex/cm_echo" --messages 16
 python3 "$here/check-timeline.py" "$out"/*.json

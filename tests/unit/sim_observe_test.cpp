@@ -10,6 +10,8 @@
 #include "../support/sim_pair.hpp"
 #include "verbsim/sim/observe.hpp"
 #include "verbsim/sim/scenario.hpp"
+#include "verbsim/sim/world.hpp"
+#include "verbsim/verbsim.hpp"
 
 namespace verbsim {
 namespace {
@@ -195,6 +197,94 @@ TEST(Observe, ObserversChangeNothingInTheRun) {
     return p.world.digest();
   };
   EXPECT_EQ(digest(false), digest(true));
+}
+
+// Keeps the connection manager's messages it is told of.
+struct CmRecorder final : sim::Observer {
+  std::vector<sim::CmRecord> messages;
+  void cm(const sim::CmRecord& r) override {
+    messages.push_back(r);
+    messages.back().private_data = {};
+  }
+};
+
+CmEventType next_cm_event(CmEventChannel& ch) {
+  CmEvent ev;
+  EXPECT_FALSE(ch.get_event(ev, Wait::blocking));
+  return ev.type;
+}
+
+// A client on sim1 connects to a server listening on sim0; the fault plan loses the first REP.
+// The client's REQ times out (rdma_cm's CM response timeout, 2^32 ns) and goes again. The
+// server's timer for its REP runs out as that REQ arrives: it sends its REP for both, and the
+// client answers each with an RTU.
+TEST(Observe, ALostReplyIsSentAgainWhenTheRequestIs) {
+  constexpr std::uint64_t kResponseTimeoutNs = 4'294'967'296;
+  sim::Config config;
+  config.devices = 2;
+  config.faults = sim::FaultPlan::parse("cm_drop msg=rep nth=1");
+  CmRecorder rec;  // outlives the world
+  sim::World world(config);
+  world.add_observer(rec);
+  testing::Side server = testing::make_side(world, "sim0", {});
+  testing::Side client = testing::make_side(world, "sim1", {});
+  auto server_ch = world.create_cm_channel();
+  auto client_ch = world.create_cm_channel();
+  auto listener = server_ch->create_id();
+  listener->bind_addr(SockAddr::parse("10.0.0.1:7471"));
+  listener->listen();
+  auto client_id = client_ch->create_id();
+  client_id->bind_addr(SockAddr::parse("10.0.1.1:0"));
+  client_id->resolve_addr(SockAddr::parse("10.0.0.1:7471"));
+  ASSERT_EQ(next_cm_event(*client_ch), CmEventType::addr_resolved);
+  client_id->resolve_route();
+  ASSERT_EQ(next_cm_event(*client_ch), CmEventType::route_resolved);
+  client_id->connect(*client.qp);
+  CmEvent req;
+  ASSERT_FALSE(server_ch->get_event(req, Wait::blocking));
+  ASSERT_EQ(req.type, CmEventType::connect_request);
+  std::unique_ptr<CmId> server_id = std::move(req.new_id);
+  server_id->accept(*server.qp);
+  EXPECT_EQ(next_cm_event(*client_ch), CmEventType::established);
+  EXPECT_EQ(next_cm_event(*server_ch), CmEventType::established);
+
+  // The client's id is the CM's node 1 (the listener is 0), the server's id node 2: comm ids
+  // 2 and 3.
+  const std::uint32_t client_qpn = client.qp->qp_num();
+  const std::uint32_t server_qpn = server.qp->qp_num();
+  struct Expected {
+    std::uint64_t sent_ns;
+    sim::CmMessage kind;
+    sim::PacketFate fate;
+    std::uint16_t src_dev, dst_dev;
+    std::uint32_t local_comm_id, remote_comm_id, qpn;
+  };
+  const std::uint64_t l = world.config().link_latency_ns;
+  const std::uint64_t t = kResponseTimeoutNs;
+  const Expected expected[] = {
+      {0, sim::CmMessage::req, sim::PacketFate::delivered, 1, 0, 2, 0, client_qpn},
+      {l, sim::CmMessage::rep, sim::PacketFate::dropped, 0, 1, 3, 2, server_qpn},
+      {t, sim::CmMessage::req, sim::PacketFate::delivered, 1, 0, 2, 0, client_qpn},
+      {t + l, sim::CmMessage::rep, sim::PacketFate::delivered, 0, 1, 3, 2, server_qpn},
+      {t + l, sim::CmMessage::rep, sim::PacketFate::delivered, 0, 1, 3, 2, server_qpn},
+      {t + 2 * l, sim::CmMessage::rtu, sim::PacketFate::delivered, 1, 0, 2, 3, 0},
+      {t + 2 * l, sim::CmMessage::rtu, sim::PacketFate::delivered, 1, 0, 2, 3, 0},
+  };
+  ASSERT_EQ(rec.messages.size(), std::size(expected));
+  for (std::size_t i = 0; i < std::size(expected); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i) + ": " + sim::describe(rec.messages[i]));
+    const sim::CmRecord& m = rec.messages[i];
+    EXPECT_EQ(m.sent_ns, expected[i].sent_ns);
+    EXPECT_EQ(m.arrives_ns, expected[i].sent_ns + l);
+    EXPECT_EQ(m.kind, expected[i].kind);
+    EXPECT_EQ(m.fate, expected[i].fate);
+    EXPECT_EQ(m.src_dev, expected[i].src_dev);
+    EXPECT_EQ(m.dst_dev, expected[i].dst_dev);
+    EXPECT_EQ(m.local_comm_id, expected[i].local_comm_id);
+    EXPECT_EQ(m.remote_comm_id, expected[i].remote_comm_id);
+    EXPECT_EQ(m.qpn, expected[i].qpn);
+    EXPECT_FALSE(m.sidr);
+  }
 }
 
 }  // namespace

@@ -1,48 +1,371 @@
 #include "observe/timeline.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
+#include <charconv>
+#include <cstring>
+#include <new>
+#include <string_view>
 #include <system_error>
+#include <utility>
 
 namespace verbsim::sim {
 
+// Records: a kind byte, a flags byte, then numbers as LEB128 (7 bits a byte), times as the
+// difference from the record before. A record has one or two parts, each a group of JSON
+// lines at its own time (a WR's slice at its post and its completion; a packet where it leaves
+// and where it arrives). When the world ends, the parts are sorted by (time, seq), where seq
+// is 4 x the record's offset, + 1 for its first part and + 3 for its second: the order they
+// were made in. A track's metadata (time 0) has seq 4 x the offset of the record it was made
+// for, + 0 if made before that record's first part, + 2 if between its parts.
+
 namespace {
 
-enum TrackKind { kSend = 0, kRecv = 1, kPackets = 2, kCq = 3 };
+constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
+constexpr std::size_t kMaxRecord = 192;
 
-// Trace Event timestamps are microseconds: ns as "us.nnn".
-std::string micros(std::uint64_t ns) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%llu.%03llu", static_cast<unsigned long long>(ns / 1000),
-                static_cast<unsigned long long>(ns % 1000));
-  return b;
+enum TrackKind : std::uint8_t { kSend = 0, kRecv = 1, kPackets = 2, kCq = 3, kCmTrack = 4 };
+
+enum RecordKind : std::uint8_t {
+  kWr,          // a WR's slice [, then its completion]
+  kCompletion,  // a completion no WR slice ends at
+  kPacket,      // where a packet leaves [, then where it arrives]
+  kInstant,
+  kCm,  // where a CM message leaves [, then where it arrives]
+};
+
+// How a WR slice ended.
+enum class WrEnd : std::uint8_t { completed, lost, unsignaled, outstanding };
+
+// kWr flags: WrEnd in bits 0-1, then these.
+constexpr std::uint8_t kWrSend = 4;
+constexpr std::uint8_t kWrCompletion = 8;  // two parts: the completion follows
+// kCompletion flags.
+constexpr std::uint8_t kCqSend = 1;
+constexpr std::uint8_t kCqLost = 2;
+// kPacket flags: PacketFate in bits 0-2, PacketKind in bits 3-5, then this.
+constexpr std::uint8_t kPacketCopy = 64;  // a duplicate's second arrow: only the flow leaves
+// kCm flags: PacketFate in bits 0-2, CmMessage in bits 3-5, then this.
+constexpr std::uint8_t kCmSidr = 64;
+
+// A CM message's name as the IB CM calls it.
+std::string_view cm_name(CmMessage kind, bool sidr) {
+  static constexpr std::string_view kNames[] = {"?", "REQ", "REP", "RTU", "REJ", "DREQ", "DREP"};
+  // A UDP id's REJ is a SIDR REP that refuses.
+  if (sidr) return kind == CmMessage::req ? "SIDR_REQ" : "SIDR_REP";
+  return kNames[static_cast<std::size_t>(kind) % std::size(kNames)];
 }
 
-std::string u(std::uint64_t v) { return std::to_string(v); }
-
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+class Encoder {
+ public:
+  explicit Encoder(std::uint8_t* p) : p_(p) {}
+  void byte(std::uint8_t v) { *p_++ = v; }
+  void u(std::uint64_t v) {
+    while (v >= 0x80) {
+      *p_++ = static_cast<std::uint8_t>(v | 0x80);
+      v >>= 7;
+    }
+    *p_++ = static_cast<std::uint8_t>(v);
   }
-  return out + "\"";
+  void z(std::int64_t v) {
+    u((static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63));
+  }
+  std::uint8_t* end() const { return p_; }
+
+ private:
+  std::uint8_t* p_;
+};
+
+class Decoder {
+ public:
+  explicit Decoder(const std::uint8_t* p) : p_(p) {}
+  std::uint8_t byte() { return *p_++; }
+  std::uint64_t u() {
+    std::uint64_t v = 0;
+    int shift = 0;
+    while (*p_ & 0x80) {
+      v |= static_cast<std::uint64_t>(*p_++ & 0x7f) << shift;
+      shift += 7;
+    }
+    return v | static_cast<std::uint64_t>(*p_++) << shift;
+  }
+  std::uint32_t u32() { return static_cast<std::uint32_t>(u()); }
+  std::uint16_t u16() { return static_cast<std::uint16_t>(u()); }
+  std::int64_t z() {
+    const std::uint64_t v = u();
+    return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
+  }
+  const std::uint8_t* end() const { return p_; }
+
+ private:
+  const std::uint8_t* p_;
+};
+
+// Appends JSON to a buffer that goes to a file as it fills.
+class JsonOut {
+ public:
+  explicit JsonOut(std::FILE* f) : f_(f), buf_(new char[kSize]) {}
+  ~JsonOut() { flush(); }
+  JsonOut(const JsonOut&) = delete;
+  JsonOut& operator=(const JsonOut&) = delete;
+
+  // Starts an event: room for a line of any kind but an instant's name, and the separator.
+  void line() {
+    if (pos_ + kLine > kSize) flush();
+    put(first_ ? "\n" : ",\n");
+    first_ = false;
+  }
+  void put(std::string_view s) {
+    std::memcpy(buf_.get() + pos_, s.data(), s.size());
+    pos_ += s.size();
+  }
+  void put(char c) { buf_[pos_++] = c; }
+  void num(std::uint64_t v) {
+    pos_ = static_cast<std::size_t>(std::to_chars(buf_.get() + pos_, buf_.get() + kSize, v).ptr -
+                                    buf_.get());
+  }
+  // Trace Event timestamps are microseconds: ns as "us.nnn".
+  void micros(std::uint64_t ns) {
+    num(ns / 1000);
+    const auto frac = static_cast<unsigned>(ns % 1000);
+    char* p = buf_.get() + pos_;
+    p[0] = '.';
+    p[1] = static_cast<char>('0' + frac / 100);
+    p[2] = static_cast<char>('0' + frac / 10 % 10);
+    p[3] = static_cast<char>('0' + frac % 10);
+    pos_ += 4;
+  }
+  // A string of any length, quoted: '"' and '\' escaped, control characters left out. Leaves
+  // room for the rest of a line.
+  void quoted(std::string_view s) {
+    put('"');
+    for (const char c : s) {
+      if (pos_ + kLine > kSize) flush();
+      if (c == '"' || c == '\\') put('\\');
+      if (static_cast<unsigned char>(c) >= 0x20) put(c);
+    }
+    put('"');
+  }
+  void flush() {
+    if (pos_ > 0) std::fwrite(buf_.get(), 1, pos_, f_);
+    pos_ = 0;
+  }
+
+ private:
+  static constexpr std::size_t kSize = 1 << 20;
+  static constexpr std::size_t kLine = 512;
+  std::FILE* f_;
+  std::unique_ptr<char[]> buf_;
+  std::size_t pos_ = 0;
+  bool first_ = true;
+};
+
+void pid_tid(JsonOut& o, std::uint16_t dev, std::uint32_t tid) {
+  o.put(",\"pid\":");
+  o.num(dev + 1u);
+  o.put(",\"tid\":");
+  o.num(tid);
 }
 
-std::string packet_name(const PacketRecord& r) {
-  std::string name;
+// Ends a line: its timestamp, then the event's closing brace.
+void ts_end(JsonOut& o, std::uint64_t ts_ns) {
+  o.put(",\"ts\":");
+  o.micros(ts_ns);
+  o.put('}');
+}
+
+// A record read back: the fields of every kind.
+struct Decoded {
+  RecordKind kind;
+  std::uint8_t flags;
+  std::int64_t ts_delta;
+  std::uint64_t d_ns;  // from the first part to the second (a slice alone: its duration)
+  bool two_parts;
+  std::uint16_t dev, dev2;  // of the first part, of the second
+  std::uint32_t tid, tid2;
+  std::uint64_t wr_id, flow, text;
+  std::uint32_t qpn, byte_len, psn, length, text_length;
+  std::uint32_t local_comm_id, remote_comm_id;
+  std::int64_t reason;
+  WcStatus status;
+  WrOpcode opcode;
+  NakCode nak;
+};
+
+// Reads the record at `p` into `r`; returns where the next one starts.
+const std::uint8_t* decode(const std::uint8_t* p, Decoded& r) {
+  Decoder in(p);
+  r.kind = static_cast<RecordKind>(in.byte());
+  r.flags = in.byte();
+  r.ts_delta = in.z();
+  r.two_parts = false;
   switch (r.kind) {
-    case PacketKind::request: name = std::string(to_string(r.opcode)); break;
-    case PacketKind::nak: name = "NAK " + std::string(to_string(r.nak)); break;
-    case PacketKind::ack: name = "ACK"; break;
-    case PacketKind::read_response: name = "READ response"; break;
-    case PacketKind::atomic_response: name = "atomic ACK"; break;
+    case kWr:
+      r.two_parts = (r.flags & kWrCompletion) != 0;
+      r.d_ns = in.u();
+      r.dev = r.dev2 = in.u16();
+      r.tid = in.u32();
+      if (r.two_parts) r.tid2 = in.u32();
+      r.wr_id = in.u();
+      r.qpn = in.u32();
+      r.byte_len = in.u32();
+      r.status = static_cast<WcStatus>(in.u32());
+      r.opcode = static_cast<WrOpcode>(in.byte());
+      break;
+    case kCompletion:
+      r.dev = in.u16();
+      r.tid = in.u32();
+      r.wr_id = in.u();
+      r.qpn = in.u32();
+      r.status = static_cast<WcStatus>(in.u32());
+      break;
+    case kPacket:
+      r.opcode = static_cast<WrOpcode>(in.byte());
+      r.nak = static_cast<NakCode>(in.byte());
+      r.dev = in.u16();
+      r.tid = in.u32();
+      r.wr_id = in.u();
+      r.psn = in.u32();
+      r.length = in.u32();
+      r.flow = in.u();
+      r.two_parts = r.flow != 0;
+      if (r.two_parts) {
+        r.d_ns = in.u();
+        r.dev2 = in.u16();
+        r.tid2 = in.u32();
+      }
+      break;
+    case kInstant:
+      r.dev = in.u16();
+      r.tid = in.u32();
+      r.text = in.u();
+      r.text_length = in.u32();
+      break;
+    case kCm:
+      r.dev = in.u16();
+      r.tid = in.u32();
+      r.flow = in.u();
+      r.local_comm_id = in.u32();
+      r.remote_comm_id = in.u32();
+      r.qpn = in.u32();
+      r.reason = in.z();
+      r.two_parts = r.flow != 0;
+      if (r.two_parts) {
+        r.d_ns = in.u();
+        r.dev2 = in.u16();
+        r.tid2 = in.u32();
+      }
+      break;
   }
-  return name + " psn " + u(r.psn);
+  return in.end();
+}
+
+void packet_line(JsonOut& o, const Decoded& r, bool leaving, std::uint64_t ts) {
+  const auto fate = static_cast<PacketFate>(r.flags & 7);
+  const auto kind = static_cast<PacketKind>(r.flags >> 3 & 7);
+  const std::uint16_t dev = leaving ? r.dev : r.dev2;
+  const std::uint32_t tid = leaving ? r.tid : r.tid2;
+  o.line();
+  o.put("{\"name\":\"");
+  switch (kind) {
+    case PacketKind::request: o.put(to_string(r.opcode)); break;
+    case PacketKind::nak:
+      o.put("NAK ");
+      o.put(to_string(r.nak));
+      break;
+    case PacketKind::ack: o.put("ACK"); break;
+    case PacketKind::read_response: o.put("READ response"); break;
+    case PacketKind::atomic_response: o.put("atomic ACK"); break;
+  }
+  o.put(" psn ");
+  o.num(r.psn);
+  if (leaving && fate != PacketFate::delivered) {
+    o.put(" (");
+    o.put(to_string(fate));
+    o.put(')');
+  }
+  o.put("\",\"cat\":\"packet\",\"ph\":\"X\",\"dur\":0.001");
+  pid_tid(o, dev, tid);
+  o.put(",\"args\":{\"fate\":\"");
+  o.put(to_string(fate));
+  o.put("\",\"length\":");
+  o.num(r.length);
+  o.put(",\"wr_id\":");
+  o.num(r.wr_id);
+  o.put('}');
+  ts_end(o, ts);
+}
+
+// A flow's start or finish, named and filed as `what` ("packet", "cm").
+void flow_line(JsonOut& o, std::string_view what, bool start, std::uint64_t id, std::uint16_t dev,
+               std::uint32_t tid, std::uint64_t ts) {
+  o.line();
+  o.put("{\"name\":\"");
+  o.put(what);
+  o.put("\",\"cat\":\"");
+  o.put(what);
+  o.put(start ? "\",\"ph\":\"s\",\"id\":" : "\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
+  o.num(id);
+  pid_tid(o, dev, tid);
+  ts_end(o, ts);
+}
+
+void cm_line(JsonOut& o, const Decoded& r, bool leaving, std::uint64_t ts) {
+  const auto fate = static_cast<PacketFate>(r.flags & 7);
+  const auto kind = static_cast<CmMessage>(r.flags >> 3 & 7);
+  o.line();
+  o.put("{\"name\":\"");
+  o.put(cm_name(kind, (r.flags & kCmSidr) != 0));
+  if (leaving && fate != PacketFate::delivered) {
+    o.put(" (");
+    o.put(to_string(fate));
+    o.put(')');
+  }
+  o.put("\",\"cat\":\"cm\",\"ph\":\"X\",\"dur\":0.001");
+  pid_tid(o, leaving ? r.dev : r.dev2, leaving ? r.tid : r.tid2);
+  o.put(",\"args\":{\"fate\":\"");
+  o.put(to_string(fate));
+  o.put("\",\"local_comm_id\":");
+  o.num(r.local_comm_id);
+  o.put(",\"remote_comm_id\":");
+  o.num(r.remote_comm_id);
+  if (kind == CmMessage::req || kind == CmMessage::rep) {
+    o.put(",\"qpn\":");
+    o.num(r.qpn);
+  }
+  if (kind == CmMessage::rej) {
+    o.put(",\"reason\":");
+    if (r.reason < 0) o.put('-');
+    o.num(r.reason < 0 ? 0 - static_cast<std::uint64_t>(r.reason)
+                       : static_cast<std::uint64_t>(r.reason));
+  }
+  o.put('}');
+  ts_end(o, ts);
+}
+
+void completion_line(JsonOut& o, std::uint16_t dev, std::uint32_t tid, WcStatus status, bool lost,
+                     std::uint64_t wr_id, std::uint32_t qpn, bool send, std::uint64_t ts) {
+  o.line();
+  o.put("{\"name\":\"");
+  o.put(to_string(status));
+  if (lost) o.put(" (lost)");
+  o.put("\",\"cat\":\"completion\",\"ph\":\"i\",\"s\":\"t\"");
+  pid_tid(o, dev, tid);
+  o.put(",\"args\":{\"wr_id\":");
+  o.num(wr_id);
+  o.put(",\"qp\":");
+  o.num(qpn);
+  o.put(send ? ",\"send\":true}" : ",\"send\":false}");
+  ts_end(o, ts);
 }
 
 }  // namespace
+
+void TimelineWriter::Chunk::Free::operator()(std::uint8_t* p) const noexcept {
+  ::operator delete (p, std::align_val_t{kChunkBytes});
+}
 
 TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
   // Fail now, not when the run is over.
@@ -53,159 +376,415 @@ TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
   std::fclose(f);
 }
 
-void TimelineWriter::add(std::uint64_t ts_ns, std::string json) {
-  events_.push_back({ts_ns, seq_++, std::move(json)});
+TimelineWriter::~TimelineWriter() = default;
+
+std::uint64_t TimelineWriter::next_offset() {
+  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) {
+    // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault
+    // per 2 MiB, not per 4 KiB.
+    void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
+    ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
+    chunks_.push_back(
+        {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
+  }
+  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
 }
 
-int TimelineWriter::track(int dev, std::uint32_t qpn, int kind, int lane) {
-  const auto key = std::make_tuple(dev, qpn, kind, lane);
-  if (auto it = tracks_.find(key); it != tracks_.end()) return it->second;
-  const int tid = static_cast<int>(tracks_.size()) + 1;
-  tracks_.emplace(key, tid);
-  static constexpr const char* kKinds[] = {"send", "recv", "packets", ""};
-  std::string name = kind == kCq ? "CQ " + u(qpn) : "QP " + u(qpn) + " " + kKinds[kind];
-  if (lane > 0) name += " (" + u(static_cast<std::uint64_t>(lane) + 1) + ")";
-  const std::string where = "\"pid\":" + u(static_cast<std::uint64_t>(dev) + 1) +
-                            ",\"tid\":" + u(static_cast<std::uint64_t>(tid));
-  add(0, "{\"name\":\"thread_name\",\"ph\":\"M\"," + where + ",\"args\":{\"name\":" +
-             quoted(name) + "}}");
-  // Tracks sort by QP, then send, receive and packets, then lanes; CQs after the QPs.
-  const std::uint64_t order = (kind == kCq ? (1ull << 30) : 0) + qpn * 64ull +
-                              static_cast<std::uint64_t>(kind) * 16 +
-                              static_cast<std::uint64_t>(std::min(lane, 15));
-  add(0, "{\"name\":\"thread_sort_index\",\"ph\":\"M\"," + where +
-             ",\"args\":{\"sort_index\":" + u(order) + "}}");
-  if (named_processes_.insert(dev).second) {
-    add(0, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
-               u(static_cast<std::uint64_t>(dev) + 1) + ",\"args\":{\"name\":\"sim" +
-               u(static_cast<std::uint64_t>(dev)) + "\"}}");
-  }
-  return tid;
+std::uint8_t* TimelineWriter::room() {
+  next_offset();
+  return chunks_.back().bytes.get() + chunks_.back().used;
 }
 
-int TimelineWriter::lane_for(const Side& s, std::uint64_t at_ns) {
-  std::vector<std::uint64_t>& lanes = lanes_[s];
-  for (std::size_t i = 0; i < lanes.size(); ++i) {
-    if (lanes[i] <= at_ns) {
-      lanes[i] = UINT64_MAX;  // busy until its WR completes
-      return static_cast<int>(i);
-    }
+void TimelineWriter::keep(const std::uint8_t* end, int parts) {
+  chunks_.back().used = static_cast<std::size_t>(end - chunks_.back().bytes.get());
+  parts_ += static_cast<std::size_t>(parts);
+}
+
+TimelineWriter::Qp& TimelineWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
+  return qps_[qp_index_.find(std::uint64_t{dev} << 32 | qpn, [&] {
+    qps_.push_back({.dev = dev, .qpn = qpn, .send = {}, .recv = {}});
+    return static_cast<std::uint32_t>(qps_.size() - 1);
+  })];
+}
+
+std::uint32_t TimelineWriter::new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
+                                        std::uint16_t lane, bool inside) {
+  if (named_devices_.size() <= dev) named_devices_.resize(dev + 1u, false);
+  const bool first = !named_devices_[dev];
+  named_devices_[dev] = true;
+  tracks_.push_back({next_offset() * 4 + (inside ? 2 : 0), dev, num, kind, lane, first});
+  return static_cast<std::uint32_t>(tracks_.size());
+}
+
+std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
+  if (q.packets_tid == 0) q.packets_tid = new_track(q.dev, q.qpn, kPackets, 0, inside);
+  return q.packets_tid;
+}
+
+std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
+  return cq_tids_.find(std::uint64_t{dev} << 32 | cq,
+                       [&] { return new_track(dev, cq, kCq, 0, inside); });
+}
+
+std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {
+  if (cm_tids_.size() <= dev) cm_tids_.resize(dev + 1u, 0);
+  if (cm_tids_[dev] == 0) cm_tids_[dev] = new_track(dev, 0, kCmTrack, 0, inside);
+  return cm_tids_[dev];
+}
+
+std::uint32_t TimelineWriter::lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns) {
+  Queue& queue = send ? q.send : q.recv;
+  // The lane is chosen when the slice is known whole: the lowest one free at its post.
+  std::size_t lane = 0;
+  while (lane < queue.lane_free_ns.size() && queue.lane_free_ns[lane] > p.posted_ns) ++lane;
+  if (lane == queue.lane_free_ns.size()) {
+    queue.lane_free_ns.push_back(end_ns);
+    queue.lane_tids.push_back(0);
   }
-  lanes.push_back(UINT64_MAX);
-  return static_cast<int>(lanes.size() - 1);
+  queue.lane_free_ns[lane] = end_ns;
+  if (queue.lane_tids[lane] == 0) {
+    queue.lane_tids[lane] =
+        new_track(q.dev, q.qpn, send ? kSend : kRecv, static_cast<std::uint16_t>(lane), false);
+  }
+  return queue.lane_tids[lane];
 }
 
 void TimelineWriter::posted(const PostRecord& r) {
-  pending_[{r.dev, r.qpn, r.send}].push_back(
-      {r.time_ns, r.wr_id, r.opcode, r.length, r.send, r.signaled});
+  Qp& q = qp(r.dev, r.qpn);
+  (r.send ? q.send : q.recv).pending.push_back({r.time_ns, r.wr_id, r.length, r.opcode});
 }
 
-void TimelineWriter::slice(const Pending& p, int dev, std::uint32_t qpn, std::uint64_t end_ns,
-                           const std::string& status, std::uint32_t byte_len) {
-  const Side side{dev, qpn, p.send};
-  // The lane is chosen when the slice is known whole: the lowest one free at its post.
-  const int lane = lane_for(side, p.posted_ns);
-  lanes_[side][static_cast<std::size_t>(lane)] = end_ns;
-  const int tid = track(dev, qpn, p.send ? kSend : kRecv, lane);
-  const std::string name = p.send ? std::string(to_string(p.opcode)) : "RECV";
-  add(p.posted_ns, "{\"name\":" + quoted(name) + ",\"cat\":\"wr\",\"ph\":\"X\",\"dur\":" +
-                       micros(end_ns - p.posted_ns) + ",\"pid\":" +
-                       u(static_cast<std::uint64_t>(dev) + 1) + ",\"tid\":" +
-                       u(static_cast<std::uint64_t>(tid)) + ",\"args\":{\"wr_id\":" + u(p.wr_id) +
-                       ",\"qp\":" + u(qpn) + ",\"status\":" + quoted(status) +
-                       ",\"byte_len\":" + u(byte_len) + "}}");
+void TimelineWriter::unsignaled_or_outstanding(Qp& q, bool send, const Pending& p,
+                                               std::uint64_t end_ns, bool outstanding) {
+  const std::uint32_t tid = lane_track(q, send, p, end_ns);
+  Encoder out(room());
+  out.byte(kWr);
+  out.byte(static_cast<std::uint8_t>(outstanding ? WrEnd::outstanding : WrEnd::unsignaled) |
+           (send ? kWrSend : 0));
+  out.z(static_cast<std::int64_t>(p.posted_ns - last_ts_ns_));
+  last_ts_ns_ = p.posted_ns;
+  out.u(end_ns - p.posted_ns);
+  out.u(q.dev);
+  out.u(tid);
+  out.u(p.wr_id);
+  out.u(q.qpn);
+  out.u(outstanding ? 0 : p.length);
+  out.u(0);
+  out.byte(static_cast<std::uint8_t>(p.opcode));
+  keep(out.end(), 1);
 }
 
 void TimelineWriter::completion(const CompletionRecord& r) {
-  const int dev = r.dev;
-  const std::uint32_t qpn = r.wc.qp_num;
-  const std::string status = std::string(to_string(r.wc.status)) + (r.dropped ? " (lost)" : "");
-  std::deque<Pending>& q = pending_[{dev, qpn, r.send}];
-  auto it = std::find_if(q.begin(), q.end(), [&](const Pending& p) { return p.wr_id == r.wc.wr_id; });
-  if (it != q.end()) {
+  const std::uint16_t dev = r.dev;
+  Qp& q = qp(dev, r.wc.qp_num);
+  Queue& queue = r.send ? q.send : q.recv;
+  std::size_t i = queue.head;
+  while (i < queue.pending.size() && queue.pending[i].wr_id != r.wc.wr_id) ++i;
+  Pending done{};
+  bool found = false;
+  if (i < queue.pending.size()) {
     // The unsignaled sends before it completed silently, at the latest by now.
-    for (auto p = q.begin(); p != it; ++p) slice(*p, dev, qpn, r.time_ns, "unsignaled", p->length);
-    slice(*it, dev, qpn, r.time_ns, status, r.wc.byte_len);
-    q.erase(q.begin(), it + 1);
+    for (std::size_t j = queue.head; j < i; ++j) {
+      unsignaled_or_outstanding(q, r.send, queue.pending[j], r.time_ns, false);
+    }
+    done = queue.pending[i];
+    found = true;
+    queue.head = i + 1;
+    if (queue.head == queue.pending.size()) {
+      queue.pending.clear();
+      queue.head = 0;
+    } else if (queue.head >= 32 && queue.head * 2 >= queue.pending.size()) {
+      // A queue that never empties (receives topped up) keeps only what is pending.
+      queue.pending.erase(queue.pending.begin(),
+                          queue.pending.begin() + static_cast<std::ptrdiff_t>(queue.head));
+      queue.head = 0;
+    }
   } else if (!r.send) {
     // A receive from an SRQ: posted to the device's pool, taken by this QP.
-    std::deque<Pending>& pool = pending_[{dev, 0u, false}];
-    auto p = std::find_if(pool.begin(), pool.end(),
-                          [&](const Pending& w) { return w.wr_id == r.wc.wr_id; });
-    if (p != pool.end()) {
-      slice(*p, dev, qpn, r.time_ns, status, r.wc.byte_len);
-      pool.erase(p);
+    Queue& pool = qp(dev, 0).recv;
+    std::size_t k = pool.head;
+    while (k < pool.pending.size() && pool.pending[k].wr_id != r.wc.wr_id) ++k;
+    if (k < pool.pending.size()) {
+      done = pool.pending[k];
+      found = true;
+      pool.pending.erase(pool.pending.begin() + static_cast<std::ptrdiff_t>(k));
     }
   }
-  const int tid = track(dev, r.cq, kCq, 0);
-  add(r.time_ns, "{\"name\":" + quoted(status) + ",\"cat\":\"completion\",\"ph\":\"i\",\"s\":\"t\"," +
-                     "\"pid\":" + u(static_cast<std::uint64_t>(dev) + 1) + ",\"tid\":" +
-                     u(static_cast<std::uint64_t>(tid)) + ",\"args\":{\"wr_id\":" +
-                     u(r.wc.wr_id) + ",\"qp\":" + u(qpn) + ",\"send\":" +
-                     (r.send ? "true" : "false") + "}}");
+  if (!found) {
+    const std::uint32_t cq_tid = cq_track(dev, r.cq, false);
+    Encoder out(room());
+    out.byte(kCompletion);
+    out.byte((r.send ? kCqSend : 0) | (r.dropped ? kCqLost : 0));
+    out.z(static_cast<std::int64_t>(r.time_ns - last_ts_ns_));
+    last_ts_ns_ = r.time_ns;
+    out.u(dev);
+    out.u(cq_tid);
+    out.u(r.wc.wr_id);
+    out.u(r.wc.qp_num);
+    out.u(static_cast<std::uint32_t>(r.wc.status));
+    keep(out.end(), 1);
+    return;
+  }
+  // Its slice, then the completion.
+  const std::uint32_t tid = lane_track(q, r.send, done, r.time_ns);
+  const std::uint32_t cq_tid = cq_track(dev, r.cq, true);
+  Encoder out(room());
+  out.byte(kWr);
+  out.byte(static_cast<std::uint8_t>(r.dropped ? WrEnd::lost : WrEnd::completed) |
+           (r.send ? kWrSend : 0) | kWrCompletion);
+  out.z(static_cast<std::int64_t>(done.posted_ns - last_ts_ns_));
+  last_ts_ns_ = done.posted_ns;
+  out.u(r.time_ns - done.posted_ns);
+  out.u(dev);
+  out.u(tid);
+  out.u(cq_tid);
+  out.u(done.wr_id);
+  out.u(r.wc.qp_num);
+  out.u(r.wc.byte_len);
+  out.u(static_cast<std::uint32_t>(r.wc.status));
+  out.byte(static_cast<std::uint8_t>(done.opcode));
+  keep(out.end(), 2);
 }
 
 void TimelineWriter::packet(const PacketRecord& r) {
-  const std::string name = packet_name(r);
-  const std::string args = ",\"args\":{\"fate\":" + quoted(to_string(r.fate)) +
-                           ",\"length\":" + u(r.length) + ",\"wr_id\":" + u(r.wr_id) + "}";
-  auto end = [&](int dev, std::uint32_t qpn, std::uint64_t ts, const std::string& what) {
-    const std::string where = "\"pid\":" + u(static_cast<std::uint64_t>(dev) + 1) +
-                              ",\"tid\":" + u(static_cast<std::uint64_t>(track(dev, qpn, kPackets, 0)));
-    add(ts, "{\"name\":" + quoted(what) + ",\"cat\":\"packet\",\"ph\":\"X\",\"dur\":0.001," +
-                where + args + "}");
-    return where;
+  const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
+  const std::uint32_t from = packets_track(qp(r.src_dev, r.src_qpn), false);
+  const std::uint32_t to = lost ? 0 : packets_track(qp(r.dst_dev, r.dst_qpn), true);
+  const auto flags =
+      static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) | static_cast<unsigned>(r.kind) << 3);
+  const auto one = [&](std::uint8_t copy, std::uint64_t arrives_ns) {
+    Encoder out(room());
+    out.byte(kPacket);
+    out.byte(flags | copy);
+    out.z(static_cast<std::int64_t>(r.sent_ns - last_ts_ns_));
+    last_ts_ns_ = r.sent_ns;
+    out.byte(static_cast<std::uint8_t>(r.opcode));
+    out.byte(static_cast<std::uint8_t>(r.nak));
+    out.u(r.src_dev);
+    out.u(from);
+    out.u(r.wr_id);
+    out.u(r.psn);
+    out.u(r.length);
+    out.u(lost ? 0 : ++flow_);
+    if (!lost) {
+      out.u(arrives_ns - r.sent_ns);
+      out.u(r.dst_dev);
+      out.u(to);
+    }
+    keep(out.end(), lost ? 1 : 2);
   };
-  const std::string from = end(r.src_dev, r.src_qpn, r.sent_ns,
-                               r.fate == PacketFate::delivered
-                                   ? name
-                                   : name + " (" + std::string(to_string(r.fate)) + ")");
-  if (r.fate == PacketFate::dropped || r.fate == PacketFate::link_down) return;
-  auto flow = [&](std::uint64_t arrives) {
-    const std::string id = u(++flow_);
-    add(r.sent_ns, "{\"name\":\"packet\",\"cat\":\"packet\",\"ph\":\"s\",\"id\":" + id + "," + from + "}");
-    const std::string to = end(r.dst_dev, r.dst_qpn, arrives, name);
-    add(arrives, "{\"name\":\"packet\",\"cat\":\"packet\",\"ph\":\"f\",\"bp\":\"e\",\"id\":" + id +
-                     "," + to + "}");
-  };
-  flow(r.arrives_ns);
-  if (r.fate == PacketFate::duplicated) flow(r.duplicate_ns);
+  one(0, r.arrives_ns);
+  // A duplicate: a second arrow from where the packet left.
+  if (r.fate == PacketFate::duplicated) one(kPacketCopy, r.duplicate_ns);
 }
 
 void TimelineWriter::instant(const InstantRecord& r) {
-  const std::string where =
-      r.qpn != 0 ? "\"s\":\"t\",\"pid\":" + u(static_cast<std::uint64_t>(r.dev) + 1) + ",\"tid\":" +
-                       u(static_cast<std::uint64_t>(track(r.dev, r.qpn, kPackets, 0)))
-                 : "\"s\":\"p\",\"pid\":" + u(static_cast<std::uint64_t>(r.dev) + 1) + ",\"tid\":0";
-  add(r.time_ns, "{\"name\":" + quoted(r.what) + ",\"cat\":\"event\",\"ph\":\"i\"," + where + "}");
+  const std::uint32_t tid = r.qpn != 0 ? packets_track(qp(r.dev, r.qpn), false) : 0;
+  Encoder out(room());
+  out.byte(kInstant);
+  out.byte(0);
+  out.z(static_cast<std::int64_t>(r.time_ns - last_ts_ns_));
+  last_ts_ns_ = r.time_ns;
+  out.u(r.dev);
+  out.u(tid);
+  out.u(texts_.size());
+  out.u(r.what.size());
+  keep(out.end(), 1);
+  texts_.append(r.what);
+}
+
+void TimelineWriter::cm(const CmRecord& r) {
+  const bool lost = r.fate != PacketFate::delivered;
+  const std::uint32_t from = cm_track(r.src_dev, false);
+  const std::uint32_t to = lost ? 0 : cm_track(r.dst_dev, true);
+  Encoder out(room());
+  out.byte(kCm);
+  out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) |
+                                     static_cast<unsigned>(r.kind) << 3 | (r.sidr ? kCmSidr : 0)));
+  out.z(static_cast<std::int64_t>(r.sent_ns - last_ts_ns_));
+  last_ts_ns_ = r.sent_ns;
+  out.u(r.src_dev);
+  out.u(from);
+  out.u(lost ? 0 : ++flow_);
+  out.u(r.local_comm_id);
+  out.u(r.remote_comm_id);
+  out.u(r.qpn);
+  out.z(r.reason);
+  if (!lost) {
+    out.u(r.arrives_ns - r.sent_ns);
+    out.u(r.dst_dev);
+    out.u(to);
+  }
+  keep(out.end(), lost ? 1 : 2);
 }
 
 void TimelineWriter::finished(std::uint64_t time_ns) {
-  // WRs still outstanding end with the run.
-  for (auto& [side, q] : pending_) {
-    for (const Pending& p : q) {
-      slice(p, std::get<0>(side), std::get<1>(side), time_ns, "outstanding", 0);
+  // WRs still outstanding end with the run, by device, QP and side (receives first).
+  std::vector<std::pair<std::uint64_t, Qp*>> order;
+  order.reserve(qps_.size());
+  for (Qp& q : qps_) order.emplace_back(std::uint64_t{q.dev} << 32 | q.qpn, &q);
+  std::sort(order.begin(), order.end());
+  for (const auto& [key, q] : order) {
+    for (const bool send : {false, true}) {
+      Queue& queue = send ? q->send : q->recv;
+      for (std::size_t i = queue.head; i < queue.pending.size(); ++i) {
+        unsignaled_or_outstanding(*q, send, queue.pending[i], time_ns, true);
+      }
+      queue.pending.clear();
+      queue.head = 0;
     }
   }
-  pending_.clear();
-  std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
-    return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.seq < b.seq;
-  });
   std::FILE* f = std::fopen(path_.c_str(), "w");
   if (f == nullptr) {
     std::fprintf(stderr, "verbsim: cannot write the timeline %s\n", path_.c_str());
     return;
   }
-  std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", f);
-  for (std::size_t i = 0; i < events_.size(); ++i) {
-    std::string line = events_[i].json;
-    // Every event but the metadata gets its timestamp.
-    line.insert(line.size() - 1, ",\"ts\":" + micros(events_[i].ts_ns));
-    std::fputs(line.c_str(), f);
-    std::fputs(i + 1 < events_.size() ? ",\n" : "\n", f);
-  }
-  std::fputs("]}\n", f);
+  write(f);
   std::fclose(f);
+}
+
+void TimelineWriter::write(std::FILE* f) {
+  // Every part of every record, by (time, seq).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> parts;
+  parts.reserve(parts_);
+  std::uint64_t ts = 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const std::uint8_t* base = chunks_[c].bytes.get();
+    for (const std::uint8_t* p = base; p < base + chunks_[c].used;) {
+      Decoded r;
+      const std::uint8_t* next = decode(p, r);
+      ts += static_cast<std::uint64_t>(r.ts_delta);
+      const std::uint64_t seq = (c * kChunkBytes + static_cast<std::size_t>(p - base)) * 4;
+      parts.emplace_back(ts, seq + 1);
+      if (r.two_parts) parts.emplace_back(ts + r.d_ns, seq + 3);
+      p = next;
+    }
+  }
+  std::sort(parts.begin(), parts.end());
+
+  JsonOut o(f);
+  o.put("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
+  std::size_t next_track = 0;
+  const auto tracks_before = [&](std::uint64_t seq) {
+    static constexpr std::string_view kKinds[] = {" send", " recv", " packets"};
+    for (; next_track < tracks_.size() && tracks_[next_track].seq < seq; ++next_track) {
+      const Track& t = tracks_[next_track];
+      const auto tid = static_cast<std::uint32_t>(next_track + 1);
+      o.line();
+      o.put("{\"name\":\"thread_name\",\"ph\":\"M\"");
+      pid_tid(o, t.dev, tid);
+      o.put(",\"args\":{\"name\":\"");
+      if (t.kind == kCmTrack) {
+        o.put("CM");
+      } else {
+        o.put(t.kind == kCq ? "CQ " : "QP ");
+        o.num(t.num);
+        if (t.kind != kCq) o.put(kKinds[t.kind]);
+      }
+      if (t.lane > 0) {
+        o.put(" (");
+        o.num(t.lane + 1u);
+        o.put(')');
+      }
+      o.put("\"}");
+      ts_end(o, 0);
+      o.line();
+      o.put("{\"name\":\"thread_sort_index\",\"ph\":\"M\"");
+      pid_tid(o, t.dev, tid);
+      o.put(",\"args\":{\"sort_index\":");
+      // The CM track first, then by QP: send, receive and packets, then lanes; CQs after the
+      // QPs.
+      o.num(t.kind == kCmTrack ? 0
+                               : (t.kind == kCq ? (1ull << 30) : 0) + t.num * 64ull +
+                                     t.kind * 16ull + std::min<std::uint64_t>(t.lane, 15));
+      o.put('}');
+      ts_end(o, 0);
+      if (t.first_of_device) {
+        o.line();
+        o.put("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":");
+        o.num(t.dev + 1u);
+        o.put(",\"args\":{\"name\":\"sim");
+        o.num(t.dev);
+        o.put("\"}");
+        ts_end(o, 0);
+      }
+    }
+  };
+  for (const auto& [part_ns, seq] : parts) {
+    // Metadata is at time 0: all of it before the first later event.
+    tracks_before(part_ns == 0 ? seq : UINT64_MAX);
+    const std::uint64_t offset = seq / 4;
+    Decoded r;
+    decode(chunks_[offset / kChunkBytes].bytes.get() + offset % kChunkBytes, r);
+    const bool second = seq % 4 == 3;
+    switch (r.kind) {
+      case kWr: {
+        const bool send = (r.flags & kWrSend) != 0;
+        const auto end = static_cast<WrEnd>(r.flags & 3);
+        if (second) {
+          completion_line(o, r.dev, r.tid2, r.status, end == WrEnd::lost, r.wr_id, r.qpn, send,
+                          part_ns);
+          break;
+        }
+        o.line();
+        o.put("{\"name\":\"");
+        o.put(send ? to_string(r.opcode) : "RECV");
+        o.put("\",\"cat\":\"wr\",\"ph\":\"X\",\"dur\":");
+        o.micros(r.d_ns);
+        pid_tid(o, r.dev, r.tid);
+        o.put(",\"args\":{\"wr_id\":");
+        o.num(r.wr_id);
+        o.put(",\"qp\":");
+        o.num(r.qpn);
+        o.put(",\"status\":\"");
+        switch (end) {
+          case WrEnd::completed: o.put(to_string(r.status)); break;
+          case WrEnd::lost:
+            o.put(to_string(r.status));
+            o.put(" (lost)");
+            break;
+          case WrEnd::unsignaled: o.put("unsignaled"); break;
+          case WrEnd::outstanding: o.put("outstanding"); break;
+        }
+        o.put("\",\"byte_len\":");
+        o.num(r.byte_len);
+        o.put('}');
+        ts_end(o, part_ns);
+        break;
+      }
+      case kCompletion:
+        completion_line(o, r.dev, r.tid, r.status, (r.flags & kCqLost) != 0, r.wr_id, r.qpn,
+                        (r.flags & kCqSend) != 0, part_ns);
+        break;
+      case kPacket:
+        if (!second) {
+          if ((r.flags & kPacketCopy) == 0) packet_line(o, r, true, part_ns);
+          if (r.flow != 0) flow_line(o, "packet", true, r.flow, r.dev, r.tid, part_ns);
+        } else {
+          packet_line(o, r, false, part_ns);
+          flow_line(o, "packet", false, r.flow, r.dev2, r.tid2, part_ns);
+        }
+        break;
+      case kInstant:
+        o.line();
+        o.put("{\"name\":");
+        o.quoted(std::string_view(texts_).substr(r.text, r.text_length));
+        o.put(",\"cat\":\"event\",\"ph\":\"i\",\"s\":");
+        o.put(r.tid != 0 ? "\"t\"" : "\"p\"");
+        pid_tid(o, r.dev, r.tid);
+        ts_end(o, part_ns);
+        break;
+      case kCm:
+        cm_line(o, r, !second, part_ns);
+        if (r.flow != 0) {
+          flow_line(o, "cm", !second, r.flow, second ? r.dev2 : r.dev, second ? r.tid2 : r.tid,
+                    part_ns);
+        }
+        break;
+    }
+  }
+  tracks_before(UINT64_MAX);
+  o.put("\n]}\n");
 }
 
 }  // namespace verbsim::sim

@@ -1,17 +1,23 @@
 // The timeline of a run (Config::timeline, VERBSIM_TIMELINE=<file>): Trace Event Format JSON,
 // which Perfetto's UI and chrome://tracing open, in virtual time. Per device a process; per QP
 // a send track and a receive track (a lane each for WRs outstanding at once, since slices on
-// one track must nest), a packet track, and per CQ a track of completions. A slice per work
-// request from its post to its completion (status in its args); packets as flow arrows from
-// the sender's packet track to the receiver's; faults, async and CM events as instants.
+// one track must nest), a packet track, and per CQ a track of completions; per device a CM
+// track. A slice per work request from its post to its completion (status in its args);
+// packets and CM messages as flow arrows from the sender's track to the receiver's; faults,
+// async and CM events as instants.
+//
+// While the run goes, the writer keeps compact binary records (timeline.cpp: small numbers in
+// a byte or two each; 6 bytes per event in BM_SimSend) and each QP's state in flat tables; the
+// JSON is formatted once, when the world ends.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
-#include <map>
-#include <set>
+#include <memory>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "verbsim/sim/observe.hpp"
@@ -22,44 +28,110 @@ class TimelineWriter final : public Observer {
  public:
   // Writes `path` when the world ends; throws std::system_error if it cannot be created.
   explicit TimelineWriter(std::string path);
+  ~TimelineWriter() override;
   void posted(const PostRecord& r) override;
   void packet(const PacketRecord& r) override;
   void completion(const CompletionRecord& r) override;
   void instant(const InstantRecord& r) override;
+  void cm(const CmRecord& r) override;
   void finished(std::uint64_t time_ns) override;
 
  private:
+  // A work request posted and not completed yet.
   struct Pending {
     std::uint64_t posted_ns;
     std::uint64_t wr_id;
-    WrOpcode opcode;
     std::uint32_t length;
-    bool send;
-    bool signaled;
+    WrOpcode opcode;
   };
-  // A queue side: (device, QP number, send?). SRQ receives (QP 0) wait in their device's pool
-  // until a QP takes them.
-  using Side = std::tuple<int, std::uint32_t, bool>;
-  struct Event {
-    std::uint64_t ts_ns;
+  // One queue of a QP: its WRs in post order (from `head` on), when each of its lanes is free
+  // again, and the tracks of those lanes (0: not made yet).
+  struct Queue {
+    std::vector<Pending> pending;
+    std::size_t head = 0;
+    std::vector<std::uint64_t> lane_free_ns;
+    std::vector<std::uint32_t> lane_tids;
+  };
+  // A QP number on a device (QP 0: the device's SRQ receives, until a QP takes them).
+  struct Qp {
+    std::uint16_t dev;
+    std::uint32_t qpn;
+    Queue send;
+    Queue recv;
+    std::uint32_t packets_tid = 0;
+  };
+  // A track: its thread id is its index + 1. Its metadata goes where it was made: `seq` orders
+  // it among the records (see timeline.cpp).
+  struct Track {
     std::uint64_t seq;
-    std::string json;  // without "ts"
+    std::uint16_t dev;
+    std::uint32_t num;  // QP or CQ number
+    std::uint8_t kind;
+    std::uint16_t lane;
+    bool first_of_device;  // the device's process is named with it
   };
-  // The thread id of a track (see the header comment), named once.
-  int track(int dev, std::uint32_t qpn, int kind, int lane);
-  int lane_for(const Side& s, std::uint64_t at_ns);
-  void slice(const Pending& p, int dev, std::uint32_t qpn, std::uint64_t end_ns,
-             const std::string& status, std::uint32_t byte_len);
-  void add(std::uint64_t ts_ns, std::string json);
+  // 2 MiB of records; a record never spans two.
+  struct Chunk {
+    struct Free {
+      void operator()(std::uint8_t* p) const noexcept;
+    };
+    std::unique_ptr<std::uint8_t[], Free> bytes;
+    std::size_t used = 0;
+  };
+
+  Qp& qp(std::uint16_t dev, std::uint32_t qpn);
+  std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
+  std::uint32_t packets_track(Qp& q, bool inside);
+  std::uint32_t cm_track(std::uint16_t dev, bool inside);
+  // `inside`: made between the two parts of the next record (a packet's destination track).
+  std::uint32_t new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
+                          std::uint16_t lane, bool inside);
+  std::uint32_t lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns);
+  // Where the next record goes; room for it is made first.
+  std::uint64_t next_offset();
+  std::uint8_t* room();
+  // Keeps the record written from room() to `end`, which has 1 or 2 parts.
+  void keep(const std::uint8_t* end, int parts);
+  void unsignaled_or_outstanding(Qp& q, bool send, const Pending& p, std::uint64_t end_ns,
+                                 bool outstanding);
+  void write(std::FILE* f);
 
   std::string path_;
-  std::uint64_t seq_ = 0;
   std::uint64_t flow_ = 0;
-  std::vector<Event> events_;
-  std::map<std::tuple<int, std::uint32_t, int, int>, int> tracks_;  // -> tid
-  std::map<Side, std::deque<Pending>> pending_;
-  std::map<Side, std::vector<std::uint64_t>> lanes_;  // when each lane is free again
-  std::set<int> named_processes_;  // devices whose process_name is written
+  std::vector<Chunk> chunks_;     // the records, in the order they were made
+  std::uint64_t last_ts_ns_ = 0;  // of the last record (records store the difference)
+  std::size_t parts_ = 0;         // of all records: what write() sorts
+  std::string texts_;             // instants' names, which records point into
+  std::vector<Track> tracks_;
+  std::deque<Qp> qps_;  // a deque: a Qp& stays valid while others are added
+  // (dev << 32 | number) -> a value, with the keys looked up last in a direct-mapped cache in
+  // front of the hash map: most lookups are of a few QPs and CQs at a time.
+  class Index {
+   public:
+    // The value of `key`, or `make()`'s, which is kept.
+    template <class Make>
+    std::uint32_t find(std::uint64_t key, Make&& make) {
+      Slot& s = cache_[(key * 0x9E3779B97F4A7C15ull) >> 56];
+      if (s.key != key) {
+        auto it = map_.find(key);
+        if (it == map_.end()) it = map_.emplace(key, make()).first;
+        s = {key, it->second};
+      }
+      return s.value;
+    }
+
+   private:
+    struct Slot {
+      std::uint64_t key = UINT64_MAX;
+      std::uint32_t value = 0;
+    };
+    std::array<Slot, 256> cache_{};
+    std::unordered_map<std::uint64_t, std::uint32_t> map_;
+  };
+  Index qp_index_;                      // -> qps_
+  Index cq_tids_;                       // -> the CQ's track
+  std::vector<std::uint32_t> cm_tids_;  // by device; 0: no CM track yet
+  std::vector<bool> named_devices_;
 };
 
 }  // namespace verbsim::sim
