@@ -66,7 +66,11 @@ find_gid() { # IPV4_HEX: the index of ::ffff:<ip> (RoCE v2)
 gid_a=$(find_gid 0a00:0001)
 gid_b=$(find_gid 0a00:0002)
 
-tcpdump -Z root -i veth0 -Q out --immediate-mode -U -w /tmp/wire.pcap udp port 4791 \
+# A short snapshot length and a larger buffer: with the default 256 KiB slots the ring holds
+# only a few frames, and a burst while the emulated guest is slow to schedule tcpdump was
+# "dropped by kernel".
+tcpdump -Z root -i veth0 -Q out --immediate-mode -U -s 2048 -B 8192 -w /tmp/wire.pcap \
+	udp port 4791 \
 	2>/tmp/tcpdump.err &
 tcpdump=$!
 # tcpdump says "listening" once its socket is open.
@@ -81,7 +85,7 @@ shift
 status=0
 "$prog" --sgid-a "$gid_a" --sgid-b "$gid_b" "$@" || status=$?
 # Let tcpdump write what it has read (under emulation it lags), then stop it.
-sleep 2
+sleep 3
 kill -INT "$tcpdump"
 wait "$tcpdump" || true
 cat /tmp/tcpdump.err >&2
