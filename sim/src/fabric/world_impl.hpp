@@ -97,6 +97,11 @@ struct World::Impl {
   // Observers the world made itself from its config (capture and timeline files) and owns.
   void own_observer(std::unique_ptr<Observer> o);
   bool observing() const noexcept { return observing_; }
+  // Whether an observer is attached (observing() is also true while only counting).
+  bool has_observers() const noexcept { return !observers_.empty(); }
+  // World::count_port_traffic: packets and completions are counted into their ports'
+  // PortHwCounters through the observers' branches (observe/port_counters.cpp).
+  void count_port_traffic();
   // The counters' observer, made when Config::stats is set; else nullptr.
   const StatsObserver* stats_observer() const noexcept { return stats_; }
   void observe_completion(const CompletionRecord& r);
@@ -165,6 +170,12 @@ struct World::Impl {
   void observe_packet(const Event& e, std::uint32_t psn, PacketFate fate, std::uint64_t arrives,
                       std::uint64_t duplicate_at);
   void observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev, int err);
+  // Counts packet `e` into the counters of the ports it leaves and reaches.
+  void count_packet(const Event& e, PacketFate fate);
+  void count_completion(const CompletionRecord& r);
+  void count_cm(const CmRecord& r);  // a MAD of 256 bytes
+  // Packets take the path that tells observers (or counts them) from now on.
+  void start_observing();
 
   Config config_;
   const ProfileTraits* traits_;
@@ -180,6 +191,7 @@ struct World::Impl {
   int open_contexts_ = 0;
   std::shared_ptr<CmFabric> cm_;
   bool observing_ = false;
+  bool counting_ = false;  // count_port_traffic()
   std::vector<Observer*> observers_;
   std::vector<std::unique_ptr<Observer>> owned_observers_;
   std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload

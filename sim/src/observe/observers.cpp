@@ -49,6 +49,10 @@ static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op)
 
 void World::Impl::add_observer(Observer* o) {
   observers_.push_back(o);
+  start_observing();
+}
+
+void World::Impl::start_observing() {
   observing_ = true;
   faults_.observe(
       [](void* world, Verb verb, std::uint32_t qpn, const DevCore* dev, int err) {
@@ -67,6 +71,7 @@ void World::Impl::finish_observers() {
 }
 
 void World::Impl::observe_completion(const CompletionRecord& r) {
+  if (counting_) count_completion(r);
   for (Observer* o : observers_) o->completion(r);
 }
 
@@ -75,10 +80,12 @@ void World::Impl::observe_posted(const PostRecord& r) {
 }
 
 void World::Impl::observe_cm(const CmRecord& r) {
+  if (counting_) count_cm(r);
   for (Observer* o : observers_) o->cm(r);
 }
 
 void World::Impl::observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what) {
+  if (observers_.empty()) return;
   const InstantRecord r{now_, dev, qpn, what};
   for (Observer* o : observers_) o->instant(r);
 }
@@ -107,6 +114,8 @@ void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
 
 void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate fate,
                                  std::uint64_t arrives, std::uint64_t duplicate_at) {
+  if (counting_) count_packet(e, fate);
+  if (observers_.empty()) return;  // only counting
   PacketRecord r;
   r.sent_ns = now_;
   r.arrives_ns = arrives;
