@@ -71,7 +71,6 @@ void World::Impl::finish_observers() {
 }
 
 void World::Impl::observe_completion(const CompletionRecord& r) {
-  if (counting_) count_completion(r);
   for (Observer* o : observers_) o->completion(r);
 }
 
@@ -114,8 +113,6 @@ void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
 
 void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate fate,
                                  std::uint64_t arrives, std::uint64_t duplicate_at) {
-  if (counting_) count_packet(e, fate);
-  if (observers_.empty()) return;  // only counting
   PacketRecord r;
   r.sent_ns = now_;
   r.arrives_ns = arrives;

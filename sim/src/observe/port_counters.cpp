@@ -3,66 +3,70 @@
 // where the transport meets each case (responder.cpp, completer.cpp, requester.cpp,
 // faults/timed.cpp).
 #include "fabric/world_impl.hpp"
+#include "resources/cq_core.hpp"
 #include "transport/qp.hpp"
 #include "transport/wire.hpp"
 
 namespace verbsim::sim {
 
 void World::Impl::count_port_traffic() {
+  wire_counters_.clear();
+  for (const auto& d : devs_) {
+    for (PortCore& p : d->ports) wire_counters_.push_back(&p.counters);
+  }
   counting_ = true;
   start_observing();
 }
 
 void World::Impl::count_packet(const Event& e, PacketFate fate) {
-  const std::size_t ports = static_cast<std::size_t>(config_.ports_per_device);
-  const std::size_t src_dev = e.wire / ports;
-  const auto src_port = static_cast<std::uint8_t>(e.wire % ports + 1);
-  if (src_dev >= devs_.size()) return;
-  PortCore& out = devs_[src_dev]->ports[e.wire % ports];
-  if (fate == PacketFate::link_down && !port_up(static_cast<std::uint32_t>(src_dev), src_port)) {
-    ++out.counters.xmit_discards;  // never left its port
-    return;
+  PortHwCounters& out = *wire_counters_[e.wire];
+  if (fate == PacketFate::link_down) [[unlikely]] {
+    const std::size_t ports = static_cast<std::size_t>(config_.ports_per_device);
+    if (!port_up(static_cast<std::uint32_t>(e.wire / ports),
+                 static_cast<std::uint8_t>(e.wire % ports + 1))) {
+      ++out.xmit_discards;  // never left its port
+      return;
+    }
   }
-  // The data the packet carries, and the MTU its requester's messages are cut by.
+  // The requester: the sender of a request, the receiver of a response. Its WQE says what data
+  // the packet carries, and its path MTU how many packets that is on the wire.
   const bool request = e.kind == EvKind::deliver;
   SimQp* req = request ? find_qp(e.src_dev, e.src_qpn) : find_qp(e.dev, e.qpn);
   std::uint64_t bytes = 0;
-  std::uint32_t mtu = 0;
-  if (req != nullptr && req->holds_wqe(e.index)) {
+  std::uint64_t packets = 1;
+  if (req != nullptr && req->holds_wqe(e.index)) [[likely]] {
     const SendWqe& wq = req->sq_at(e.index);
-    const bool data_request = wq.opcode != WrOpcode::rdma_read && !is_atomic(wq.opcode);
-    if (request && data_request) {
-      bytes = wq.length;
-    } else if (e.kind == EvKind::ack && wq.opcode == WrOpcode::rdma_read) {
-      bytes = wq.length;  // the READ's response
-    } else if (e.kind == EvKind::ack && is_atomic(wq.opcode)) {
-      bytes = 8;  // the original value
+    const bool ack = e.kind == EvKind::ack;
+    if (request ? wq.opcode != WrOpcode::rdma_read && !is_atomic(wq.opcode)
+                : ack && wq.opcode == WrOpcode::rdma_read) {
+      bytes = wq.length;  // a SEND's or WRITE's payload, a READ's response
+    } else if (ack && is_atomic(wq.opcode)) {
+      bytes = 8;  // an atomic's original value
     }
-    mtu = req->wire_mtu();
+    if (bytes > 256) {  // the smallest MTU: nothing shorter is more than one packet
+      const std::uint32_t mtu = req->wire_mtu();
+      if (bytes > mtu) packets = (bytes + mtu - 1) / mtu;
+    }
   }
-  const std::uint64_t packets = mtu != 0 && bytes > mtu ? (bytes + mtu - 1) / mtu : 1;
   // Each packet's data padded to 4 bytes: MTUs are multiples of 4, so only the last pads.
   const std::uint64_t words = (bytes + 3) / 4;
-  out.counters.xmit_packets += packets;
-  out.counters.xmit_words += words;
+  out.xmit_packets += packets;
+  out.xmit_words += words;
   if (fate == PacketFate::dropped || fate == PacketFate::link_down) return;
-  if (e.dev >= devs_.size()) return;
-  DevCore& to = *devs_[e.dev];
-  const SimQp* qp = to.qps.find(e.qpn);
-  PortCore& in = to.ports[port_index(to, qp != nullptr ? qp->port_num() : 1)];
+  // The receiver: the responder QP of a request, the requester of a response.
+  SimQp* to = request ? find_qp(e.dev, e.qpn) : req;
+  PortHwCounters& in = to != nullptr ? to->port_counters() : devs_[e.dev]->ports[0].counters;
   const std::uint64_t copies = fate == PacketFate::duplicated ? 2 : 1;
-  in.counters.rcv_packets += copies * packets;
-  in.counters.rcv_words += copies * words;
+  in.rcv_packets += copies * packets;
+  in.rcv_words += copies * words;
 }
 
-void World::Impl::count_completion(const CompletionRecord& r) {
-  if (r.wc.status != WcStatus::success || r.dev >= devs_.size()) return;
-  SimQp* qp = find_qp(r.dev, r.wc.qp_num);
-  if (qp == nullptr) return;
-  if (!r.send) {
-    ++qp->port_counters().rdma_recvs;
-  } else if (r.wc.opcode == WcOpcode::send) {
-    ++qp->port_counters().rdma_sends;
+void World::Impl::count_completion(const CqEntry& e) {
+  if (e.wc.status != WcStatus::success || e.qp == nullptr) return;
+  if (!e.send) {
+    ++e.qp->port_counters().rdma_recvs;
+  } else if (e.wc.opcode == WcOpcode::send) {
+    ++e.qp->port_counters().rdma_sends;
   }
 }
 
