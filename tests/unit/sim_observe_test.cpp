@@ -180,6 +180,78 @@ TEST(Observe, AnRnrNakIsCountedOnBothSides) {
   EXPECT_EQ(rec.packets[2].psn, rec.packets[0].psn);
 }
 
+// Port counters (verbsim/sim/port_counters.hpp): a SEND of 2,500 bytes on a 1,024-byte path
+// MTU is 3 packets of 1024, 1024 and 452 bytes, 625 words; the ACK is one packet without data.
+TEST(PortCounters, AMessageIsAsManyPacketsAsThePathMtuCutsItInto) {
+  SimPair p;
+  p.world.count_port_traffic();
+  send_once(p, 2500);
+  const sim::PortHwCounters a = p.world.port_counters(0, 1);
+  const sim::PortHwCounters b = p.world.port_counters(1, 1);
+  EXPECT_EQ(a.xmit_packets, 3u);
+  EXPECT_EQ(a.xmit_words, 625u);
+  EXPECT_EQ(a.rcv_packets, 1u);
+  EXPECT_EQ(a.rcv_words, 0u);
+  EXPECT_EQ(a.rdma_sends, 1u);
+  EXPECT_EQ(b.rcv_packets, 3u);
+  EXPECT_EQ(b.rcv_words, 625u);
+  EXPECT_EQ(b.xmit_packets, 1u);
+  EXPECT_EQ(b.rdma_recvs, 1u);
+  EXPECT_EQ(p.world.port_counters(2, 1).xmit_packets, 0u);  // no such device
+}
+
+// Error counters are kept without count_port_traffic(); traffic is not.
+TEST(PortCounters, RnrNaksAreCountedOnBothSidesAlways) {
+  PairOptions o;
+  o.connect_options.rnr_retry = 1;
+  o.connect_options.min_rnr_timer = 14;
+  SimPair p(sim::Config{}, o);
+  const Sge ss = p.a.sge(0, 8);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::send;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&ss, 1};
+  ASSERT_FALSE(p.a.qp->post_send(wr).error());  // b has no receive posted
+  ASSERT_EQ(testing::drain(p.world, *p.a.cq).size(), 1u);
+  const sim::PortHwCounters a = p.world.port_counters(0, 1);
+  const sim::PortHwCounters b = p.world.port_counters(1, 1);
+  EXPECT_EQ(a.rcvd_rnr_err, 2u);  // the try and its retry
+  EXPECT_EQ(a.retry_rnr_exceeded_err, 1u);
+  EXPECT_EQ(b.send_rnr_err, 2u);
+  EXPECT_EQ(a.xmit_packets, 0u);
+  EXPECT_EQ(b.rcv_packets, 0u);
+}
+
+// A lost SEND is a timeout and a resend; a duplicated one a duplicate request at the far end.
+TEST(PortCounters, LossAndDuplicationAsRxeCountsThem) {
+  SimPair p(with_stats("drop psn=101; duplicate psn=102"));
+  p.world.count_port_traffic();
+  for (std::uint64_t i = 1; i <= 3; ++i) send_once(p, 64, i);
+  const sim::PortHwCounters a = p.world.port_counters(0, 1);
+  const sim::PortHwCounters b = p.world.port_counters(1, 1);
+  EXPECT_EQ(a.xmit_packets, 4u);  // 3 SENDs, one twice
+  EXPECT_EQ(a.xmit_words, 4u * 16);
+  EXPECT_EQ(b.rcv_packets, 4u);  // one lost, one twice
+  EXPECT_EQ(b.duplicate_request, 1u);
+  EXPECT_EQ(b.xmit_packets, 4u);  // each arrival ACKed
+  EXPECT_EQ(a.rcv_packets, 4u);
+  EXPECT_EQ(a.completer_retry_err, 1u);
+  EXPECT_EQ(a.rcvd_seq_err, 0u);
+  EXPECT_EQ(a.rdma_sends, 3u);
+  EXPECT_EQ(b.rdma_recvs, 3u);
+}
+
+TEST(PortCounters, CountingChangesNothingInTheRun) {
+  auto digest = [](bool counted) {
+    SimPair p(with_stats("drop p=0.3; duplicate p=0.2; reorder p=0.2 by=2us"));
+    if (counted) p.world.count_port_traffic();
+    for (std::uint64_t i = 1; i <= 20; ++i) send_once(p, 100, i);
+    return p.world.digest();
+  };
+  EXPECT_EQ(digest(false), digest(true));
+}
+
 TEST(Observe, WithoutStatsNothingIsCollected) {
   SimPair p;
   send_once(p, 8);

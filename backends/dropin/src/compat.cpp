@@ -9,12 +9,16 @@
 //   verbs_register_driver_34, a no-op here; the rest fails with EOPNOTSUPP: no provider drives
 //   a simulated device.
 // - Kernel-structure helpers librdmacm uses (ibv_copy_*_from_kern): no kernel, no-ops.
+#include <sys/types.h>
+
 #include <cerrno>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #include "symver.hpp"
+#include "sysfs.hpp"
 
 namespace {
 int enosys() noexcept {
@@ -108,9 +112,34 @@ void* verbs_open_device(void*, void*) {
   return nullptr;
 }
 int execute_ioctl(void*, void*) { return EOPNOTSUPP; }
-int ibv_read_ibdev_sysfs_file(char*, std::size_t, void*, const char*, ...) {
-  errno = ENOENT;
-  return -1;
+// A provider's read of a file of its device: `sysfs_dev` is rdma-core's verbs_sysfs_dev
+// (driver.h), whose ibdev_path is read only when it names a simulated device.
+int ibv_read_ibdev_sysfs_file(char* buf, std::size_t size, void* sysfs_dev, const char* fnfmt,
+                              ...) {
+  // The head of rdma-core's struct verbs_sysfs_dev, up to ibdev_path.
+  struct SysfsDevHead {
+    void* entry[2];
+    void* provider_data;
+    const void* match;
+    unsigned int flags;
+    char sysfs_name[64];
+    dev_t sysfs_cdev;
+    char ibdev_name[64];
+    char ibdev_path[256];
+  };
+  static_assert(offsetof(SysfsDevHead, ibdev_path) == 176);
+  const auto* head = static_cast<const SysfsDevHead*>(sysfs_dev);
+  char file[256];
+  va_list args;
+  va_start(args, fnfmt);
+  const int n = std::vsnprintf(file, sizeof file, fnfmt, args);
+  va_end(args);
+  if (head == nullptr || n < 0 || static_cast<std::size_t>(n) >= sizeof file) {
+    errno = ENOENT;
+    return -1;
+  }
+  return verbsim::dropin::read_device_file(head->ibdev_path, sizeof head->ibdev_path, file, buf,
+                                           size);
 }
 
 #define VERBSIM_NO_CMD(name) \

@@ -46,7 +46,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
 }
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
-  return with_errno("ibv_req_notify_cq", [&] {
+  return with_errno<Refresh::no>("ibv_req_notify_cq", [&] {
     return DCq::from(cq)->impl->req_notify(solicited_only != 0).value();
   });
 }

@@ -631,37 +631,18 @@ int ibv_dontfork_range(void*, size_t) { return 0; }
 int ibv_dofork_range(void*, size_t) { return 0; }
 
 // ---------------------------------------------------------------------------------------------
-// sysfs: there is no /sys/class/infiniband/simN. The device's few attributes programs read
-// (ibv_devinfo: board_id, node_type) are answered here; anything else is ENOENT.
-
-namespace {
-int sysfs_answer(const char* dir, const char* file, char* buf, size_t size) {
-  const char* base = std::strrchr(dir, '/');
-  base = base != nullptr ? base + 1 : dir;
-  const char* value = nullptr;
-  if (std::strcmp(file, "board_id") == 0) {
-    value = "VERBSIM_SIMULATED";
-  } else if (std::strcmp(file, "node_type") == 0) {
-    value = "1: CA";
-  } else if (std::strcmp(file, "ibdev") == 0) {
-    value = base;
-  }
-  if (value == nullptr) {
-    errno = ENOENT;
-    return -1;
-  }
-  const int n = std::snprintf(buf, size, "%s", value);
-  return n < 0 ? -1 : std::min(n, static_cast<int>(size) - 1);
-}
-}  // namespace
+// sysfs: the process's own tree, and the port counters answered live (sysfs.hpp).
 
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
-  return sysfs_answer(dir, file, buf, size);
+  return read_sysfs_file(dir, file, buf, size);
 }
 
-int ibv_get_sysfs_path(char* buf, size_t size) {
-  const int n = std::snprintf(buf, size, "/sys");
-  return n < 0 ? -1 : 0;
+// The root of the process's sysfs tree (<root>/class/infiniband/<dev> is a device's
+// ibdev_path), "/sys" when the world or its tree could not be made.
+const char* ibv_get_sysfs_path(void) {
+  auto held = lock_waiting();
+  world();  // makes the tree; a failure is printed there
+  return sysfs_root();
 }
 
 }  // extern "C"

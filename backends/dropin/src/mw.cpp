@@ -74,7 +74,7 @@ int mw_dealloc_op(ibv_mw* mw) noexcept {
 // bind on the send queue and, once posted, gives mw->rkey the window's next key. 0 or an errno
 // (EINVAL for bad bind information or a QP that cannot bind, as ibv_post_send otherwise).
 int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept {
-  return with_errno("ibv_bind_mw", [&] {
+  return with_errno<Refresh::no>("ibv_bind_mw", [&] {
     if (mw->type != IBV_MW_TYPE_1) return EINVAL;
     MwBind b;
     b.wr_id = bind->wr_id;

@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kIdle{2};
 constexpr std::chrono::milliseconds kTick{1};
+constexpr int kTicksPerRefresh = 10;  // the sysfs counter files: every 10 ms (sysfs.hpp)
 constexpr std::uint64_t kVirtualPerTick = 1'000'000'000;  // 1 s of virtual time per 1 ms
 constexpr std::uint64_t kRealTimePerTick = 1'000'000;     // 1 ms per 1 ms
 
@@ -94,8 +95,14 @@ bool has_pending_events() noexcept {
 void run() noexcept {
   const auto idle = std::chrono::duration_cast<Clock::duration>(kIdle).count();
   g_progress_tid.store(::gettid(), std::memory_order_relaxed);
+  int ticks = 0;
   for (;;) {
     std::this_thread::sleep_for(kTick);
+    if (++ticks == kTicksPerRefresh) {
+      ticks = 0;
+      std::lock_guard<std::recursive_mutex> held(global().mu);
+      refresh_sysfs();  // writes only the counter files whose values changed
+    }
     if (now_ticks() - g_last_call.load(std::memory_order_relaxed) < idle) continue;
     if (!has_pending_events()) continue;
     // A thread that computes outside the library sees time pass as on a device: virtual time

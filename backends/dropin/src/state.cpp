@@ -138,6 +138,7 @@ sim::World* world() noexcept {
   try {
     g.world = std::make_unique<sim::World>(sim::Config::from_env());
     g.world->set_poll_horizon(kNearNs);  // farther only as polling() and shared_wait decide
+    g.world->count_port_traffic();       // for the port counters in sysfs (sysfs.hpp)
     // The world lives until exit: its observers (VERBSIM_PCAP, VERBSIM_TIMELINE,
     // VERBSIM_STATS) hear that the run is over then.
     std::atexit([] {
@@ -171,6 +172,7 @@ sim::World* world() noexcept {
       d->guid = infos[i].node_guid;
       g.devices.push_back(d);
     }
+    make_sysfs_tree();
     return g.world.get();
   } catch (const std::exception& e) {
     g.config_error = e.what();

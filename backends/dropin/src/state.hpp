@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sysfs.hpp"
 #include "verbsim/completion_channel.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verb_log.hpp"
@@ -36,6 +37,7 @@
 namespace verbsim::dropin {
 
 struct DDevice;
+struct SysfsTree;
 
 struct Global {
   std::recursive_mutex mu;
@@ -55,6 +57,8 @@ struct Global {
   std::unordered_map<std::uint32_t, void*> mrs;
   std::uint32_t next_handle = 1;
   bool trace = false;  // VERBSIM_DROPIN_TRACE=1: print why each verb failed
+
+  SysfsTree* sysfs = nullptr;  // the process's sysfs tree (sysfs.hpp), never freed
 };
 
 Global& global() noexcept;
@@ -107,23 +111,29 @@ void trace(const char* verb, const char* what) noexcept;
 // anything else is EIO (and is printed, it is a bug in the drop-in or the simulator).
 int errno_of_current_exception(const char* verb) noexcept;
 
-// Runs `body` (returning 0 or an errno) under the lock; exceptions become their errno.
-template <class F>
+// Runs `body` (returning 0 or an errno) under the lock; exceptions become their errno. The
+// counter files are then current, unless `refresh` is Refresh::no (the data path's verbs that
+// come this way: ibv_req_notify_cq, ibv_bind_mw).
+template <Refresh refresh = Refresh::yes, class F>
 int with_errno(const char* verb, F&& body) noexcept {
   try {
     auto held = lock();
-    return body();
+    const int err = body();
+    if constexpr (refresh == Refresh::yes) refresh_sysfs();
+    return err;
   } catch (...) {
     return errno_of_current_exception(verb);
   }
 }
 
 // Runs `body` (returning a pointer) under the lock; on failure returns NULL with errno set.
+// The counter files are then current.
 template <class T, class F>
 T* with_null(const char* verb, F&& body) noexcept {
   try {
     auto held = lock();
     T* out = body();
+    refresh_sysfs();
     if (out == nullptr && errno == 0) errno = EINVAL;
     return out;
   } catch (...) {

@@ -188,7 +188,7 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
   const std::uint32_t from_dev = packet.kind == EvKind::deliver ? packet.src_dev : packet.dev;
   if (faults_.links_changed() &&
       (!port_up(packet.src_dev, 1) || !port_up(packet.dev, 1) || !port_up(from_dev, 1))) {
-    if (observing_) observe_packet(packet, psn, PacketFate::link_down, packet.time, 0);
+    if (observing_) packet_seen(packet, psn, PacketFate::link_down, packet.time, 0);
     return packet.time;
   }
   const std::uint32_t sender_qpn = packet.kind == EvKind::deliver ? packet.src_qpn : 0;
@@ -197,7 +197,7 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
   if (fired < 0) {
     events_.push_wire(packet);  // on time
     if (observing_) [[unlikely]] {
-      observe_packet(packet, psn, PacketFate::delivered, packet.time, 0);
+      packet_seen(packet, psn, PacketFate::delivered, packet.time, 0);
     }
     return packet.time;
   }
@@ -208,14 +208,14 @@ std::uint64_t World::Impl::send_faulty_packet(const Event& packet, std::uint32_t
       faults_.act_on_packet(static_cast<std::size_t>(fired), psn, sender_qpn, packet.qpn, sender);
   const std::uint64_t time = packet.time + fate.delay_ns;
   if (fate.drop) {
-    if (observing_) observe_packet(packet, psn, PacketFate::dropped, time, 0);
+    if (observing_) packet_seen(packet, psn, PacketFate::dropped, time, 0);
     return time;
   }
   if (observing_) {
     const PacketFate what = fate.duplicate    ? PacketFate::duplicated
                             : fate.delay_ns != 0 ? PacketFate::delayed
                                                  : PacketFate::delivered;
-    observe_packet(packet, psn, what, time, fate.duplicate ? time + fate.duplicate_ns : 0);
+    packet_seen(packet, psn, what, time, fate.duplicate ? time + fate.duplicate_ns : 0);
   }
   if (fate.delay_ns == 0) {
     events_.push_wire(packet);

@@ -22,6 +22,7 @@
 namespace verbsim::sim {
 
 struct CmFabric;
+struct CqEntry;
 class StatsObserver;
 struct WaitQueue;
 struct WaitQueueDeleter {
@@ -99,6 +100,14 @@ struct World::Impl {
   bool observing() const noexcept { return observing_; }
   // The first FlightRecorder among the observers, or nullptr (World::report()).
   const FlightRecorder* recorder() const noexcept { return recorder_; }
+  // Whether an observer is attached (observing() is also true while only counting).
+  bool has_observers() const noexcept { return !observers_.empty(); }
+  bool counting() const noexcept { return counting_; }
+  // Counts a completion into its QP's port (rdma_sends, rdma_recvs) while counting.
+  void count_completion(const CqEntry& e);
+  // World::count_port_traffic: packets and completions are counted into their ports'
+  // PortHwCounters through the observers' branches (observe/port_counters.cpp).
+  void count_port_traffic();
   // The counters' observer, made when Config::stats is set; else nullptr.
   const StatsObserver* stats_observer() const noexcept { return stats_; }
   void observe_completion(const CompletionRecord& r);
@@ -163,10 +172,21 @@ struct World::Impl {
   void run_cm_event(const Event& e);
   // A CM timer whose wait was answered meanwhile: it would do nothing.
   bool cm_timer_is_stale(const Event& e) const noexcept;
+  // Counts the packet `e` (count_port_traffic) and tells observers of it.
+  void packet_seen(const Event& e, std::uint32_t psn, PacketFate fate, std::uint64_t arrives,
+                   std::uint64_t duplicate_at) {
+    if (counting_) count_packet(e, fate);
+    if (!observers_.empty()) observe_packet(e, psn, fate, arrives, duplicate_at);
+  }
   // The packet `e` as observers see it, and what became of it (observe/packets.cpp).
   void observe_packet(const Event& e, std::uint32_t psn, PacketFate fate, std::uint64_t arrives,
                       std::uint64_t duplicate_at);
   void observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev, int err);
+  // Counts packet `e` into the counters of the ports it leaves and reaches.
+  void count_packet(const Event& e, PacketFate fate);
+  void count_cm(const CmRecord& r);  // a MAD of 256 bytes
+  // Packets take the path that tells observers (or counts them) from now on.
+  void start_observing();
 
   Config config_;
   const ProfileTraits* traits_;
@@ -182,6 +202,8 @@ struct World::Impl {
   int open_contexts_ = 0;
   std::shared_ptr<CmFabric> cm_;
   bool observing_ = false;
+  bool counting_ = false;                       // count_port_traffic()
+  std::vector<PortHwCounters*> wire_counters_;  // by Event::wire, while counting
   std::vector<Observer*> observers_;
   std::vector<std::unique_ptr<Observer>> owned_observers_;
   std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload

@@ -28,6 +28,7 @@ void World::Impl::run_timed_fault(const TimedFault& f, bool undo) {
       if (d == nullptr || f.port < 1 || f.port > d->ports.size()) return;
       const bool down = f.action == TimedAction::link_down && !undo;
       d->ports[f.port - 1u].attr.state = down ? PortState::down : PortState::active;
+      if (down) ++d->ports[f.port - 1u].counters.link_downed;
       faults_.link_state_changed();  // packets are now checked against link states
       port_event(*d, f.port, down ? AsyncEventType::port_err : AsyncEventType::port_active);
       if (down && f.for_ns != 0 && !undo) {

@@ -50,6 +50,10 @@ static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op)
 void World::Impl::add_observer(Observer* o) {
   observers_.push_back(o);
   if (recorder_ == nullptr) recorder_ = dynamic_cast<const FlightRecorder*>(o);
+  start_observing();
+}
+
+void World::Impl::start_observing() {
   observing_ = true;
   faults_.observe(
       [](void* world, Verb verb, std::uint32_t qpn, const DevCore* dev, int err) {
@@ -76,10 +80,12 @@ void World::Impl::observe_posted(const PostRecord& r) {
 }
 
 void World::Impl::observe_cm(const CmRecord& r) {
+  if (counting_) count_cm(r);
   for (Observer* o : observers_) o->cm(r);
 }
 
 void World::Impl::observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what) {
+  if (observers_.empty()) return;
   const InstantRecord r{now_, dev, qpn, what};
   for (Observer* o : observers_) o->instant(r);
 }

@@ -35,6 +35,8 @@ bool CqCore::drop() {
 }
 
 void CqCore::observe(const CqEntry& e) {
+  if (world->counting()) world->count_completion(e);
+  if (!world->has_observers()) return;  // only counting
   CompletionRecord r;
   r.time_ns = world->now();
   r.dev = static_cast<std::uint16_t>(ctx->dev->index);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "verbsim/context.hpp"
+#include "verbsim/sim/port_counters.hpp"
 
 namespace verbsim::sim {
 
@@ -16,6 +17,7 @@ struct PortCore {
   PortAttr attr;
   std::vector<Gid> gids;
   std::uint64_t busy_until = 0;  // egress serialisation
+  PortHwCounters counters;
 };
 
 struct MrCore;

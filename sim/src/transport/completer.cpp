@@ -55,8 +55,13 @@ void SimQp::on_nak(const Event& e) {
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
   if (!acknowledge_until(e.index)) return;  // a NAK acknowledges everything before it
   const auto code = static_cast<Nak>(e.code);
-  if (code == Nak::rnr) return on_rnr_nak(e);
+  if (code == Nak::rnr) {
+    ++port_counters().rcvd_rnr_err;
+    return on_rnr_nak(e);
+  }
   if (code == Nak::psn_seq) {  // a message was lost: send again from the one NAKed
+    ++port_counters().rcvd_seq_err;
+    ++port_counters().completer_retry_err;
     rewind();
     transmit();
     return;
@@ -69,6 +74,7 @@ void SimQp::on_nak(const Event& e) {
 // retries are left (rnr_retry 7: forever); then RNR_RETRY_EXC_ERR.
 void SimQp::on_rnr_nak(const Event& e) {
   if (hot_.rnr_retry != 7 && rnr_left_ == 0) {
+    ++port_counters().retry_rnr_exceeded_err;
     complete_next(WcStatus::rnr_retry_exc_err);
     enter_error();
     return;

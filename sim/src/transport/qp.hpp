@@ -128,6 +128,19 @@ class alignas(64) SimQp : public QueuePair {
   std::uint8_t port_num() const noexcept { return hot_.port_num; }
   bool holds_wqe(std::uint32_t i) const noexcept { return sq_post_ - i - 1 <= sq_mask_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
+  // The counters of the QP's port (port 1's before the QP has one).
+  PortHwCounters& port_counters() noexcept {
+    const std::size_t p = hot_.port_num;
+    return dev_->ports[p > 0 && p <= dev_->ports.size() ? p - 1 : 0].counters;
+  }
+  // What a message is cut into packets by on the wire: the path MTU (RC, UC; the port's
+  // active MTU until one is set), the port's active MTU (UD).
+  std::uint32_t wire_mtu() const noexcept {
+    const std::size_t p = hot_.port_num;
+    const PortCore& port = dev_->ports[p > 0 && p <= dev_->ports.size() ? p - 1 : 0];
+    const bool path = type_ != QpType::ud && attr_.path_mtu >= Mtu::mtu_256;
+    return mtu_bytes(path ? attr_.path_mtu : port.attr.active_mtu);
+  }
 
  protected:
   World::Impl& world() const noexcept { return *world_; }

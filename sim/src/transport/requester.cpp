@@ -172,6 +172,7 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
 
 // Tells the world's observers of the send WRs `wrs`, just taken.
 [[gnu::noinline]] void SimQp::observe_posts(std::span<const SendWr> wrs) {
+  if (!world().has_observers()) return;  // only counting ports
   for (const SendWr& wr : wrs) {
     PostRecord p;
     p.time_ns = world().now();
@@ -331,11 +332,13 @@ void SimQp::on_timeout(const Event& e) {
     world().observe_instant(static_cast<std::uint16_t>(dev_->index), qpn_, "timeout");
   }
   if (retry_left_ == 0) {
+    ++port_counters().retry_exceeded_err;
     complete_next(WcStatus::retry_exc_err);
     enter_error();
     return;
   }
   --retry_left_;
+  ++port_counters().completer_retry_err;
   rewind();
   transmit();
   if (sq_done_ != sq_sent_) arm_timer();

@@ -43,7 +43,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++tail;
   }
   rq_.tail = tail;
-  if (world().observing()) [[unlikely]] {
+  if (world().observing() && world().has_observers()) [[unlikely]] {
     for (std::uint32_t k = 0; k < i; ++k) {
       PostRecord rec;
       rec.time_ns = world().now();
@@ -210,8 +210,10 @@ void SimQp::on_deliver(const Event& e) {
     // it); a READ or atomic gets its own.
     const std::uint32_t last =
         is_read_or_atomic(wq.opcode) ? e.index : e.index + ((epsn_ - 1 - wq.psn) & 0xffffff);
+    ++port_counters().duplicate_request;
     send_ack(e, last, 0);
   } else {
+    ++port_counters().out_of_seq_request;
     // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.
     send_nak(e, Nak::psn_seq, e.index - diff);
   }
@@ -405,6 +407,7 @@ void SimQp::send_ack(const Event& request, std::uint32_t index, std::uint64_t by
 
 void SimQp::send_nak(const Event& request, Nak code, std::uint32_t index,
                      std::uint8_t rnr_timer) {
+  if (code == Nak::rnr) ++port_counters().send_rnr_err;
   Event r = response_to(request, index, 0);
   r.kind = EvKind::nak;
   r.code = static_cast<std::uint8_t>(code);

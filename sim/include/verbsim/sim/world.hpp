@@ -10,6 +10,7 @@
 #include "verbsim/backend.hpp"
 #include "verbsim/sim/faults.hpp"
 #include "verbsim/sim/observe.hpp"
+#include "verbsim/sim/port_counters.hpp"
 
 namespace verbsim::sim {
 
@@ -115,6 +116,12 @@ class World final : public Backend {
   // The run's counters so far; `collected` is false unless the world was made with
   // Config::stats (or VERBSIM_STATS=1).
   Stats stats() const;
+  // Counts every port's traffic from now on (PortHwCounters' first part), at a small cost per
+  // packet and completion; error counters are kept always. The drop-in calls it at once.
+  void count_port_traffic();
+  // The counters of port `port` (1, 2, ...) of device `dev` (0 for sim0); zeros for a port
+  // the world does not have.
+  PortHwCounters port_counters(int dev, int port) const;
   // The last events the world ran, oldest first, one per line (for failure reports).
   std::string recent_history() const;
   // What happened lately, for an error message (DeadlockError, the test main's failure
