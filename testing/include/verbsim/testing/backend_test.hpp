@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,8 @@ enum class Target : std::uint8_t { sim_strict, sim_rxe, sim_mlx5, ibverbs };
 
 // "SimStrict", "SimRxe", "SimMlx5", "Ibverbs": the instantiation names VERBSIM_BACKEND_SUITE uses.
 std::string_view to_string(Target t) noexcept;
+// How GoogleTest prints a parameter ("where GetParam() = SimRxe").
+inline void PrintTo(Target t, std::ostream* os) { *os << to_string(t); }
 
 class BackendTest : public ::testing::TestWithParam<Target> {
  protected:
