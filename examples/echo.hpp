@@ -5,10 +5,11 @@
 //
 // Hosts run as two threads on an RDMA device (one device, the two QPs talk through its
 // loopback), and as two fibers of one sim::Simulation on the simulator (two devices of one
-// world), so the same host code runs on both backends.
+// world), so the same host code runs on both backends (sim::run_hosts, verbsim/sim/hosts.hpp).
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,12 +24,10 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include "cli.hpp"
-#include "verbsim/sim/simulation.hpp"
-#include "verbsim/sim/ticker.hpp"
+#include "verbsim/sim/hosts.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 
@@ -241,59 +240,14 @@ struct Setup {
     }
   }
 
-  // Runs the two hosts to completion: fibers on the simulator, threads on hardware. An exception
-  // in either is rethrown here. On the simulator, fibers that wake every microsecond keep
-  // virtual time moving in small steps while a host polls (see verbsim/sim/ticker.hpp), so that
-  // time spent polling means what it means on hardware.
-  void run(const std::function<void()>& server_body, const std::function<void()>& client_body) {
-    if (world != nullptr) {
-      sim::Simulation sim(*world);
-      int live = 2;
-      bool running = true;
-      struct Done {
-        int& live;
-        bool& running;
-        ~Done() { running = --live > 0; }
-      };
-      sim.spawn("server", [&] {
-        Done done{live, running};
-        server_body();
-      });
-      sim.spawn("client", [&] {
-        Done done{live, running};
-        client_body();
-      });
-      sim::spawn_tickers(sim, std::chrono::microseconds(1), running);
-      sim.run();
-      return;
-    }
-    std::exception_ptr server_error;
-    std::thread t([&] {
-      try {
-        server_body();
-      } catch (...) {
-        server_error = std::current_exception();
-      }
-    });
-    try {
-      client_body();
-    } catch (...) {
-      t.join();
-      throw;
-    }
-    t.join();
-    if (server_error) std::rethrow_exception(server_error);
+  // Runs the two hosts to completion (sim::run_hosts): fibers on the simulator, threads on
+  // hardware. An exception in either is rethrown here.
+  void run(std::function<void()> server_body, std::function<void()> client_body) {
+    sim::run_hosts(world, {{"server", std::move(server_body)}, {"client", std::move(client_body)}});
   }
 
   // The client's pause between bursts: virtual time on the simulator, real time on hardware.
-  void pause(std::uint64_t us) const {
-    if (us == 0) return;
-    if (world != nullptr) {
-      sim::sleep_for(*world, std::chrono::microseconds(us));
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
-    }
-  }
+  void pause(std::uint64_t us) const { sim::pause(world, std::chrono::microseconds(us)); }
 };
 
 }  // namespace echo

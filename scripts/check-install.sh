@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs a verbsim build into a temporary prefix, then configures, builds and runs the
-# consumer project in tests/install against it (find_package(verbsim) -> verbsim::verbsim).
+# consumer project in tests/install against it (find_package(verbsim) -> verbsim::verbsim, and
+# the test kit verbsim::testing + verbsim::gtest_main): runs its program and its tests, then
+# makes one of its tests fail on purpose and checks that the printed rerun command reproduces
+# the failure (tests/install/failure-rerun.sh).
 # Usage: scripts/check-install.sh [BUILD_DIR]   (default: build; relative to the repo root)
 # The consumer is compiled like the build it checks (compiler, build type, sanitizers), since a
 # sanitized static library only links into a sanitized program.
@@ -52,4 +55,11 @@ if ! { cmake -S tests/install -B "$tmp/consumer" "${args[@]}" &&
 fi
 
 "$tmp/consumer/consumer"
+echo "install check: running the consumer's tests (the test kit)"
+if ! "$tmp/consumer/consumer_test" >"$tmp/test.log" 2>&1; then
+  cat "$tmp/test.log" >&2
+  exit 1
+fi
+grep -E '^\[  (PASSED|SKIPPED) ' "$tmp/test.log"
+tests/install/failure-rerun.sh "$tmp/consumer/consumer_test"
 echo "install check: OK"

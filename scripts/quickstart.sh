@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: installs what is missing, builds the ping-pong example (Release, in build/) and
-# runs it on the simulator. Extra arguments go to the example, e.g.
+# Quick start: installs what is missing, builds the ping-pong example, the libraries, tools and
+# drop-ins (Release, in build/: the target verbsim_libraries, what `cmake --install build`
+# installs) and runs the example on the simulator. Extra arguments go to the example, e.g.
 #   scripts/quickstart.sh --iters 1000 --size 4096 --seed 7
 # Environment: VERBSIM_JOBS (parallel build jobs, default 2).
 set -euo pipefail
@@ -14,7 +15,7 @@ scripts/setup.sh
 generator=()
 [[ -f "$build/CMakeCache.txt" ]] || generator=(-G Ninja)
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" --target pingpong -j "$jobs"
+cmake --build "$build" --target pingpong verbsim_libraries -j "$jobs"
 
 echo "+ $build/examples/pingpong --backend sim${*:+ $*}"
 "$build/examples/pingpong" --backend sim "$@"

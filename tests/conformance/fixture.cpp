@@ -18,14 +18,6 @@ constexpr auto kQuiet = std::chrono::milliseconds(200);
 
 std::uint64_t ns(std::chrono::nanoseconds d) { return static_cast<std::uint64_t>(d.count()); }
 
-sim::Profile profile_of(Target t) {
-  switch (t) {
-    case Target::sim_strict: return sim::Profile::strict;
-    case Target::sim_mlx5: return sim::Profile::mlx5;
-    default: return sim::Profile::rxe;
-  }
-}
-
 // "SimRxe/QpState.ResetToInit" from gtest's "SimRxe/QpState" and "ResetToInit/0".
 std::string case_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -55,38 +47,25 @@ void write_log_line(const std::string& line) {
 // ---------------------------------------------------------------------------------------------
 // Fixture
 
+sim::Config Conformance::sim_config(sim::Profile profile) const {
+  sim::Config config;
+  config.profile = profile;
+  config.devices = 1;  // one device with two QPs, as on rxe in the VM
+  return config;
+}
+
 void Conformance::SetUp() {
+  BackendTest::SetUp();
+  if (IsSkipped()) return;
   const Target target = GetParam();
-  const char* env_backend = std::getenv("VERBSIM_BACKEND");
-  std::string device;
-  if (target != Target::ibverbs) {
-    if (env_backend != nullptr && std::string_view(env_backend) == "ibverbs") {
-      GTEST_SKIP() << "VERBSIM_BACKEND=ibverbs: only the Ibverbs instantiation runs";
-    }
-    sim::Config config;
-    config.profile = profile_of(target);
-    config.devices = 1;  // one device with two QPs, as on rxe in the VM
-    auto world = std::make_unique<sim::World>(config);
-    world_ = world.get();
-    backend_ = std::move(world);
-  } else {
-    std::vector<DeviceInfo> devices;
-    try {
-      backend_ = open_backend("ibverbs");
-      devices = backend_->devices();
-    } catch (const std::exception& e) {
-      GTEST_SKIP() << "no RDMA device; run it on rxe with tests/rxe/rxe-run (" << e.what() << ")";
-    }
-    if (devices.empty()) GTEST_SKIP() << "no RDMA device; run it on rxe with tests/rxe/rxe-run";
-    if (const char* d = std::getenv("VERBSIM_DEVICE"); d != nullptr) device = d;
-  }
-  ctx_ = backend_->open(device);
+  world_ = world();
+  ctx_ = backend().open(device());
   expect_ = &expect_for(target, ctx_->info().name, ctx_->query_device().fw_ver);
   pd_ = ctx_->alloc_pd();
   mem_.assign(kMemSize / sizeof(std::uint64_t), 0);
-  mr_ = pd_->reg_mr(mem_.data(), kMemSize,
-                    Access::local_write | Access::remote_write | Access::remote_read |
-                        Access::remote_atomic);
+  mr_ = pd_->reg_mr(
+      mem_.data(), kMemSize,
+      Access::local_write | Access::remote_write | Access::remote_read | Access::remote_atomic);
   // RoCE v2: the IPv4-mapped GID, index 1 on rxe and the simulator.
   gid_index_ = 1;
   const int table = ctx_->query_port(1).gid_tbl_len;
@@ -105,7 +84,7 @@ void Conformance::TearDown() {
   pd_.reset();
   ctx_.reset();
   world_ = nullptr;
-  backend_.reset();  // a world checks its accounting here
+  BackendTest::TearDown();  // a world checks its accounting here
   const char* status = HasFailure() ? "fail" : IsSkipped() ? "skip" : "pass";
   write_log_line(case_name() + "\t" + status + "\t" + observations_);
 }
@@ -135,9 +114,9 @@ std::unique_ptr<QueuePair> Conformance::qp_to_missing_peer(CompletionQueue& cq, 
   return a;
 }
 
-std::unique_ptr<QueuePair> Conformance::make_qp(CompletionQueue& scq, CompletionQueue& rcq, QpCap cap,
-                                                QpType type, SharedReceiveQueue* srq, bool sq_sig_all,
-                                                ProtectionDomain* pd) {
+std::unique_ptr<QueuePair> Conformance::make_qp(CompletionQueue& scq, CompletionQueue& rcq,
+                                                QpCap cap, QpType type, SharedReceiveQueue* srq,
+                                                bool sq_sig_all, ProtectionDomain* pd) {
   QpInitAttr init;
   init.type = type;
   init.send_cq = &scq;

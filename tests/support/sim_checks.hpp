@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "sim_pair.hpp"
-#include "wr_checker.hpp"
+#include "verbsim/testing/wr_checker.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verbsim.hpp"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "../support/sim_pair.hpp"
-#include "../support/wr_checker.hpp"
+#include "verbsim/testing/wr_checker.hpp"
 #include "verbsim/sim/faults.hpp"
 #include "verbsim/sim/scenario.hpp"
 

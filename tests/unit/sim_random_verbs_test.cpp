@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "../support/sim_checks.hpp"
-#include "../support/wr_checker.hpp"
+#include "verbsim/testing/wr_checker.hpp"
 
 namespace verbsim {
 namespace {

@@ -1,4 +1,4 @@
-// The WR checker of tests/support against completions made up by hand: it passes what is right
+// The WR checker of the test kit (verbsim/testing/wr_checker.hpp) against completions made up by hand: it passes what is right
 // and reports each kind of wrong, so that a test it watches cannot pass silently.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../support/wr_checker.hpp"
+#include "verbsim/testing/wr_checker.hpp"
 #include "verbsim/sim/world.hpp"
 
 namespace verbsim {

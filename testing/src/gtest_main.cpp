@@ -1,17 +1,21 @@
-// main() for every verbsim test binary: GoogleTest plus checks and a report for every
-// simulated world a test creates. A world whose accounting does not balance (a posted work
-// request that neither completed, nor is outstanding, nor was discarded by RESET/destroy)
-// fails the test. A failing test prints, for each world it ran, the seed, profile and fault
-// plan, the world's last records (posts, packets, completions, events) and the counters of
-// the QPs they name; then a command that reruns it with the packet capture and the timeline
-// switched on (docs/OBSERVABILITY.md).
+// main() of verbsim::gtest_main, which test binaries link instead of GTest::gtest_main:
+// GoogleTest plus checks and a report for every simulated world a test creates. A world whose
+// accounting does not balance (a posted work request that neither completed, nor is outstanding,
+// nor was discarded by RESET/destroy) fails the test. A failing test prints, for each world it ran,
+// the seed, profile and fault plan, the world's last records (posts, packets, completions, events)
+// and the counters of the QPs they name; then a command that reruns it with the packet capture and
+// the timeline switched on (docs/OBSERVABILITY.md). A failing test that ran no world (on hardware)
+// still prints the command, without the simulator's variables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "verbsim/sim/observe.hpp"
@@ -32,6 +36,15 @@ std::string shell_quoted(const std::string& s) {
     }
   }
   return out + "'";
+}
+
+// argv[0] as a path the rerun command finds from any directory (a name found through PATH
+// stays as it is).
+std::string program_path(const std::string& argv0) {
+  if (argv0.find('/') == std::string::npos) return argv0;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(argv0, ec);
+  return shell_quoted(ec ? argv0 : p.lexically_normal().string());
 }
 
 class FailureReporter final : public ::testing::EmptyTestEventListener,
@@ -61,10 +74,10 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
   void OnTestStart(const ::testing::TestInfo&) override { seeds_.clear(); }
 
   void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (!info.result()->Failed() || seeds_.empty()) return;
+    if (!info.result()->Failed()) return;
     const std::string test = std::string(info.test_suite_name()) + "." + info.name();
-    // Every variable that shaped the run, as it was set, with the seed of its first world and
-    // the capture and timeline on.
+    // Every variable that shaped the run, as it was set (VERBSIM_FAULTS, VERBSIM_PROFILE,
+    // VERBSIM_BACKEND, ...), then the seed and the capture and timeline on.
     std::string env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
@@ -76,16 +89,28 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
       }
       env += name + "=" + shell_quoted(kv.substr(eq + 1)) + " ";
     }
+    const std::string command = argv0_ + " --gtest_filter=" + shell_quoted(test);
+    if (seeds_.empty()) {
+      std::printf("[  RERUN   ] %s ran no simulated world; reproduce with:\n             %s%s\n",
+                  test.c_str(), env.c_str(), command.c_str());
+      return;
+    }
     std::string file = test;
     for (char& ch : file) {
       if (ch == '/' || ch == '.') ch = '_';
     }
-    std::printf("[  RERUN   ] %s ran %zu simulated world(s), first seed %llu; reproduce with:\n"
-                "             %sVERBSIM_SEED=%llu VERBSIM_PCAP=/tmp/%s.pcapng "
-                "VERBSIM_TIMELINE=/tmp/%s.json %s --gtest_filter=%s\n",
-                test.c_str(), seeds_.size(), static_cast<unsigned long long>(seeds_.front()),
-                env.c_str(), static_cast<unsigned long long>(seeds_.front()), file.c_str(),
-                file.c_str(), argv0_.c_str(), shell_quoted(test).c_str());
+    // VERBSIM_SEED overrides every world's seed: name it only when the worlds shared one (or
+    // it was set), else the rerun would give the test's other worlds another seed.
+    const bool one_seed = std::all_of(seeds_.begin(), seeds_.end(),
+                                      [&](std::uint64_t s) { return s == seeds_.front(); });
+    const std::string seed =
+        one_seed ? "VERBSIM_SEED=" + std::to_string(seeds_.front()) + " " : std::string();
+    std::printf(
+        "[  RERUN   ] %s ran %zu simulated world(s), %s %llu; reproduce with:\n"
+        "             %s%sVERBSIM_PCAP=/tmp/%s.pcapng VERBSIM_TIMELINE=/tmp/%s.json %s\n",
+        test.c_str(), seeds_.size(), one_seed ? "seed" : "seeds set by the test, first",
+        static_cast<unsigned long long>(seeds_.front()), env.c_str(), seed.c_str(), file.c_str(),
+        file.c_str(), command.c_str());
   }
 
  private:
@@ -98,7 +123,7 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  auto* reporter = new FailureReporter(argc > 0 ? argv[0] : "test");
+  auto* reporter = new FailureReporter(program_path(argc > 0 ? argv[0] : "test"));
   ::testing::UnitTest::GetInstance()->listeners().Append(reporter);  // gtest owns it
   verbsim::sim::set_world_observer(reporter);
   const int rc = RUN_ALL_TESTS();
