@@ -400,11 +400,10 @@ void TimelineWriter::keep(const std::uint8_t* end, int parts) {
   parts_ += static_cast<std::size_t>(parts);
 }
 
-TimelineWriter::Qp& TimelineWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
-  return qps_[qp_index_.find(std::uint64_t{dev} << 32 | qpn, [&] {
-    qps_.push_back({.dev = dev, .qpn = qpn, .send = {}, .recv = {}});
-    return static_cast<std::uint32_t>(qps_.size() - 1);
-  })];
+TimelineWriter::Qp& TimelineWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
+  Qp& q = qps_.emplace_back(Qp{.dev = dev, .qpn = qpn, .send = {}, .recv = {}});
+  qp_index_.set(dev, qpn, &q);
+  return q;
 }
 
 std::uint32_t TimelineWriter::new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
@@ -422,8 +421,12 @@ std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
 }
 
 std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
-  return cq_tids_.find(std::uint64_t{dev} << 32 | cq,
-                       [&] { return new_track(dev, cq, kCq, 0, inside); });
+  std::uint32_t tid = cq_tids_.get(dev, cq);
+  if (tid == 0) {
+    tid = new_track(dev, cq, kCq, 0, inside);
+    cq_tids_.set(dev, cq, tid);
+  }
+  return tid;
 }
 
 std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {
