@@ -74,8 +74,19 @@ class PcapWriter final : public Observer {
     const WireMessage* find(std::uint32_t psn) const noexcept;
     void remember(const WireMessage& m);
   };
-  std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port);
-  QpState& qp(std::uint16_t dev, std::uint32_t qpn);
+  std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port) {
+    const std::size_t at = std::size_t{dev} << 8 | port;
+    return at < interfaces_.size() && interfaces_[at] != 0 ? interfaces_[at] - 1
+                                                           : add_interface(dev, port);
+  }
+  std::uint32_t add_interface(std::uint16_t dev, std::uint8_t port);
+  QpState& qp(std::uint16_t dev, std::uint32_t qpn) {
+    if (dev < qp_index_.size() && qpn < qp_index_[dev].size() && qp_index_[dev][qpn] != 0) {
+      return qps_[qp_index_[dev][qpn] - 1];
+    }
+    return add_qp(dev, qpn);
+  }
+  QpState& add_qp(std::uint16_t dev, std::uint32_t qpn);
   // Blocks are written into out_: begin_block makes room for a block's body of at most
   // `body_max` bytes and returns where the body goes; end_block closes it where the body ends.
   std::uint8_t* begin_block(std::uint32_t type, std::size_t body_max);
