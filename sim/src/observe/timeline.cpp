@@ -378,21 +378,25 @@ TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
 
 TimelineWriter::~TimelineWriter() = default;
 
-std::uint64_t TimelineWriter::next_offset() {
-  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) {
-    // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault
-    // per 2 MiB, not per 4 KiB.
-    void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
-    ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
-    chunks_.push_back(
-        {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
-  }
-  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
+void TimelineWriter::add_chunk() {
+  // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault per
+  // 2 MiB, not per 4 KiB.
+  void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
+  ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
+  chunks_.push_back(
+      {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
 }
 
-std::uint8_t* TimelineWriter::room() {
-  next_offset();
+inline std::uint8_t* TimelineWriter::room() {
+  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) [[unlikely]] {
+    add_chunk();
+  }
   return chunks_.back().bytes.get() + chunks_.back().used;
+}
+
+std::uint64_t TimelineWriter::next_offset() {
+  room();
+  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
 }
 
 void TimelineWriter::keep(const std::uint8_t* end, int parts) {

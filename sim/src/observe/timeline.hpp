@@ -95,6 +95,7 @@ class TimelineWriter final : public Observer {
   // Where the next record goes; room for it is made first.
   std::uint64_t next_offset();
   std::uint8_t* room();
+  void add_chunk();
   // Keeps the record written from room() to `end`, which has 1 or 2 parts.
   void keep(const std::uint8_t* end, int parts);
   void unsignaled_or_outstanding(Qp& q, bool send, const Pending& p, std::uint64_t end_ns,
