@@ -1,13 +1,13 @@
 #include "observe/pcap.hpp"
 
-#include "observe/cm_mad.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <system_error>
+
+#include "observe/cm_mad.hpp"
 
 namespace verbsim::sim {
 
@@ -476,10 +476,9 @@ void PcapWriter::flush() {
   used_ = 0;
 }
 
-std::uint32_t PcapWriter::interface_of(std::uint16_t dev, std::uint8_t port) {
+std::uint32_t PcapWriter::add_interface(std::uint16_t dev, std::uint8_t port) {
   const std::size_t at = std::size_t{dev} << 8 | port;
   if (at >= interfaces_.size()) interfaces_.resize(at + 1, 0);
-  if (interfaces_[at] != 0) return interfaces_[at] - 1;
   interfaces_[at] = ++interface_count_;
   // Interface Description Block: Ethernet, no snap length, nanosecond timestamps.
   const std::string name = "sim" + std::to_string(dev) + " port " + std::to_string(port);
@@ -495,7 +494,16 @@ std::uint32_t PcapWriter::interface_of(std::uint16_t dev, std::uint8_t port) {
   return interface_count_ - 1;
 }
 
-PcapWriter::QpState& PcapWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
+PcapWriter::QpState& PcapWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
+  if (qpn >= kDirectQps) {  // any 24-bit number a UD packet names: kept apart, by hash
+    const auto [it, added] =
+        far_qps_.try_emplace(std::uint64_t{dev} << 32 | qpn, static_cast<std::uint32_t>(0));
+    if (added) {
+      qps_.emplace_back();
+      it->second = static_cast<std::uint32_t>(qps_.size());
+    }
+    return qps_[it->second - 1];
+  }
   if (dev >= qp_index_.size()) qp_index_.resize(dev + std::size_t{1});
   std::vector<std::uint32_t>& index = qp_index_[dev];
   if (qpn >= index.size()) index.resize(qpn + std::size_t{1}, 0);

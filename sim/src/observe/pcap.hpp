@@ -74,8 +74,19 @@ class PcapWriter final : public Observer {
     const WireMessage* find(std::uint32_t psn) const noexcept;
     void remember(const WireMessage& m);
   };
-  std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port);
-  QpState& qp(std::uint16_t dev, std::uint32_t qpn);
+  std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port) {
+    const std::size_t at = std::size_t{dev} << 8 | port;
+    return at < interfaces_.size() && interfaces_[at] != 0 ? interfaces_[at] - 1
+                                                           : add_interface(dev, port);
+  }
+  std::uint32_t add_interface(std::uint16_t dev, std::uint8_t port);
+  QpState& qp(std::uint16_t dev, std::uint32_t qpn) {
+    if (dev < qp_index_.size() && qpn < qp_index_[dev].size() && qp_index_[dev][qpn] != 0) {
+      return qps_[qp_index_[dev][qpn] - 1];
+    }
+    return add_qp(dev, qpn);
+  }
+  QpState& add_qp(std::uint16_t dev, std::uint32_t qpn);
   // Blocks are written into out_: begin_block makes room for a block's body of at most
   // `body_max` bytes and returns where the body goes; end_block closes it where the body ends.
   std::uint8_t* begin_block(std::uint32_t type, std::size_t body_max);
@@ -108,6 +119,10 @@ class PcapWriter final : public Observer {
   // By device, then QP number: the index of the QP's state in qps_, plus one (0: none yet).
   std::vector<std::vector<std::uint32_t>> qp_index_;
   std::vector<QpState> qps_;
+  // QP numbers from kDirectQps up are found through far_qps_ ((device << 32 | QP) -> index
+  // plus one), so that a packet naming QP 0xffffff does not grow a table to 16M entries.
+  static constexpr std::uint32_t kDirectQps = 65536;
+  std::unordered_map<std::uint64_t, std::uint32_t> far_qps_;
   std::array<std::uint8_t, 256> mad_{};  // the CM message being written
   std::vector<std::uint32_t> gsi_psns_;  // by device: the next PSN of its QP 1
   // The QP of each CM end (by its comm id) that sent a REQ or REP: a DREQ names its peer's.

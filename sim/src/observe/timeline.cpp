@@ -378,21 +378,25 @@ TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
 
 TimelineWriter::~TimelineWriter() = default;
 
-std::uint64_t TimelineWriter::next_offset() {
-  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) {
-    // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault
-    // per 2 MiB, not per 4 KiB.
-    void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
-    ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
-    chunks_.push_back(
-        {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
-  }
-  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
+void TimelineWriter::add_chunk() {
+  // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault per
+  // 2 MiB, not per 4 KiB.
+  void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
+  ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
+  chunks_.push_back(
+      {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
 }
 
-std::uint8_t* TimelineWriter::room() {
-  next_offset();
+inline std::uint8_t* TimelineWriter::room() {
+  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) [[unlikely]] {
+    add_chunk();
+  }
   return chunks_.back().bytes.get() + chunks_.back().used;
+}
+
+std::uint64_t TimelineWriter::next_offset() {
+  room();
+  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
 }
 
 void TimelineWriter::keep(const std::uint8_t* end, int parts) {
@@ -400,11 +404,10 @@ void TimelineWriter::keep(const std::uint8_t* end, int parts) {
   parts_ += static_cast<std::size_t>(parts);
 }
 
-TimelineWriter::Qp& TimelineWriter::qp(std::uint16_t dev, std::uint32_t qpn) {
-  return qps_[qp_index_.find(std::uint64_t{dev} << 32 | qpn, [&] {
-    qps_.push_back({.dev = dev, .qpn = qpn, .send = {}, .recv = {}});
-    return static_cast<std::uint32_t>(qps_.size() - 1);
-  })];
+TimelineWriter::Qp& TimelineWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
+  Qp& q = qps_.emplace_back(Qp{.dev = dev, .qpn = qpn, .send = {}, .recv = {}});
+  qp_index_.set(dev, qpn, &q);
+  return q;
 }
 
 std::uint32_t TimelineWriter::new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
@@ -422,8 +425,12 @@ std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
 }
 
 std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
-  return cq_tids_.find(std::uint64_t{dev} << 32 | cq,
-                       [&] { return new_track(dev, cq, kCq, 0, inside); });
+  std::uint32_t tid = cq_tids_.get(dev, cq);
+  if (tid == 0) {
+    tid = new_track(dev, cq, kCq, 0, inside);
+    cq_tids_.set(dev, cq, tid);
+  }
+  return tid;
 }
 
 std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {

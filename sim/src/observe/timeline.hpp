@@ -11,6 +11,7 @@
 // JSON is formatted once, when the world ends.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -79,7 +80,11 @@ class TimelineWriter final : public Observer {
     std::size_t used = 0;
   };
 
-  Qp& qp(std::uint16_t dev, std::uint32_t qpn);
+  Qp& qp(std::uint16_t dev, std::uint32_t qpn) {
+    Qp* q = qp_index_.get(dev, qpn);
+    return q != nullptr ? *q : add_qp(dev, qpn);
+  }
+  Qp& add_qp(std::uint16_t dev, std::uint32_t qpn);
   std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
   std::uint32_t packets_track(Qp& q, bool inside);
   std::uint32_t cm_track(std::uint16_t dev, bool inside);
@@ -90,6 +95,7 @@ class TimelineWriter final : public Observer {
   // Where the next record goes; room for it is made first.
   std::uint64_t next_offset();
   std::uint8_t* room();
+  void add_chunk();
   // Keeps the record written from room() to `end`, which has 1 or 2 parts.
   void keep(const std::uint8_t* end, int parts);
   void unsignaled_or_outstanding(Qp& q, bool send, const Pending& p, std::uint64_t end_ns,
@@ -104,32 +110,34 @@ class TimelineWriter final : public Observer {
   std::string texts_;             // instants' names, which records point into
   std::vector<Track> tracks_;
   std::deque<Qp> qps_;  // a deque: a Qp& stays valid while others are added
-  // (dev << 32 | number) -> a value, with the keys looked up last in a direct-mapped cache in
-  // front of the hash map: most lookups are of a few QPs and CQs at a time.
+  // (device, number) -> a V; V{} for none. Numbers below kDirect (QPs and CQs are numbered
+  // from 1 up on each device) index a table per device, larger ones a hash map.
+  template <class V>
   class Index {
    public:
-    // The value of `key`, or `make()`'s, which is kept.
-    template <class Make>
-    std::uint32_t find(std::uint64_t key, Make&& make) {
-      Slot& s = cache_[(key * 0x9E3779B97F4A7C15ull) >> 56];
-      if (s.key != key) {
-        auto it = map_.find(key);
-        if (it == map_.end()) it = map_.emplace(key, make()).first;
-        s = {key, it->second};
+    V get(std::uint16_t dev, std::uint32_t num) const {
+      if (dev < direct_.size() && num < direct_[dev].size()) return direct_[dev][num];
+      if (num < kDirect) return V{};
+      const auto it = map_.find(std::uint64_t{dev} << 32 | num);
+      return it != map_.end() ? it->second : V{};
+    }
+    void set(std::uint16_t dev, std::uint32_t num, V value) {
+      if (num >= kDirect) {
+        map_[std::uint64_t{dev} << 32 | num] = value;
+        return;
       }
-      return s.value;
+      if (direct_.size() <= dev) direct_.resize(dev + std::size_t{1});
+      if (direct_[dev].size() <= num) direct_[dev].resize(std::max<std::size_t>(num + 1, 64));
+      direct_[dev][num] = value;
     }
 
    private:
-    struct Slot {
-      std::uint64_t key = UINT64_MAX;
-      std::uint32_t value = 0;
-    };
-    std::array<Slot, 256> cache_{};
-    std::unordered_map<std::uint64_t, std::uint32_t> map_;
+    static constexpr std::uint32_t kDirect = 1 << 16;
+    std::vector<std::vector<V>> direct_;
+    std::unordered_map<std::uint64_t, V> map_;
   };
-  Index qp_index_;                      // -> qps_
-  Index cq_tids_;                       // -> the CQ's track
+  Index<Qp*> qp_index_;                 // -> qps_
+  Index<std::uint32_t> cq_tids_;        // -> the CQ's track (0: none yet)
   std::vector<std::uint32_t> cm_tids_;  // by device; 0: no CM track yet
   std::vector<bool> named_devices_;
 };
