@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -185,6 +187,60 @@ TEST(VerbFaults, EveryNthPollReturnsTheErrnoOnTheFilteredDeviceOnly) {
   EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);
   EXPECT_FALSE(p.a.cq->poll(wc).error());
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(p.b.cq->poll(wc).error());
+}
+
+// Sets VERBSIM_FAULTS for one test, and puts back what was there (a swarm's plan) after.
+class ScopedEnvFaults {
+ public:
+  explicit ScopedEnvFaults(const char* plan) {
+    if (const char* old = std::getenv("VERBSIM_FAULTS")) saved_ = old;
+    ::setenv("VERBSIM_FAULTS", plan, 1);
+  }
+  ~ScopedEnvFaults() {
+    if (saved_) {
+      ::setenv("VERBSIM_FAULTS", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("VERBSIM_FAULTS");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(VerbFaults, EnvironmentRulesAreAppendedToTheConfigsOwn) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  SimPair p(with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0"));
+  EXPECT_EQ(p.world.config().faults.to_string(),
+            "poll_cq nth=1 errno=EAGAIN dev=sim0; post_send nth=1 errno=ENOMEM");
+  WorkCompletion wc[4];
+  EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);  // the config's rule
+  const Sge ss = p.a.sge(0, 8);
+  const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 1));
+  EXPECT_EQ(r.error().value(), ENOMEM);  // the environment's rule
+  EXPECT_EQ(r.posted, 0u);
+}
+
+TEST(VerbFaults, EnvFaultsFalseKeepsTheConfigsPlanAlone) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  sim::Config c = with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0");
+  c.env_faults = false;
+  SimPair p(c);
+  EXPECT_EQ(p.world.config().faults.to_string(), "poll_cq nth=1 errno=EAGAIN dev=sim0");
+  WorkCompletion wc[4];
+  EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);
+  const Sge ss = p.a.sge(0, 8);
+  const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 1));
+  EXPECT_FALSE(r.error()) << r.reason;
+  EXPECT_EQ(r.posted, 1u);
+}
+
+TEST(VerbFaults, ConfigFromEnvReadsTheEnvironmentsRulesOnce) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  const sim::Config c = sim::Config::from_env();
+  EXPECT_FALSE(c.env_faults);
+  sim::World world(c);
+  EXPECT_EQ(world.config().faults.to_string(), "post_send nth=1 errno=ENOMEM");
 }
 
 TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {

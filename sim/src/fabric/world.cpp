@@ -41,6 +41,7 @@ Config Config::from_env() {
   if (const char* p = std::getenv("VERBSIM_PROFILE")) c.profile = parse_profile(p);
   c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
   c.faults = FaultPlan::from_env();
+  c.env_faults = false;  // read just above
   if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
   c.ports_per_device = static_cast<int>(
       env_u64("VERBSIM_SIM_PORTS", static_cast<std::uint64_t>(c.ports_per_device)));
@@ -248,10 +249,15 @@ World::Impl::GidPlace World::Impl::locate(const Gid& gid) const noexcept {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-// What the environment overrides in every world, however its config was made: the seed, and
-// what the world writes about itself (which changes nothing in the run).
+// What the environment overrides in every world, however its config was made: the seed, the
+// fault rules of VERBSIM_FAULTS (appended, unless the config opts out), and what the world
+// writes about itself (which changes nothing in the run).
 Config with_env_overrides(Config c) {
   c.seed = env_u64("VERBSIM_SEED", c.seed);
+  if (c.env_faults) {
+    c.faults.append(FaultPlan::from_env());
+    c.env_faults = false;  // config() shows the plan the world runs
+  }
   if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
   if (stats_from_env()) c.stats = true;

@@ -324,6 +324,15 @@ bool FaultPlan::has_verb(Verb v) const noexcept {
   return false;
 }
 
+FaultPlan& FaultPlan::append(const FaultPlan& other) {
+  verbs.insert(verbs.end(), other.verbs.begin(), other.verbs.end());
+  packets.insert(packets.end(), other.packets.begin(), other.packets.end());
+  timed.insert(timed.end(), other.timed.begin(), other.timed.end());
+  cm.insert(cm.end(), other.cm.begin(), other.cm.end());
+  if (other.cq_depth != 0) cq_depth = other.cq_depth;
+  return *this;
+}
+
 FaultPlan& FaultPlan::fail(Verb verb, int err, Trigger when, Filter where) {
   verbs.push_back({verb, when, err, std::move(where)});
   return *this;

@@ -149,6 +149,9 @@ struct FaultPlan {
   // The text form; parse(to_string()) gives the same plan.
   std::string to_string() const;
 
+  // Appends `other`'s rules to this plan's; its cq_overrun depth, if any, replaces this one's.
+  FaultPlan& append(const FaultPlan& other);
+
   FaultPlan& fail(Verb verb, int err, Trigger when, Filter where = {});
   FaultPlan& packet(PacketAction action, Trigger when, Filter where = {});
   FaultPlan& at(TimedFault fault);

@@ -38,6 +38,10 @@ struct Config {
   std::uint64_t link_latency_ns = 1000;  // one way, port to port
   std::uint64_t link_gbps = 100;         // serialisation rate of every port
   FaultPlan faults;                      // see faults.hpp
+  // Whether the world appends VERBSIM_FAULTS's rules to `faults` when it is made (a swarm's
+  // drawn plan then reaches a test that builds its own config); false: `faults` alone.
+  // from_env() has read them into `faults` already, so it sets this to false.
+  bool env_faults = true;
   // What the world writes about itself (docs/OBSERVABILITY.md); none of it changes the run.
   std::string pcap;      // every packet as RoCE v2, in a pcapng file (Wireshark, tshark)
   std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
