@@ -19,6 +19,11 @@ void notify_all(WaitQueuePtr& queue) noexcept;
 // like this one, so that no fiber's work is overtaken by virtual time.
 void spin_wait(World::Impl& world) noexcept;
 
+// A blocked wait (or sleep) of a fiber after the world deadlocked, which returns at once:
+// after many, the fibers are taken to ignore EDEADLK and wait again, and it throws
+// DeadlockError naming the fiber (Simulation::run() rethrows it).
+void deadlock_answer(World::Impl& world);
+
 // The eventfds behind the simulator's channel fds (context.cpp): non-blocking semaphores that
 // poll readable while an event is pending.
 int make_eventfd();
@@ -33,7 +38,11 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
   for (;;) {
     if (take()) return {};
     if (fibers_running(w)) {
-      if (w.fibers().deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+      if (w.fibers().deadlocked) {
+        if (wait == Wait::nonblocking) return errno_code(EAGAIN);
+        deadlock_answer(w);
+        return errno_code(EDEADLK);
+      }
       if (wait == Wait::blocking) {
         wait_on(w, waiters);
         continue;
