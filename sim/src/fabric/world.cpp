@@ -35,6 +35,49 @@ bool stats_from_env() noexcept {
 
 }  // namespace
 
+Budget Budget::parse(std::string_view text) {
+  Budget b;
+  while (!text.empty()) {
+    const std::size_t sp = text.find_first_of(" \t,;");
+    const std::string_view word = text.substr(0, sp);
+    text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+    if (word.empty()) continue;
+    const std::size_t eq = word.find('=');
+    const std::string_view key = word.substr(0, eq);
+    const std::string value(eq == std::string_view::npos ? "" : word.substr(eq + 1));
+    auto bad = [&](const char* what) {
+      throw std::invalid_argument("budget: '" + std::string(word) + "' " + what +
+                                  " (time=<n>[ns|us|ms|s] events=<n>)");
+    };
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || end == value.c_str()) bad("has no number");
+    const std::string_view unit(end);
+    if (key == "events") {
+      if (!unit.empty()) bad("is not a number");
+      b.events = n;
+    } else if (key == "time") {
+      std::uint64_t scale = 0;
+      if (unit.empty() || unit == "ns") scale = 1;
+      if (unit == "us") scale = 1'000;
+      if (unit == "ms") scale = 1'000'000;
+      if (unit == "s") scale = 1'000'000'000;
+      if (scale == 0) bad("has an unknown unit");
+      b.virtual_ns = n * scale;
+    } else {
+      bad("is not time= or events=");
+    }
+  }
+  return b;
+}
+
+std::string Budget::to_string() const {
+  std::string out;
+  if (virtual_ns != 0) out += "time=" + std::to_string(virtual_ns) + "ns";
+  if (events != 0) out += std::string(out.empty() ? "" : " ") + "events=" + std::to_string(events);
+  return out.empty() ? "none" : out;
+}
+
 Config Config::from_env() {
   Config c;
   c.seed = env_u64("VERBSIM_SEED", c.seed);
@@ -102,6 +145,8 @@ World::Impl::Impl(Config c)
       events_(devs_.size() * static_cast<std::size_t>(config_.ports_per_device)),
       faults_(config_.faults, devs_, rng_, digest_) {
   digest_.add(config_.seed);
+  budgeted_ = config_.budget.enabled();
+  poll_slow_ = budgeted_;
   const FaultPlan& plan = config_.faults;
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
     Event e{};
@@ -165,8 +210,54 @@ inline bool World::Impl::timer_is_idle(const Event& e) {
   return e.kind == EvKind::cm && cm_timer_is_stale(e);
 }
 
-bool World::Impl::step() { return events_.step<false>(UINT64_MAX, now_, *this); }
-bool World::Impl::step_until(std::uint64_t limit) { return events_.step<true>(limit, now_, *this); }
+bool World::Impl::plain_step() { return events_.step<false>(UINT64_MAX, now_, *this); }
+
+bool World::Impl::step() {
+  if (budgeted_) [[unlikely]] return budgeted_step(UINT64_MAX, /*may_throw=*/true);
+  return plain_step();
+}
+
+bool World::Impl::step_until(std::uint64_t limit) {
+  if (budgeted_) [[unlikely]] return budgeted_step(limit, /*may_throw=*/true);
+  return events_.step<true>(limit, now_, *this);
+}
+
+int World::Impl::limited_poll_step() noexcept {
+  const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
+  if (!budgeted_) {
+    events_.step<true>(limit, now_, *this);
+    return 0;
+  }
+  budgeted_step(limit, /*may_throw=*/false);
+  return budget_report_.empty() ? 0 : ETIMEDOUT;
+}
+
+bool World::Impl::budgeted_step(std::uint64_t limit, bool may_throw) {
+  const Budget& b = config_.budget;
+  std::string why;
+  if (budget_report_.empty()) {
+    if (b.events != 0 && events_.events_run() >= b.events) {
+      why = std::to_string(events_.events_run()) + " events ran, the budget's limit";
+    } else if (b.virtual_ns == 0 || limit <= b.virtual_ns) {
+      return events_.step<true>(limit, now_, *this);
+    } else {
+      if (events_.step<true>(b.virtual_ns, now_, *this)) return true;
+      while (events_.drop_idle_timer_on_top(*this)) {
+      }
+      const std::uint64_t next = events_.earliest();
+      if (next == UINT64_MAX || next > limit) return false;  // nothing to run anyway
+      why = "the next event, at " + std::to_string(next) +
+            " ns of virtual time, is past the budget's limit of " + std::to_string(b.virtual_ns) +
+            " ns";
+    }
+    budget_report_ = "verbsim: run budget exceeded (" + b.to_string() + "): " + why +
+                     "; the run is stopped. What every QP is waiting for:\n" +
+                     owner_->waiting() + owner_->report();
+    if (!may_throw) std::fputs(budget_report_.c_str(), stderr);
+  }
+  if (may_throw) throw BudgetExceeded(budget_report_);
+  return false;
+}
 
 void World::Impl::run_until(std::uint64_t deadline) {
   for (;;) {
@@ -261,6 +352,9 @@ Config with_env_overrides(Config c) {
   if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
   if (stats_from_env()) c.stats = true;
+  if (const char* b = std::getenv("VERBSIM_BUDGET"); b != nullptr && *b != '\0') {
+    c.budget = Budget::parse(b);
+  }
   return c;
 }
 }  // namespace
@@ -269,6 +363,7 @@ void notify_created(World& w);
 void notify_destroyed(World& w);
 
 World::World(Config config) : impl_(std::make_unique<Impl>(with_env_overrides(std::move(config)))) {
+  impl_->set_owner(this);
   notify_created(*this);
 }
 
@@ -352,6 +447,14 @@ std::string World::report() const {
   if (const FlightRecorder* r = impl_->recorder(); r != nullptr) return out + r->report();
   return out + "last fabric events (attach a sim::FlightRecorder for verbs and packets):\n" +
          recent_history();
+}
+
+std::string World::waiting() const {
+  std::string out;
+  for (const auto& d : impl_->devices()) {
+    d->qps.for_each([&](const SimQp& qp) { out += "  " + d->name + " " + qp.waiting() + "\n"; });
+  }
+  return out.empty() ? "  (no QP)\n" : out;
 }
 
 std::string World::recent_history() const {

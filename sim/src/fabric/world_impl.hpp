@@ -76,11 +76,21 @@ struct World::Impl {
   // step() if the earliest pending instant is at or before `limit`.
   bool step_until(std::uint64_t limit);
   // What an empty poll or a non-blocking wait runs: the next instant, if it is at most
-  // poll_horizon away (World::set_poll_horizon).
-  bool poll_step() {
-    return poll_horizon_ == UINT64_MAX ? step() : step_until(now_ + poll_horizon_);
+  // poll_horizon away (World::set_poll_horizon). Never throws: returns 0, or ETIMEDOUT once the
+  // world's Budget ran out (what the empty poll returns).
+  int poll_step() noexcept {
+    if (poll_slow_ == 0) {  // no horizon, no budget: the one check on an empty poll
+      plain_step();
+      return 0;
+    }
+    return limited_poll_step();
   }
-  void set_poll_horizon(std::uint64_t ns) noexcept { poll_horizon_ = ns; }
+  void set_poll_horizon(std::uint64_t ns) noexcept {
+    poll_horizon_ = ns;
+    poll_slow_ = ns != UINT64_MAX || budgeted_;
+  }
+  // The World this is the inside of (for reports made inside: BudgetExceeded).
+  void set_owner(const World* w) noexcept { owner_ = w; }
   // Runs every event due at or before `deadline`, then sets the clock to it.
   void run_until(std::uint64_t deadline);
   const EventQueue& events() const noexcept { return events_; }
@@ -167,6 +177,14 @@ struct World::Impl {
   void observe_packet(const Event& e, std::uint32_t psn, PacketFate fate, std::uint64_t arrives,
                       std::uint64_t duplicate_at);
   void observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev, int err);
+  // step_until(limit) within Config::budget. Past it: the world stops (no more events), and
+  // this throws BudgetExceeded, or (!may_throw) writes the report to stderr once, sets
+  // poll_errno_ and returns false.
+  bool budgeted_step(std::uint64_t limit, bool may_throw);
+  // poll_step() with a horizon or a budget.
+  int limited_poll_step() noexcept;
+  // step() without a budget.
+  bool plain_step();
 
   Config config_;
   const ProfileTraits* traits_;
@@ -174,6 +192,10 @@ struct World::Impl {
   Digest digest_;
   std::uint64_t now_ = 0;
   std::uint64_t poll_horizon_ = UINT64_MAX;
+  bool budgeted_ = false;  // config_.budget.enabled()
+  bool poll_slow_ = false;  // a poll horizon or a budget: poll_step() takes its slow path
+  std::string budget_report_;  // BudgetExceeded's message, once the budget ran out
+  const World* owner_ = nullptr;
   std::vector<std::unique_ptr<DevCore>> devs_;
   EventQueue events_;
   FaultInjector faults_;

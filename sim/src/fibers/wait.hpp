@@ -52,8 +52,9 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
       return errno_code(EAGAIN);
     }
     if (wait == Wait::nonblocking) {
-      w.poll_step();
-      return take() ? std::error_code{} : errno_code(EAGAIN);
+      const int err = w.poll_step();  // ETIMEDOUT: the world's budget ran out
+      if (take()) return {};
+      return errno_code(err != 0 ? err : EAGAIN);
     }
     if (!w.step()) return errno_code(EDEADLK);
   }

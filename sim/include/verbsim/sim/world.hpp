@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,28 @@ std::string_view to_string(Profile p) noexcept;
 // "strict", "rxe" or "mlx5"; throws std::invalid_argument otherwise.
 Profile parse_profile(std::string_view name);
 
+// A limit on a run that may make no progress: a forgotten receive with the default
+// rnr_retry=7 retries forever. Zero: no limit (the default). Text form (VERBSIM_BUDGET, parse):
+// "time=2s events=1000000" (times take ns, us, ms or s).
+struct Budget {
+  std::uint64_t virtual_ns = 0;  // the run stops before virtual time passes this
+  std::uint64_t events = 0;      // the run stops once this many events have run
+  bool enabled() const noexcept { return virtual_ns != 0 || events != 0; }
+  // Throws std::invalid_argument naming the word that is wrong.
+  static Budget parse(std::string_view text);
+  std::string to_string() const;  // parse(to_string()) gives the same budget
+};
+
+// The world ran out of its Budget. what(): why, what every QP is waiting for (World::waiting()),
+// then World::report(). Thrown by what runs the world and may throw: World::step, run_until,
+// run_until_idle, blocking waits (get_cq_event, get_async_event, the CM's get_event) and
+// Simulation::run. CQ polls and non-blocking waits (noexcept) return ETIMEDOUT instead, and
+// the report is written to stderr once. Once exceeded, the world runs no more events.
+class BudgetExceeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct Config {
   std::uint64_t seed = 1;
   Profile profile = Profile::strict;
@@ -46,10 +69,12 @@ struct Config {
   std::string pcap;      // every packet as RoCE v2, in a pcapng file (Wireshark, tshark)
   std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
   bool stats = false;    // count packets, ACKs, NAKs, retries, completions (World::stats())
+  Budget budget;         // none by default; VERBSIM_BUDGET replaces it in every world
 
   // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
   // VERBSIM_SIM_PORTS (ports per device), VERBSIM_FAULTS, VERBSIM_PCAP, VERBSIM_TIMELINE and
-  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends).
+  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends) and
+  // VERBSIM_BUDGET.
   static Config from_env();
 };
 
@@ -127,6 +152,10 @@ class World final : public Backend {
   // faults, CM messages; the test main attaches one to every world) and the counters of the
   // QPs they name; without a recorder, the last fabric events (recent_history()).
   std::string report() const;
+  // What every live QP is waiting for, one line each: type and state, send WRs outstanding
+  // (and how many are on the wire), an RNR wait and the RNR NAKs received, retries left, the
+  // receives posted. The body of BudgetExceeded's message.
+  std::string waiting() const;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
