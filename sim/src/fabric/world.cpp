@@ -368,6 +368,9 @@ World::World(Config config) : impl_(std::make_unique<Impl>(with_env_overrides(st
 }
 
 World::~World() {
+  if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
+    std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+  }
   impl_->finish_observers();
   notify_destroyed(*this);
   if (impl_->open_contexts() != 0) {
@@ -391,6 +394,17 @@ std::unique_ptr<Context> World::open(std::string_view device) {
   throw_verb_error("ibv_open_device", ENODEV,
                   "no simulated device '" + std::string(device) + "'; this world has " + names);
 }
+
+void World::name(const QueuePair& qp, const std::string& name) {
+  const auto* sim_qp = dynamic_cast<const SimQp*>(&qp);
+  if (sim_qp == nullptr || !sim_qp->of_world(*impl_)) {
+    throw std::invalid_argument("World::name: QP " + std::to_string(qp.qp_num()) +
+                                " is not a QP of this simulated world");
+  }
+  impl_->faults().name_qp(name, qp.qp_num(), sim_qp->device_index());
+}
+
+std::string World::unnamed_rules() const { return impl_->faults().unnamed_rules(); }
 
 const Config& World::config() const noexcept { return impl_->config(); }
 std::uint64_t World::seed() const noexcept { return impl_->config().seed; }

@@ -123,6 +123,9 @@ class alignas(64) SimQp : public QueuePair {
     return *reinterpret_cast<BindOperands*>(&sq_atomic(i));
   }
   DevCore& dev() noexcept { return *dev_; }
+  // Which world and device it is of (World::name).
+  bool of_world(const World::Impl& w) const noexcept { return world_ == &w; }
+  int device_index() const noexcept { return dev_->index; }
   // For observers (observe/packets.cpp): the RC/UC peer the AV names, and whether send queue
   // index `i` still holds its WQE (posted, and not posted over since).
   int peer_dev() const noexcept { return dst_dev_; }

@@ -107,6 +107,16 @@ class World final : public Backend {
   // The simulated connection manager (verbsim/cm.hpp; sim/src/cm/).
   std::unique_ptr<CmEventChannel> create_cm_channel() override;
 
+  // Names `qp` (of this world) for the fault plan's rules: those that say qp=<name>
+  // (Filter::qp_name) match it from now on; a rule is checked against numbers, so naming costs
+  // the data path nothing. Name a QP before the verbs a rule should fail. Throws
+  // std::invalid_argument if `qp` is not a QP of this world, if `name` cannot be written in a
+  // rule (a letter or '_', then letters, digits, '_', '-' or '.'), or if it names another QP.
+  void name(const QueuePair& qp, const std::string& name);
+  // The rules that name a QP no QP was given, one line each naming the rule ("" if none). The
+  // world writes them to stderr when it is destroyed.
+  std::string unnamed_rules() const;
+
   const Config& config() const noexcept;
   std::uint64_t seed() const noexcept;
   // Virtual time in nanoseconds since the world was created.
