@@ -1,3 +1,5 @@
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -210,21 +212,50 @@ inline bool World::Impl::timer_is_idle(const Event& e) {
   return e.kind == EvKind::cm && cm_timer_is_stale(e);
 }
 
+// An empty poll's step: no Entry mark, which would cost every SEND about 15 instructions
+// (two steps of the world each); the posts and every other way of running the world mark it.
 bool World::Impl::plain_step() { return events_.step<false>(UINT64_MAX, now_, *this); }
 
 bool World::Impl::step() {
   if (budgeted_) [[unlikely]] return budgeted_step(UINT64_MAX, /*may_throw=*/true);
+  const Entry entry(*this);
   return plain_step();
 }
 
 bool World::Impl::step_until(std::uint64_t limit) {
   if (budgeted_) [[unlikely]] return budgeted_step(limit, /*may_throw=*/true);
+  const Entry entry(*this);
   return events_.step<true>(limit, now_, *this);
+}
+
+namespace {
+// A thread's name for a report ("" if it has none or it cannot be read).
+std::string thread_name(std::uintptr_t thread) {
+  char name[32] = {};
+  if (pthread_getname_np(static_cast<pthread_t>(thread), name, sizeof name) != 0) return "";
+  return std::string(" ('") + name + "')";
+}
+}  // namespace
+
+void World::Impl::entered_twice(std::uintptr_t inside, std::uintptr_t entering) noexcept {
+  std::fprintf(stderr,
+               "verbsim: two threads are in one simulated world (seed %llu) at once: thread "
+               "%#lx%s is inside it and thread %#lx%s entered it. A sim::World is "
+               "single-threaded, and threads that share one make its runs nondeterministic. Run "
+               "the hosts as fibers of one thread under sim::Simulation "
+               "(verbsim/sim/simulation.hpp), or make the threads take turns: one lock held "
+               "around every call into the world and its objects, as the libibverbs drop-in "
+               "does.\n",
+               static_cast<unsigned long long>(config_.seed), static_cast<unsigned long>(inside),
+               thread_name(inside).c_str(), static_cast<unsigned long>(entering),
+               thread_name(entering).c_str());
+  std::abort();
 }
 
 int World::Impl::limited_poll_step() noexcept {
   const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
   if (!budgeted_) {
+    const Entry entry(*this);
     events_.step<true>(limit, now_, *this);
     return 0;
   }
@@ -233,6 +264,7 @@ int World::Impl::limited_poll_step() noexcept {
 }
 
 bool World::Impl::budgeted_step(std::uint64_t limit, bool may_throw) {
+  const Entry entry(*this);
   const Budget& b = config_.budget;
   std::string why;
   if (budget_report_.empty()) {

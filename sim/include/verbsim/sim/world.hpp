@@ -91,7 +91,9 @@ struct Accounting {
 
 // A simulated fabric. Devices, queue pairs and the virtual clock live here; there are no
 // globals, so a process may hold any number of worlds. A world is single-threaded: use it (and
-// everything opened from it) from one thread at a time. Contexts must go before the world.
+// everything opened from it) from one thread at a time (threads taking turns under one lock
+// are fine). A thread that posts or runs the world while another thread runs it makes the
+// process abort with a message naming both threads. Contexts must go before the world.
 //
 // Progress: the world advances when application code polls a CQ or waits for an event, so code
 // written against the core API alone runs unchanged. Virtual time jumps to the next event.
