@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -185,6 +187,144 @@ TEST(VerbFaults, EveryNthPollReturnsTheErrnoOnTheFilteredDeviceOnly) {
   EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);
   EXPECT_FALSE(p.a.cq->poll(wc).error());
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(p.b.cq->poll(wc).error());
+}
+
+// Sets VERBSIM_FAULTS for one test, and puts back what was there (a swarm's plan) after.
+class ScopedEnvFaults {
+ public:
+  explicit ScopedEnvFaults(const char* plan) {
+    if (const char* old = std::getenv("VERBSIM_FAULTS")) saved_ = old;
+    ::setenv("VERBSIM_FAULTS", plan, 1);
+  }
+  ~ScopedEnvFaults() {
+    if (saved_) {
+      ::setenv("VERBSIM_FAULTS", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("VERBSIM_FAULTS");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(VerbFaults, EnvironmentRulesAreAppendedToTheConfigsOwn) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  SimPair p(with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0"));
+  EXPECT_EQ(p.world.config().faults.to_string(),
+            "poll_cq nth=1 errno=EAGAIN dev=sim0; post_send nth=1 errno=ENOMEM");
+  WorkCompletion wc[4];
+  EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);  // the config's rule
+  const Sge ss = p.a.sge(0, 8);
+  const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 1));
+  EXPECT_EQ(r.error().value(), ENOMEM);  // the environment's rule
+  EXPECT_EQ(r.posted, 0u);
+}
+
+TEST(VerbFaults, EnvFaultsFalseKeepsTheConfigsPlanAlone) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  sim::Config c = with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0");
+  c.env_faults = false;
+  SimPair p(c);
+  EXPECT_EQ(p.world.config().faults.to_string(), "poll_cq nth=1 errno=EAGAIN dev=sim0");
+  WorkCompletion wc[4];
+  EXPECT_EQ(p.a.cq->poll(wc).error().value(), EAGAIN);
+  const Sge ss = p.a.sge(0, 8);
+  const PostResult r = p.a.qp->post_send(send_wr(p.a, ss, 1));
+  EXPECT_FALSE(r.error()) << r.reason;
+  EXPECT_EQ(r.posted, 1u);
+}
+
+TEST(VerbFaults, ConfigFromEnvReadsTheEnvironmentsRulesOnce) {
+  ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
+  const sim::Config c = sim::Config::from_env();
+  EXPECT_FALSE(c.env_faults);
+  sim::World world(c);
+  EXPECT_EQ(world.config().faults.to_string(), "post_send nth=1 errno=ENOMEM");
+}
+
+TEST(FaultPlanText, QpTakesANameAndRejectsWhatIsNeither) {
+  const FaultPlan plan = FaultPlan::parse("post_send nth=1 errno=ENOMEM qp=server; drop p=0.5 qp=c-1.x");
+  ASSERT_EQ(plan.verbs.size(), 1u);
+  EXPECT_EQ(plan.verbs[0].where.qp_name, "server");
+  EXPECT_FALSE(plan.verbs[0].where.qpn.has_value());
+  EXPECT_EQ(plan.packets[0].where.qp_name, "c-1.x");
+  EXPECT_EQ(plan.to_string(), "post_send nth=1 errno=ENOMEM qp=server; drop p=0.5 qp=c-1.x");
+  try {
+    (void)FaultPlan::parse("post_send nth=1 errno=ENOMEM qp=-x");
+    FAIL() << "qp=-x accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "fault plan: qp=-x is neither a QP number nor a name (a letter or '_', then "
+                 "letters, digits, '_', '-' or '.') in rule 'post_send nth=1 errno=ENOMEM qp=-x'");
+  }
+  try {
+    (void)FaultPlan::parse("drop nth=1 qp=12ab");
+    FAIL() << "qp=12ab accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "fault plan: qp=12ab is not a number in rule 'drop nth=1 qp=12ab'");
+  }
+}
+
+// Both QPs of a SimPair are QP 17 (of sim0 and sim1): a name picks one of them.
+TEST(VerbFaults, ARuleNamingAQpFiresOnThatQpOnceItIsNamed) {
+  sim::Config c;
+  c.faults.fail(sim::Verb::post_send, ENOMEM, {.nth = 1}, sim::Filter::named("client"));
+  c.env_faults = false;
+  SimPair p(c);
+  ASSERT_EQ(p.a.qp->qp_num(), p.b.qp->qp_num());
+  const Sge sa = p.a.sge(0, 8);
+  const Sge sb = p.b.sge(0, 8);
+  const Sge ra = p.a.sge(1024, 64);
+  const Sge rb = p.b.sge(1024, 64);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_FALSE(p.a.qp->post_recv(RecvWr{50, {&ra, 1}}).error());
+    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{60, {&rb, 1}}).error());
+  }
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, sa, 1)).error());  // not named yet: no match
+  EXPECT_EQ(p.world.unnamed_rules(),
+            "fault rule 'post_send nth=1 errno=ENOMEM qp=client' names QP 'client', which no QP "
+            "was given (World::name): it never fired\n");
+  p.world.name(*p.a.qp, "client");
+  EXPECT_EQ(p.world.unnamed_rules(), "");
+  EXPECT_FALSE(p.b.qp->post_send(send_wr(p.b, sb, 2)).error());  // sim1's QP 17: not it
+  EXPECT_EQ(p.a.qp->post_send(send_wr(p.a, sa, 3)).error().value(), ENOMEM);
+  EXPECT_FALSE(p.a.qp->post_send(send_wr(p.a, sa, 4)).error());  // nth=1: once
+  (void)drain(p.world, *p.a.cq);
+}
+
+TEST(VerbFaults, NamingRejectsBadNamesAndTakenNames) {
+  SimPair p(with_faults("post_send nth=1 errno=ENOMEM qp=server"));
+  EXPECT_THROW(p.world.name(*p.b.qp, "9lives"), std::invalid_argument);
+  p.world.name(*p.b.qp, "server");
+  p.world.name(*p.b.qp, "server");  // the same QP again: fine
+  try {
+    p.world.name(*p.a.qp, "server");
+    FAIL() << "a second QP took the name";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "World::name: 'server' already names QP 17 of device 1");
+  }
+  sim::World other;
+  try {
+    other.name(*p.a.qp, "x");
+    FAIL() << "a QP of another world was named";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "World::name: QP 17 is not a QP of this simulated world");
+  }
+}
+
+TEST(VerbFaults, AWorldEndingWithAnUnnamedRuleSaysSo) {
+  ::testing::internal::CaptureStderr();
+  {
+    sim::Config c = with_faults("drop nth=2 qp=nobody; cm_drop nth=1 qp=server");
+    c.env_faults = false;
+    sim::World world(c);
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(),
+            "verbsim: fault rule 'drop nth=2 qp=nobody' names QP 'nobody', which no QP was given "
+            "(World::name): it never fired\n"
+            "fault rule 'cm_drop msg=any nth=1 qp=server' names QP 'server', which no QP was "
+            "given (World::name): it never fired\n");
 }
 
 TEST(VerbFaults, ControlPathVerbsThrowVerbErrorNamingTheVerb) {

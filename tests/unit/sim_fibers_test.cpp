@@ -118,14 +118,79 @@ TEST(Fibers, DeadlockIsReportedWithTheSeedAndHistory) {
     CompletionQueue* fired = nullptr;
     got = ch->get_cq_event(fired, Wait::blocking);  // nothing will ever complete on cq
   });
-  try {
-    sim.run();
-    FAIL() << "no deadlock reported";
-  } catch (const sim::DeadlockError& e) {
-    EXPECT_NE(std::string(e.what()).find("waiter"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("VERBSIM_SEED=4242"), std::string::npos) << e.what();
-  }
+  // The waiter handled its EDEADLK (it returned): run() reports the deadlock, not throws.
+  const sim::RunOutcome out = sim.run();
+  EXPECT_TRUE(out.deadlocked);
+  EXPECT_TRUE(out.report.starts_with("deadlock: every fiber is blocked (waiter) and the "
+                                     "simulated world has nothing left to run; reproduce with "
+                                     "VERBSIM_SEED=4242 "))
+      << out.report;
   EXPECT_EQ(got.value(), EDEADLK);
+}
+
+TEST(Fibers, RunWithoutADeadlockReturnsAnEmptyOutcome) {
+  SimPair p;
+  int slept = 0;
+  sim::Simulation sim(p.world);
+  sim.spawn("sleeper", [&] {
+    sim::sleep_for(p.world, std::chrono::microseconds(3));
+    ++slept;
+  });
+  const sim::RunOutcome out = sim.run();
+  EXPECT_FALSE(out.deadlocked);
+  EXPECT_EQ(out.report, "");
+  EXPECT_EQ(slept, 1);
+  EXPECT_EQ(p.world.now(), 3000u);
+}
+
+// A fiber that takes EDEADLK for an answer no more than the first time and waits again: the
+// run gives up on it and throws, naming it.
+TEST(Fibers, AFiberThatKeepsWaitingAfterEdeadlkMakesRunThrow) {
+  SimPair p;
+  auto ch = p.b.ctx->create_comp_channel();
+  auto cq = p.b.ctx->create_cq(4, ch.get());
+  ASSERT_FALSE(cq->req_notify(false));
+  int deadlocks = 0;
+  sim::Simulation sim(p.world);
+  sim.spawn("stubborn", [&] {
+    for (;;) {
+      CompletionQueue* fired = nullptr;
+      if (ch->get_cq_event(fired, Wait::blocking).value() == EDEADLK) ++deadlocks;
+    }
+  });
+  try {
+    (void)sim.run();
+    FAIL() << "run() returned while a fiber still waits";
+  } catch (const sim::DeadlockError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("every fiber is blocked (stubborn)"), std::string::npos) << what;
+    EXPECT_NE(what.find("fiber 'stubborn' went on waiting after 10000 answers of EDEADLK"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(deadlocks, 10000);
+}
+
+// A fiber that turns its EDEADLK into an exception: that exception, not DeadlockError.
+TEST(Fibers, AnExceptionAfterEdeadlkIsRethrownAsItIs) {
+  SimPair p;
+  auto ch = p.b.ctx->create_comp_channel();
+  auto cq = p.b.ctx->create_cq(4, ch.get());
+  ASSERT_FALSE(cq->req_notify(false));
+  sim::Simulation sim(p.world);
+  sim.spawn("thrower", [&] {
+    CompletionQueue* fired = nullptr;
+    const std::error_code err = ch->get_cq_event(fired, Wait::blocking);
+    if (err) throw std::system_error(err, "waiting for the server");
+  });
+  try {
+    (void)sim.run();
+    FAIL() << "nothing thrown";
+  } catch (const sim::DeadlockError& e) {
+    FAIL() << "DeadlockError instead of the fiber's exception: " << e.what();
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), EDEADLK);
+  }
 }
 
 // The report names what the world did last: the verbs posted, the packets and the completions
@@ -146,11 +211,10 @@ TEST(Fibers, DeadlockReportShowsTheLastRecordsOfTheRun) {
     CompletionQueue* fired = nullptr;
     (void)ch->get_cq_event(fired, Wait::blocking);  // nothing ever completes on idle_cq
   });
-  try {
-    sim.run();
-    FAIL() << "no deadlock reported";
-  } catch (const sim::DeadlockError& e) {
-    const std::string what = e.what();
+  const sim::RunOutcome out = sim.run();
+  ASSERT_TRUE(out.deadlocked);
+  {
+    const std::string& what = out.report;
     const std::string a_qp = "sim0 qp " + std::to_string(p.a.qp->qp_num());
     const std::string b_qp = "sim1 qp " + std::to_string(p.b.qp->qp_num());
     const std::vector<std::string> lines = {
@@ -187,7 +251,7 @@ TEST(Fibers, SleepingAfterADeadlockLeavesNoDanglingWakeUp) {
       ++slept;
     }
   });
-  EXPECT_THROW(sim.run(), sim::DeadlockError);
+  EXPECT_TRUE(sim.run().deadlocked);
   EXPECT_EQ(got.value(), EDEADLK);
   EXPECT_EQ(slept, 3);
   p.world.run_until_idle();  // the wake events left behind run harmlessly

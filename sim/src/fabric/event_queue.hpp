@@ -50,6 +50,8 @@ class EventQueue {
     return f.empty() ? nullptr : &f.front();
   }
   std::size_t pending() const noexcept { return heap_.size() + in_flight_; }
+  // Events run so far.
+  std::uint64_t events_run() const noexcept { return history_next_; }
   // The time of the earliest pending event (UINT64_MAX: none), idle timers included.
   std::uint64_t earliest() const noexcept {
     std::uint64_t next = heap_.empty() ? UINT64_MAX : heap_.front().time;

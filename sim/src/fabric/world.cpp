@@ -1,3 +1,5 @@
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -35,12 +37,56 @@ bool stats_from_env() noexcept {
 
 }  // namespace
 
+Budget Budget::parse(std::string_view text) {
+  Budget b;
+  while (!text.empty()) {
+    const std::size_t sp = text.find_first_of(" \t,;");
+    const std::string_view word = text.substr(0, sp);
+    text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+    if (word.empty()) continue;
+    const std::size_t eq = word.find('=');
+    const std::string_view key = word.substr(0, eq);
+    const std::string value(eq == std::string_view::npos ? "" : word.substr(eq + 1));
+    auto bad = [&](const char* what) {
+      throw std::invalid_argument("budget: '" + std::string(word) + "' " + what +
+                                  " (time=<n>[ns|us|ms|s] events=<n>)");
+    };
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || end == value.c_str()) bad("has no number");
+    const std::string_view unit(end);
+    if (key == "events") {
+      if (!unit.empty()) bad("is not a number");
+      b.events = n;
+    } else if (key == "time") {
+      std::uint64_t scale = 0;
+      if (unit.empty() || unit == "ns") scale = 1;
+      if (unit == "us") scale = 1'000;
+      if (unit == "ms") scale = 1'000'000;
+      if (unit == "s") scale = 1'000'000'000;
+      if (scale == 0) bad("has an unknown unit");
+      b.virtual_ns = n * scale;
+    } else {
+      bad("is not time= or events=");
+    }
+  }
+  return b;
+}
+
+std::string Budget::to_string() const {
+  std::string out;
+  if (virtual_ns != 0) out += "time=" + std::to_string(virtual_ns) + "ns";
+  if (events != 0) out += std::string(out.empty() ? "" : " ") + "events=" + std::to_string(events);
+  return out.empty() ? "none" : out;
+}
+
 Config Config::from_env() {
   Config c;
   c.seed = env_u64("VERBSIM_SEED", c.seed);
   if (const char* p = std::getenv("VERBSIM_PROFILE")) c.profile = parse_profile(p);
   c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
   c.faults = FaultPlan::from_env();
+  c.env_faults = false;  // read just above
   if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
   c.ports_per_device = static_cast<int>(
       env_u64("VERBSIM_SIM_PORTS", static_cast<std::uint64_t>(c.ports_per_device)));
@@ -101,6 +147,8 @@ World::Impl::Impl(Config c)
       events_(devs_.size() * static_cast<std::size_t>(config_.ports_per_device)),
       faults_(config_.faults, devs_, rng_, digest_) {
   digest_.add(config_.seed);
+  budgeted_ = config_.budget.enabled();
+  poll_slow_ = budgeted_;
   const FaultPlan& plan = config_.faults;
   for (std::size_t i = 0; i < plan.timed.size(); ++i) {
     Event e{};
@@ -164,8 +212,84 @@ inline bool World::Impl::timer_is_idle(const Event& e) {
   return e.kind == EvKind::cm && cm_timer_is_stale(e);
 }
 
-bool World::Impl::step() { return events_.step<false>(UINT64_MAX, now_, *this); }
-bool World::Impl::step_until(std::uint64_t limit) { return events_.step<true>(limit, now_, *this); }
+// An empty poll's step: no Entry mark, which would cost every SEND about 15 instructions
+// (two steps of the world each); the posts and every other way of running the world mark it.
+bool World::Impl::plain_step() { return events_.step<false>(UINT64_MAX, now_, *this); }
+
+bool World::Impl::step() {
+  if (budgeted_) [[unlikely]] return budgeted_step(UINT64_MAX, /*may_throw=*/true);
+  const Entry entry(*this);
+  return plain_step();
+}
+
+bool World::Impl::step_until(std::uint64_t limit) {
+  if (budgeted_) [[unlikely]] return budgeted_step(limit, /*may_throw=*/true);
+  const Entry entry(*this);
+  return events_.step<true>(limit, now_, *this);
+}
+
+namespace {
+// A thread's name for a report ("" if it has none or it cannot be read).
+std::string thread_name(std::uintptr_t thread) {
+  char name[32] = {};
+  if (pthread_getname_np(static_cast<pthread_t>(thread), name, sizeof name) != 0) return "";
+  return std::string(" ('") + name + "')";
+}
+}  // namespace
+
+void World::Impl::entered_twice(std::uintptr_t inside, std::uintptr_t entering) noexcept {
+  std::fprintf(stderr,
+               "verbsim: two threads are in one simulated world (seed %llu) at once: thread "
+               "%#lx%s is inside it and thread %#lx%s entered it. A sim::World is "
+               "single-threaded, and threads that share one make its runs nondeterministic. Run "
+               "the hosts as fibers of one thread under sim::Simulation "
+               "(verbsim/sim/simulation.hpp), or make the threads take turns: one lock held "
+               "around every call into the world and its objects, as the libibverbs drop-in "
+               "does.\n",
+               static_cast<unsigned long long>(config_.seed), static_cast<unsigned long>(inside),
+               thread_name(inside).c_str(), static_cast<unsigned long>(entering),
+               thread_name(entering).c_str());
+  std::abort();
+}
+
+int World::Impl::limited_poll_step() noexcept {
+  const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
+  if (!budgeted_) {
+    const Entry entry(*this);
+    events_.step<true>(limit, now_, *this);
+    return 0;
+  }
+  budgeted_step(limit, /*may_throw=*/false);
+  return budget_report_.empty() ? 0 : ETIMEDOUT;
+}
+
+bool World::Impl::budgeted_step(std::uint64_t limit, bool may_throw) {
+  const Entry entry(*this);
+  const Budget& b = config_.budget;
+  std::string why;
+  if (budget_report_.empty()) {
+    if (b.events != 0 && events_.events_run() >= b.events) {
+      why = std::to_string(events_.events_run()) + " events ran, the budget's limit";
+    } else if (b.virtual_ns == 0 || limit <= b.virtual_ns) {
+      return events_.step<true>(limit, now_, *this);
+    } else {
+      if (events_.step<true>(b.virtual_ns, now_, *this)) return true;
+      while (events_.drop_idle_timer_on_top(*this)) {
+      }
+      const std::uint64_t next = events_.earliest();
+      if (next == UINT64_MAX || next > limit) return false;  // nothing to run anyway
+      why = "the next event, at " + std::to_string(next) +
+            " ns of virtual time, is past the budget's limit of " + std::to_string(b.virtual_ns) +
+            " ns";
+    }
+    budget_report_ = "verbsim: run budget exceeded (" + b.to_string() + "): " + why +
+                     "; the run is stopped. What every QP is waiting for:\n" +
+                     owner_->waiting() + owner_->report();
+    if (!may_throw) std::fputs(budget_report_.c_str(), stderr);
+  }
+  if (may_throw) throw BudgetExceeded(budget_report_);
+  return false;
+}
 
 void World::Impl::run_until(std::uint64_t deadline) {
   for (;;) {
@@ -248,13 +372,21 @@ World::Impl::GidPlace World::Impl::locate(const Gid& gid) const noexcept {
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-// What the environment overrides in every world, however its config was made: the seed, and
-// what the world writes about itself (which changes nothing in the run).
+// What the environment overrides in every world, however its config was made: the seed, the
+// fault rules of VERBSIM_FAULTS (appended, unless the config opts out), and what the world
+// writes about itself (which changes nothing in the run).
 Config with_env_overrides(Config c) {
   c.seed = env_u64("VERBSIM_SEED", c.seed);
+  if (c.env_faults) {
+    c.faults.append(FaultPlan::from_env());
+    c.env_faults = false;  // config() shows the plan the world runs
+  }
   if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
   if (stats_from_env()) c.stats = true;
+  if (const char* b = std::getenv("VERBSIM_BUDGET"); b != nullptr && *b != '\0') {
+    c.budget = Budget::parse(b);
+  }
   return c;
 }
 }  // namespace
@@ -263,10 +395,14 @@ void notify_created(World& w);
 void notify_destroyed(World& w);
 
 World::World(Config config) : impl_(std::make_unique<Impl>(with_env_overrides(std::move(config)))) {
+  impl_->set_owner(this);
   notify_created(*this);
 }
 
 World::~World() {
+  if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
+    std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+  }
   impl_->finish_observers();
   notify_destroyed(*this);
   if (impl_->open_contexts() != 0) {
@@ -290,6 +426,17 @@ std::unique_ptr<Context> World::open(std::string_view device) {
   throw_verb_error("ibv_open_device", ENODEV,
                   "no simulated device '" + std::string(device) + "'; this world has " + names);
 }
+
+void World::name(const QueuePair& qp, const std::string& name) {
+  const auto* sim_qp = dynamic_cast<const SimQp*>(&qp);
+  if (sim_qp == nullptr || !sim_qp->of_world(*impl_)) {
+    throw std::invalid_argument("World::name: QP " + std::to_string(qp.qp_num()) +
+                                " is not a QP of this simulated world");
+  }
+  impl_->faults().name_qp(name, qp.qp_num(), sim_qp->device_index());
+}
+
+std::string World::unnamed_rules() const { return impl_->faults().unnamed_rules(); }
 
 const Config& World::config() const noexcept { return impl_->config(); }
 std::uint64_t World::seed() const noexcept { return impl_->config().seed; }
@@ -346,6 +493,14 @@ std::string World::report() const {
   if (const FlightRecorder* r = impl_->recorder(); r != nullptr) return out + r->report();
   return out + "last fabric events (attach a sim::FlightRecorder for verbs and packets):\n" +
          recent_history();
+}
+
+std::string World::waiting() const {
+  std::string out;
+  for (const auto& d : impl_->devices()) {
+    d->qps.for_each([&](const SimQp& qp) { out += "  " + d->name + " " + qp.waiting() + "\n"; });
+  }
+  return out.empty() ? "  (no QP)\n" : out;
 }
 
 std::string World::recent_history() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,6 +45,38 @@ struct World::Impl {
  public:
   explicit Impl(Config c);
 
+  // Marks the calling thread inside the world while it lives (posts, and every step of the
+  // world: polls and waits that run it). A world is single-threaded: a second thread that
+  // enters while another is inside is a program error the simulator would turn into a
+  // nondeterministic run, so it aborts with a message naming both threads (entered_twice).
+  // Threads that take turns (the drop-in's lock) never meet here. The mark is the thread
+  // pointer (one instruction to read); relaxed atomics are plain moves.
+  class Entry {
+   public:
+    explicit Entry(World::Impl& w) noexcept
+        : w_(w), prev_(w.inside_.load(std::memory_order_relaxed)) {
+      const auto me = reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
+      if (prev_ != 0 && prev_ != me) [[unlikely]] w.entered_twice(prev_, me);
+      w.inside_.store(me, std::memory_order_relaxed);
+    }
+    ~Entry() { w_.inside_.store(prev_, std::memory_order_relaxed); }
+    Entry(const Entry&) = delete;
+    Entry& operator=(const Entry&) = delete;
+
+   private:
+    World::Impl& w_;
+    std::uintptr_t prev_;
+  };
+  // Entry's check without its mark, for posts (a load and a branch when no thread is inside):
+  // a post while another thread runs the world aborts as Entry does.
+  void check_entry() noexcept {
+    const std::uintptr_t inside = inside_.load(std::memory_order_relaxed);
+    if (inside != 0) [[unlikely]] {
+      const auto me = reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
+      if (inside != me) entered_twice(inside, me);
+    }
+  }
+
   const Config& config() const noexcept { return config_; }
   const ProfileTraits& traits() const noexcept { return *traits_; }
   Rng& rng() noexcept { return rng_; }
@@ -77,11 +110,21 @@ struct World::Impl {
   // step() if the earliest pending instant is at or before `limit`.
   bool step_until(std::uint64_t limit);
   // What an empty poll or a non-blocking wait runs: the next instant, if it is at most
-  // poll_horizon away (World::set_poll_horizon).
-  bool poll_step() {
-    return poll_horizon_ == UINT64_MAX ? step() : step_until(now_ + poll_horizon_);
+  // poll_horizon away (World::set_poll_horizon). Never throws: returns 0, or ETIMEDOUT once the
+  // world's Budget ran out (what the empty poll returns).
+  int poll_step() noexcept {
+    if (poll_slow_ == 0) {  // no horizon, no budget: the one check on an empty poll
+      plain_step();
+      return 0;
+    }
+    return limited_poll_step();
   }
-  void set_poll_horizon(std::uint64_t ns) noexcept { poll_horizon_ = ns; }
+  void set_poll_horizon(std::uint64_t ns) noexcept {
+    poll_horizon_ = ns;
+    poll_slow_ = ns != UINT64_MAX || budgeted_;
+  }
+  // The World this is the inside of (for reports made inside: BudgetExceeded).
+  void set_owner(const World* w) noexcept { owner_ = w; }
   // Runs every event due at or before `deadline`, then sets the clock to it.
   void run_until(std::uint64_t deadline);
   const EventQueue& events() const noexcept { return events_; }
@@ -187,6 +230,16 @@ struct World::Impl {
   void count_cm(const CmRecord& r);  // a MAD of 256 bytes
   // Packets take the path that tells observers (or counts them) from now on.
   void start_observing();
+  // step_until(limit) within Config::budget. Past it: the world stops (no more events), and
+  // this throws BudgetExceeded, or (!may_throw) writes the report to stderr once, sets
+  // poll_errno_ and returns false.
+  bool budgeted_step(std::uint64_t limit, bool may_throw);
+  // Two threads inside at once (Entry): writes what happened and what to do, and aborts.
+  [[noreturn, gnu::cold]] void entered_twice(std::uintptr_t inside, std::uintptr_t entering) noexcept;
+  // poll_step() with a horizon or a budget.
+  int limited_poll_step() noexcept;
+  // step() without a budget.
+  bool plain_step();
 
   Config config_;
   const ProfileTraits* traits_;
@@ -194,6 +247,11 @@ struct World::Impl {
   Digest digest_;
   std::uint64_t now_ = 0;
   std::uint64_t poll_horizon_ = UINT64_MAX;
+  std::atomic<std::uintptr_t> inside_{0};  // the thread inside (Entry), or 0
+  bool budgeted_ = false;  // config_.budget.enabled()
+  bool poll_slow_ = false;  // a poll horizon or a budget: poll_step() takes its slow path
+  std::string budget_report_;  // BudgetExceeded's message, once the budget ran out
+  const World* owner_ = nullptr;
   std::vector<std::unique_ptr<DevCore>> devs_;
   EventQueue events_;
   FaultInjector faults_;

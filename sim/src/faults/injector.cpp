@@ -1,6 +1,9 @@
 #include "faults/injector.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace verbsim::sim {
 
@@ -14,8 +17,8 @@ RuleCheck::RuleCheck(const Trigger& when, const Filter& where, std::uint32_t i,
   } else {
     probability = when.probability;
   }
-  any_qpn = !where.qpn.has_value();
-  qpn = where.qpn.value_or(0);
+  any_qpn = !where.qpn.has_value() && where.qp_name.empty();
+  qpn = where.qp_name.empty() ? where.qpn.value_or(0) : kUnnamedQpn;
   if (!where.device.empty()) {
     dev = kNoDevice;
     for (const auto& d : devs) {
@@ -44,6 +47,63 @@ FaultInjector::FaultInjector(const FaultPlan& plan,
     cm_rules_.emplace_back(plan.cm[i].when, plan.cm[i].where, static_cast<std::uint32_t>(i), devs);
   }
   checks_packets_ = !plan.packets.empty();
+}
+
+void FaultInjector::name_qp(const std::string& name, std::uint32_t qpn, int dev) {
+  if (!valid_qp_name(name)) {
+    throw std::invalid_argument("World::name: '" + name +
+                                "' cannot name a QP in a fault rule (a letter or '_', then "
+                                "letters, digits, '_', '-' or '.')");
+  }
+  for (const auto& [n, q, d] : names_) {
+    if (n == name && (q != qpn || d != dev)) {
+      throw std::invalid_argument("World::name: '" + name + "' already names QP " +
+                                  std::to_string(q) + " of device " + std::to_string(d));
+    }
+  }
+  names_.emplace_back(name, qpn, dev);
+  // Verb rules: that QP, on its device (a dev= filter that names another device stays).
+  for (auto& rules : verb_rules_) {
+    for (RuleCheck& r : rules) {
+      if (plan_.verbs[r.index].where.qp_name != name) continue;
+      r.qpn = qpn;
+      if (r.dev == RuleCheck::kAnyDevice) r.dev = dev;
+    }
+  }
+  // Packet and CM rules: its number, as qp=<number> (the check has the sender's device only).
+  for (RuleCheck& r : packet_rules_) {
+    if (plan_.packets[r.index].where.qp_name == name) r.qpn = qpn;
+  }
+  for (RuleCheck& r : cm_rules_) {
+    if (plan_.cm[r.index].where.qp_name == name) r.qpn = qpn;
+  }
+}
+
+std::string FaultInjector::unnamed_rules() const {
+  std::string out;
+  auto add = [&out](const RuleCheck& r, const Filter& where, FaultPlan one) {
+    if (where.qp_name.empty() || r.qpn != RuleCheck::kUnnamedQpn) return;
+    out += "fault rule '" + one.to_string() + "' names QP '" + where.qp_name +
+           "', which no QP was given (World::name): it never fired\n";
+  };
+  for (const auto& rules : verb_rules_) {
+    for (const RuleCheck& r : rules) {
+      FaultPlan one;
+      one.verbs.push_back(plan_.verbs[r.index]);
+      add(r, plan_.verbs[r.index].where, std::move(one));
+    }
+  }
+  for (const RuleCheck& r : packet_rules_) {
+    FaultPlan one;
+    one.packets.push_back(plan_.packets[r.index]);
+    add(r, plan_.packets[r.index].where, std::move(one));
+  }
+  for (const RuleCheck& r : cm_rules_) {
+    FaultPlan one;
+    one.cm.push_back(plan_.cm[r.index]);
+    add(r, plan_.cm[r.index].where, std::move(one));
+  }
+  return out;
 }
 
 PacketFaults FaultInjector::act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,

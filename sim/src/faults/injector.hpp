@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "fabric/rng.hpp"
@@ -85,6 +87,14 @@ class FaultInjector {
   // sent from device `dev`?
   bool cm_message(CmMessage kind, std::uint32_t from_qpn, std::uint32_t to_qpn, int dev);
 
+  // World::name: the rules naming `name` (qp=<name>) match QP `qpn` of device `dev` from now
+  // on (until then they match nothing). Throws std::invalid_argument for a name a rule cannot
+  // hold or one that already names another QP. Control path: the data path's checks stay
+  // comparisons of numbers.
+  void name_qp(const std::string& name, std::uint32_t qpn, int dev);
+  // The rules that name a QP no QP was given, one line each ("" if none).
+  std::string unnamed_rules() const;
+
  private:
   const FaultPlan& plan_;
   Rng& rng_;
@@ -97,6 +107,7 @@ class FaultInjector {
   bool links_changed_ = false;
   VerbFaultListener on_verb_fault_ = nullptr;
   void* listener_ = nullptr;
+  std::vector<std::tuple<std::string, std::uint32_t, int>> names_;  // World::name's
 };
 
 }  // namespace verbsim::sim

@@ -61,6 +61,18 @@ std::string format_prob(double p) {
   return buf;
 }
 
+}  // namespace
+
+bool valid_qp_name(std::string_view name) noexcept {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (name.empty() || !letter(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) {
+    return letter(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
+  });
+}
+
+namespace {
+
 class RuleParser {
  public:
   explicit RuleParser(std::string_view rule) : rule_(rule) {}
@@ -161,7 +173,21 @@ constexpr Key kPKey{"p", [](const Arg& a, Draft& d) {
                       d.when.probability = a.rule.probability(a.value);
                       ++d.triggers;
                     }};
-constexpr Key kQpKey{"qp", [](const Arg& a, Draft& d) { d.where.qpn = a.u32(); }};
+// qp=<number>, or qp=<name> (World::name).
+constexpr Key kQpKey{"qp", [](const Arg& a, Draft& d) {
+                       if (!a.value.empty() && a.value[0] >= '0' && a.value[0] <= '9') {
+                         d.where.qpn = a.u32();
+                         d.where.qp_name.clear();
+                         return;
+                       }
+                       if (!valid_qp_name(a.value)) {
+                         a.rule.error("qp=" + std::string(a.value) +
+                                      " is neither a QP number nor a name (a letter or '_', "
+                                      "then letters, digits, '_', '-' or '.')");
+                       }
+                       d.where.qp_name = a.value;
+                       d.where.qpn.reset();
+                     }};
 constexpr Key kDevKey{"dev", [](const Arg& a, Draft& d) { d.where.device = a.value; }};
 
 constexpr std::array kVerbKeys{
@@ -324,6 +350,15 @@ bool FaultPlan::has_verb(Verb v) const noexcept {
   return false;
 }
 
+FaultPlan& FaultPlan::append(const FaultPlan& other) {
+  verbs.insert(verbs.end(), other.verbs.begin(), other.verbs.end());
+  packets.insert(packets.end(), other.packets.begin(), other.packets.end());
+  timed.insert(timed.end(), other.timed.begin(), other.timed.end());
+  cm.insert(cm.end(), other.cm.begin(), other.cm.end());
+  if (other.cq_depth != 0) cq_depth = other.cq_depth;
+  return *this;
+}
+
 FaultPlan& FaultPlan::fail(Verb verb, int err, Trigger when, Filter where) {
   verbs.push_back({verb, when, err, std::move(where)});
   return *this;
@@ -366,6 +401,7 @@ std::string FaultPlan::to_string() const {
   };
   auto add_filter = [&](const Filter& f) {
     if (f.qpn) out += " qp=" + std::to_string(*f.qpn);
+    if (!f.qp_name.empty()) out += " qp=" + f.qp_name;
     if (!f.device.empty()) out += " dev=" + f.device;
   };
   for (const auto& f : verbs) {

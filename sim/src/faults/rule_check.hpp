@@ -17,6 +17,9 @@ namespace verbsim::sim {
 struct RuleCheck {
   static constexpr int kAnyDevice = -1;
   static constexpr int kNoDevice = -2;  // names a device the world does not have
+  // The number of a rule's named QP until the QP is named (never a QP number: they have 24
+  // bits), so that the check stays one comparison.
+  static constexpr std::uint32_t kUnnamedQpn = 0xffffffff;
   RuleCheck(const Trigger& when, const Filter& where, std::uint32_t index,
             const std::vector<std::unique_ptr<DevCore>>& devs);
 

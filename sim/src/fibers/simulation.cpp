@@ -119,7 +119,14 @@ struct Simulation::Impl {
   int live = 0;
   std::exception_ptr error;
   std::string error_host;
+  std::string deadlock;            // the report, once every fiber was blocked
+  std::uint64_t edeadlk_answers = 0;  // blocked waits answered EDEADLK since
 };
+
+namespace {
+// Blocked waits answered EDEADLK after which the fibers are taken to ignore it.
+constexpr std::uint64_t kIgnoredDeadlockAnswers = 10000;
+}  // namespace
 
 Simulation::Simulation(World& world) : world_(world), impl_(std::make_unique<Impl>()) {
   impl_->algo = new VirtualTimeAlgorithm(world_.impl());
@@ -156,11 +163,13 @@ void Simulation::spawn(std::string name, std::function<void()> body) {
   impl_->hosts.push_back(std::move(host));
 }
 
-void Simulation::run() {
+RunOutcome Simulation::run() {
   World::Impl& w = world_.impl();
   w.fibers().running = impl_.get();
   w.fibers().deadlocked = false;
-  std::string deadlock;
+  impl_->deadlock.clear();
+  impl_->edeadlk_answers = 0;
+  std::string& deadlock = impl_->deadlock;
   int grace = 0;
   while (impl_->live > 0) {
     boost::this_fiber::yield();
@@ -202,7 +211,21 @@ void Simulation::run() {
   w.fibers().running = nullptr;
   w.fibers().deadlocked = false;
   if (impl_->error) std::rethrow_exception(impl_->error);
-  if (!deadlock.empty()) throw DeadlockError(deadlock);
+  if (impl_->live > 0) throw DeadlockError(deadlock);  // fibers ignored their EDEADLK
+  return {!deadlock.empty(), deadlock};
+}
+
+void deadlock_answer(World::Impl& world) {
+  auto* sim = static_cast<Simulation::Impl*>(world.fibers().running);
+  if (++sim->edeadlk_answers <= kIgnoredDeadlockAnswers) return;
+  std::string name = "?";
+  for (const auto& h : sim->hosts) {
+    if (h->fiber.get_id() == boost::this_fiber::get_id()) name = h->name;
+  }
+  throw DeadlockError(sim->deadlock + "fiber '" + name + "' went on waiting after " +
+                      std::to_string(kIgnoredDeadlockAnswers) +
+                      " answers of EDEADLK: a fiber must return (or throw) when a blocking "
+                      "wait returns EDEADLK\n");
 }
 
 void spin_wait(World::Impl& world) noexcept {
@@ -230,6 +253,7 @@ void sleep_for(World& world, std::chrono::nanoseconds d) {
   w.fibers().sleepers.push_back(&queue);
   while (w.now() < until && !w.fibers().deadlocked) wait_on(w, queue);
   std::erase(w.fibers().sleepers, &queue);
+  if (w.now() < until) deadlock_answer(w);  // cut short by a deadlock
 }
 
 }  // namespace verbsim::sim

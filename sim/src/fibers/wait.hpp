@@ -19,6 +19,11 @@ void notify_all(WaitQueuePtr& queue) noexcept;
 // like this one, so that no fiber's work is overtaken by virtual time.
 void spin_wait(World::Impl& world) noexcept;
 
+// A blocked wait (or sleep) of a fiber after the world deadlocked, which returns at once:
+// after many, the fibers are taken to ignore EDEADLK and wait again, and it throws
+// DeadlockError naming the fiber (Simulation::run() rethrows it).
+void deadlock_answer(World::Impl& world);
+
 // The eventfds behind the simulator's channel fds (context.cpp): non-blocking semaphores that
 // poll readable while an event is pending.
 int make_eventfd();
@@ -33,7 +38,11 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
   for (;;) {
     if (take()) return {};
     if (fibers_running(w)) {
-      if (w.fibers().deadlocked) return errno_code(wait == Wait::blocking ? EDEADLK : EAGAIN);
+      if (w.fibers().deadlocked) {
+        if (wait == Wait::nonblocking) return errno_code(EAGAIN);
+        deadlock_answer(w);
+        return errno_code(EDEADLK);
+      }
       if (wait == Wait::blocking) {
         wait_on(w, waiters);
         continue;
@@ -43,8 +52,9 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
       return errno_code(EAGAIN);
     }
     if (wait == Wait::nonblocking) {
-      w.poll_step();
-      return take() ? std::error_code{} : errno_code(EAGAIN);
+      const int err = w.poll_step();  // ETIMEDOUT: the world's budget ran out
+      if (take()) return {};
+      return errno_code(err != 0 ? err : EAGAIN);
     }
     if (!w.step()) return errno_code(EDEADLK);
   }

@@ -73,6 +73,7 @@ void SimQp::on_nak(const Event& e) {
 // Receiver not ready: wait the responder's RNR timer and send again from the WQE NAKed, while
 // retries are left (rnr_retry 7: forever); then RNR_RETRY_EXC_ERR.
 void SimQp::on_rnr_nak(const Event& e) {
+  ++rnr_naks_;
   if (hot_.rnr_retry != 7 && rnr_left_ == 0) {
     ++port_counters().retry_rnr_exceeded_err;
     complete_next(WcStatus::rnr_retry_exc_err);

@@ -228,6 +228,35 @@ void SimQp::enter_error(ErrorCause cause) {
   if (srq_ && traits().last_wqe_reached_event) raise(AsyncEventType::qp_last_wqe_reached);
 }
 
+std::string SimQp::waiting() const {
+  std::string out = "qp " + std::to_string(qpn_) + " (" + std::string(to_string(type_)) + ", " +
+                    std::string(to_string(hot_.qp_state)) + "): ";
+  const std::uint32_t sends = sq_post_ - sq_done_;
+  if (sends == 0) {
+    out += "no send WR outstanding";
+  } else {
+    out += std::to_string(sends) + " send WR(s) outstanding, " +
+           std::to_string(sq_sent_ - sq_done_) + " of them sent and not acknowledged";
+  }
+  if (rnr_wait_) out += "; waiting out a receiver-not-ready NAK";
+  if (rnr_naks_ != 0) {
+    out += "; " + std::to_string(rnr_naks_) + " RNR NAK(s) received, " +
+           (hot_.rnr_retry == 7 ? std::string("rnr_retry 7 retries forever (post the peer's "
+                                              "receive, or set rnr_retry < 7)")
+                                : std::to_string(rnr_left_) + " RNR retries left");
+  }
+  if (type_ == QpType::rc && retry_left_ != hot_.retry_cnt) {
+    out += "; " + std::to_string(retry_left_) + " of " + std::to_string(hot_.retry_cnt) +
+           " transport retries left";
+  }
+  if (srq_) {
+    out += "; receives from an SRQ (" + std::to_string(srq_->rq.size()) + " posted)";
+  } else {
+    out += "; " + std::to_string(rq_.size()) + " receive(s) posted";
+  }
+  return out;
+}
+
 std::uint64_t SimQp::outstanding() const noexcept {
   return (sq_post_ - sq_done_) + (srq_ ? 0 : rq_.size());
 }

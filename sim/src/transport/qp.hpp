@@ -90,6 +90,8 @@ class alignas(64) SimQp : public QueuePair {
   WcStatus local_fault_status(std::uint32_t index) noexcept;
   // Work requests still in its queues (for the accounting invariant).
   std::uint64_t outstanding() const noexcept;
+  // What it waits for, for World::waiting(): "qp 17 (RC, RTS): ...".
+  std::string waiting() const;
   void forget_cq_entries() noexcept;
   // On rxe, warns when type 2 windows are bound through this QP, being destroyed.
   void warn_if_windows_pin() const;
@@ -121,6 +123,9 @@ class alignas(64) SimQp : public QueuePair {
     return *reinterpret_cast<BindOperands*>(&sq_atomic(i));
   }
   DevCore& dev() noexcept { return *dev_; }
+  // Which world and device it is of (World::name).
+  bool of_world(const World::Impl& w) const noexcept { return world_ == &w; }
+  int device_index() const noexcept { return dev_->index; }
   // For observers (observe/packets.cpp): the RC/UC peer the AV names, and whether send queue
   // index `i` still holds its WQE (posted, and not posted over since).
   int peer_dev() const noexcept { return dst_dev_; }
@@ -316,6 +321,7 @@ class alignas(64) SimQp : public QueuePair {
   std::uint8_t retry_left_ = 0;
   std::uint8_t rnr_left_ = 0;
   bool rnr_wait_ = false;
+  std::uint32_t rnr_naks_ = 0;  // RNR NAKs received (World::waiting())
   std::shared_ptr<SrqCore> srq_;
   std::shared_ptr<PdCore> pd_;
 

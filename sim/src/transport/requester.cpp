@@ -122,6 +122,7 @@ template <QpType Type>
 }
 
 PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
+  world().check_entry();
   switch (type_) {
     case QpType::uc: return post_send_as<QpType::uc>(wrs);
     case QpType::ud: return post_send_as<QpType::ud>(wrs);

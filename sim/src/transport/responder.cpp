@@ -15,6 +15,7 @@
 namespace verbsim::sim {
 
 PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
+  world().check_entry();
   if (has_srq_) return {0, EINVAL, "QP receives from an SRQ"};
   if (hot_.qp_state == QpState::reset) return {0, EINVAL, "QP is in RESET"};
   // The queue's indices in locals: the stores into its slots cannot change them.

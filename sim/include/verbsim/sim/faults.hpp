@@ -5,6 +5,7 @@
 //
 //   post_send nth=3 errno=ENOMEM          # the 3rd post_send call fails with ENOMEM
 //   poll_cq every=10 errno=EAGAIN qp=17   # every 10th poll (filters: qp=, dev=)
+//   post_send nth=1 errno=ENOMEM qp=server # qp=<name>: the QP given that name (World::name)
 //   get_cq_event p=0.05 errno=EAGAIN      # 5% of calls, drawn from the world's RNG
 //   drop p=0.01                           # lose 1% of packets (RC retries them)
 //   drop psn=5 qp=17                      # lose the packet with PSN 5 sent by QP 17, once
@@ -31,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace verbsim::sim {
@@ -77,6 +79,9 @@ inline constexpr int kVerbCount = 0 VERBSIM_FAULT_VERBS(VERBSIM_FAULT_VERB_ONE);
 static_assert(static_cast<int>(Verb::rdma_get_cm_event) == 22, "append verbs, never insert");
 
 std::string_view to_string(Verb v) noexcept;  // "post_send"
+// Whether `name` can name a QP in a rule (qp=<name>): a letter or '_', then letters, digits,
+// '_', '-' or '.'.
+bool valid_qp_name(std::string_view name) noexcept;
 
 // When a rule fires among the calls (or packets) it matches. Exactly one of the three is set.
 struct Trigger {
@@ -89,6 +94,12 @@ struct Trigger {
 struct Filter {
   std::optional<std::uint32_t> qpn;  // a QP number (verbs on it, packets it sends or receives)
   std::string device;                // "sim0"
+  // The QP given this name with World::name (text: qp=<name>, a letter or '_' first, then
+  // letters, digits, '_', '-' or '.'). Resolved when the QP is named: until then the rule
+  // matches nothing. A verb rule then matches that QP only; packet and cm_drop rules match its
+  // number, as qp=<number> does (QP numbers repeat across devices).
+  std::string qp_name;
+  static Filter named(std::string qp_name) { return {std::nullopt, {}, std::move(qp_name)}; }
 };
 
 struct VerbFault {
@@ -148,6 +159,9 @@ struct FaultPlan {
   static FaultPlan from_env();
   // The text form; parse(to_string()) gives the same plan.
   std::string to_string() const;
+
+  // Appends `other`'s rules to this plan's; its cq_overrun depth, if any, replaces this one's.
+  FaultPlan& append(const FaultPlan& other);
 
   FaultPlan& fail(Verb verb, int err, Trigger when, Filter where = {});
   FaultPlan& packet(PacketAction action, Trigger when, Filter where = {});

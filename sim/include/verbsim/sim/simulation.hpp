@@ -18,10 +18,21 @@
 
 namespace verbsim::sim {
 
-// Every fiber was blocked and the world had nothing left to run.
+// Every fiber was blocked and the world had nothing left to run, and a fiber did not take
+// its EDEADLK for an answer: it kept waiting (run() gave up on it) or never returned.
 class DeadlockError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// How Simulation::run() ended when every fiber returned.
+struct RunOutcome {
+  // Every fiber was blocked once with nothing left to run; their blocked waits returned
+  // EDEADLK, and the fibers handled it (returned).
+  bool deadlocked = false;
+  // What DeadlockError would have said: the blocked fibers, the seed, World::report().
+  // Empty unless deadlocked.
+  std::string report;
 };
 
 class Simulation {
@@ -37,9 +48,11 @@ class Simulation {
 
   // Runs every fiber to completion. Which ready fiber runs next is drawn from the world's
   // RNG, so a seed fixes the interleaving. When every fiber is blocked and no event is pending,
-  // blocked waits return EDEADLK and run() throws DeadlockError naming the seed, the blocked
-  // fibers and the recent event history. An exception escaping a fiber is rethrown here.
-  void run();
+  // blocked waits return EDEADLK; if the fibers then return, run() returns an outcome with
+  // `deadlocked` set and the report (the seed, the blocked fibers, World::report()). Throws:
+  // the first exception that escaped a fiber (rethrown); DeadlockError with that report if
+  // fibers went on waiting after their EDEADLK.
+  RunOutcome run();
 
   World& world() noexcept { return world_; }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,28 @@ std::string_view to_string(Profile p) noexcept;
 // "strict", "rxe" or "mlx5"; throws std::invalid_argument otherwise.
 Profile parse_profile(std::string_view name);
 
+// A limit on a run that may make no progress: a forgotten receive with the default
+// rnr_retry=7 retries forever. Zero: no limit (the default). Text form (VERBSIM_BUDGET, parse):
+// "time=2s events=1000000" (times take ns, us, ms or s).
+struct Budget {
+  std::uint64_t virtual_ns = 0;  // the run stops before virtual time passes this
+  std::uint64_t events = 0;      // the run stops once this many events have run
+  bool enabled() const noexcept { return virtual_ns != 0 || events != 0; }
+  // Throws std::invalid_argument naming the word that is wrong.
+  static Budget parse(std::string_view text);
+  std::string to_string() const;  // parse(to_string()) gives the same budget
+};
+
+// The world ran out of its Budget. what(): why, what every QP is waiting for (World::waiting()),
+// then World::report(). Thrown by what runs the world and may throw: World::step, run_until,
+// run_until_idle, blocking waits (get_cq_event, get_async_event, the CM's get_event) and
+// Simulation::run. CQ polls and non-blocking waits (noexcept) return ETIMEDOUT instead, and
+// the report is written to stderr once. Once exceeded, the world runs no more events.
+class BudgetExceeded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct Config {
   std::uint64_t seed = 1;
   Profile profile = Profile::strict;
@@ -39,14 +62,20 @@ struct Config {
   std::uint64_t link_latency_ns = 1000;  // one way, port to port
   std::uint64_t link_gbps = 100;         // serialisation rate of every port
   FaultPlan faults;                      // see faults.hpp
+  // Whether the world appends VERBSIM_FAULTS's rules to `faults` when it is made (a swarm's
+  // drawn plan then reaches a test that builds its own config); false: `faults` alone.
+  // from_env() has read them into `faults` already, so it sets this to false.
+  bool env_faults = true;
   // What the world writes about itself (docs/OBSERVABILITY.md); none of it changes the run.
   std::string pcap;      // every packet as RoCE v2, in a pcapng file (Wireshark, tshark)
   std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
   bool stats = false;    // count packets, ACKs, NAKs, retries, completions (World::stats())
+  Budget budget;         // none by default; VERBSIM_BUDGET replaces it in every world
 
   // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
   // VERBSIM_SIM_PORTS (ports per device), VERBSIM_FAULTS, VERBSIM_PCAP, VERBSIM_TIMELINE and
-  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends).
+  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends) and
+  // VERBSIM_BUDGET.
   static Config from_env();
 };
 
@@ -63,7 +92,9 @@ struct Accounting {
 
 // A simulated fabric. Devices, queue pairs and the virtual clock live here; there are no
 // globals, so a process may hold any number of worlds. A world is single-threaded: use it (and
-// everything opened from it) from one thread at a time. Contexts must go before the world.
+// everything opened from it) from one thread at a time (threads taking turns under one lock
+// are fine). A thread that posts or runs the world while another thread runs it makes the
+// process abort with a message naming both threads. Contexts must go before the world.
 //
 // Progress: the world advances when application code polls a CQ or waits for an event, so code
 // written against the core API alone runs unchanged. Virtual time jumps to the next event.
@@ -78,6 +109,16 @@ class World final : public Backend {
   std::unique_ptr<Context> open(std::string_view device = {}) override;
   // The simulated connection manager (verbsim/cm.hpp; sim/src/cm/).
   std::unique_ptr<CmEventChannel> create_cm_channel() override;
+
+  // Names `qp` (of this world) for the fault plan's rules: those that say qp=<name>
+  // (Filter::qp_name) match it from now on; a rule is checked against numbers, so naming costs
+  // the data path nothing. Name a QP before the verbs a rule should fail. Throws
+  // std::invalid_argument if `qp` is not a QP of this world, if `name` cannot be written in a
+  // rule (a letter or '_', then letters, digits, '_', '-' or '.'), or if it names another QP.
+  void name(const QueuePair& qp, const std::string& name);
+  // The rules that name a QP no QP was given, one line each naming the rule ("" if none). The
+  // world writes them to stderr when it is destroyed.
+  std::string unnamed_rules() const;
 
   const Config& config() const noexcept;
   std::uint64_t seed() const noexcept;
@@ -130,6 +171,10 @@ class World final : public Backend {
   // faults, CM messages; the test main attaches one to every world) and the counters of the
   // QPs they name; without a recorder, the last fabric events (recent_history()).
   std::string report() const;
+  // What every live QP is waiting for, one line each: type and state, send WRs outstanding
+  // (and how many are on the wire), an RNR wait and the RNR NAKs received, retries left, the
+  // receives posted. The body of BudgetExceeded's message.
+  std::string waiting() const;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
