@@ -141,16 +141,21 @@ TEST(Budget, AForgottenReceiveEndsABlockingWaitWithBudgetExceeded) {
   }
 }
 
-// Under fibers the driver runs the world: Simulation::run() throws it.
+// Under fibers the driver runs the world: the fiber's poll returns ETIMEDOUT, and once it
+// has returned Simulation::run() throws the report.
 TEST(Budget, AForgottenReceiveUnderFibersEndsRun) {
   const auto start = std::chrono::steady_clock::now();
   SimPair p(budgeted("events=500"));
+  int err = 0;
   sim::Simulation sim(p.world);
   sim.spawn("client", [&] {
     send_without_receive(p);
     WorkCompletion wc[4];
-    while (p.a.cq->poll(wc).count == 0) {
-    }
+    PollResult r;
+    do {
+      r = p.a.cq->poll(wc);
+    } while (r.count == 0 && r.err == 0);
+    err = r.err;
   });
   try {
     (void)sim.run();
@@ -164,6 +169,29 @@ TEST(Budget, AForgottenReceiveUnderFibersEndsRun) {
         << what;
     EXPECT_NE(what.find(server_line(p)), std::string::npos) << what;
   }
+  EXPECT_EQ(err, ETIMEDOUT);
+}
+
+// A fiber blocked in a wait gets the exception itself; run() rethrows it.
+TEST(Budget, AFiberWaitingPastTheBudgetGetsBudgetExceeded) {
+  SimPair p(budgeted("time=1s"));
+  auto ch = p.a.ctx->create_comp_channel();
+  auto cq = p.a.ctx->create_cq(4, ch.get());
+  ASSERT_FALSE(cq->req_notify(false));
+  bool thrown = false;
+  sim::Simulation sim(p.world);
+  sim.spawn("waiter", [&] {
+    send_without_receive(p);
+    try {
+      CompletionQueue* fired = nullptr;
+      (void)ch->get_cq_event(fired, Wait::blocking);
+    } catch (const sim::BudgetExceeded&) {
+      thrown = true;
+      throw;
+    }
+  });
+  EXPECT_THROW((void)sim.run(), sim::BudgetExceeded);
+  EXPECT_TRUE(thrown);
 }
 
 TEST(Budget, NoBudgetNoLimit) {

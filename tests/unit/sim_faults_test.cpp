@@ -23,10 +23,13 @@ using testing::poll_n;
 using testing::SimPair;
 using testing::WrChecker;
 
+// The plan `text` alone: these tests count what their own rules do, so a swarm's VERBSIM_FAULTS
+// stays out (Config::env_faults).
 sim::Config with_faults(const char* text, std::uint64_t seed = 1) {
   sim::Config c;
   c.seed = seed;
   c.faults = FaultPlan::parse(text);
+  c.env_faults = false;
   return c;
 }
 
@@ -210,7 +213,9 @@ class ScopedEnvFaults {
 
 TEST(VerbFaults, EnvironmentRulesAreAppendedToTheConfigsOwn) {
   ScopedEnvFaults env("post_send nth=1 errno=ENOMEM");
-  SimPair p(with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0"));
+  sim::Config c = with_faults("poll_cq nth=1 errno=EAGAIN dev=sim0");
+  c.env_faults = true;  // the default
+  SimPair p(c);
   EXPECT_EQ(p.world.config().faults.to_string(),
             "poll_cq nth=1 errno=EAGAIN dev=sim0; post_send nth=1 errno=ENOMEM");
   WorkCompletion wc[4];

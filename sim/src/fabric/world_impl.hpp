@@ -119,6 +119,9 @@ struct World::Impl {
     }
     return limited_poll_step();
   }
+  // The Budget ran out: the world runs nothing more; BudgetExceeded's message.
+  bool budget_exceeded() const noexcept { return !budget_report_.empty(); }
+  const std::string& budget_report() const noexcept { return budget_report_; }
   void set_poll_horizon(std::uint64_t ns) noexcept {
     poll_horizon_ = ns;
     poll_slow_ = ns != UINT64_MAX || budgeted_;

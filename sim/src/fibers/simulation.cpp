@@ -177,7 +177,21 @@ RunOutcome Simulation::run() {
     // Back in the driver with no host ready to work: every host is blocked or spinning on the
     // world, so the world must move.
     if (!impl_->algo->workers_ready()) {
-      if (w.step()) {
+      if (w.budget_exceeded()) {
+        // Past the budget: the fibers' waits throw BudgetExceeded and their polls return
+        // ETIMEDOUT; give them the time to end, as after a deadlock.
+        impl_->algo->world_moved();
+        if (++grace > 10000) break;
+        continue;
+      }
+      bool stepped = false;
+      try {
+        stepped = w.step();
+      } catch (const BudgetExceeded&) {
+        for (WaitQueue* q : w.fibers().wait_queues) q->cv.notify_all();
+        continue;
+      }
+      if (stepped) {
         impl_->algo->world_moved();
         continue;
       }
@@ -211,6 +225,7 @@ RunOutcome Simulation::run() {
   w.fibers().running = nullptr;
   w.fibers().deadlocked = false;
   if (impl_->error) std::rethrow_exception(impl_->error);
+  if (w.budget_exceeded()) throw BudgetExceeded(w.budget_report());
   if (impl_->live > 0) throw DeadlockError(deadlock);  // fibers ignored their EDEADLK
   return {!deadlock.empty(), deadlock};
 }
@@ -228,12 +243,13 @@ void deadlock_answer(World::Impl& world) {
                       "wait returns EDEADLK\n");
 }
 
-void spin_wait(World::Impl& world) noexcept {
+int spin_wait(World::Impl& world) noexcept {
   auto* sim = static_cast<Simulation::Impl*>(world.fibers().running);
   boost::fibers::context* self = boost::fibers::context::active();
   sim->algo->spin(self);
   boost::this_fiber::yield();
   sim->algo->stop_spinning(self);
+  return world.budget_exceeded() ? ETIMEDOUT : 0;
 }
 
 void sleep_for(World& world, std::chrono::nanoseconds d) {
@@ -251,8 +267,9 @@ void sleep_for(World& world, std::chrono::nanoseconds d) {
   queue.reset(new WaitQueue(w));
   w.schedule(e);
   w.fibers().sleepers.push_back(&queue);
-  while (w.now() < until && !w.fibers().deadlocked) wait_on(w, queue);
+  while (w.now() < until && !w.fibers().deadlocked && !w.budget_exceeded()) wait_on(w, queue);
   std::erase(w.fibers().sleepers, &queue);
+  if (w.budget_exceeded()) throw BudgetExceeded(w.budget_report());
   if (w.now() < until) deadlock_answer(w);  // cut short by a deadlock
 }
 

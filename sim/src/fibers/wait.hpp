@@ -16,8 +16,9 @@ void wait_on(World::Impl& world, WaitQueuePtr& queue);
 void notify_all(WaitQueuePtr& queue) noexcept;
 // A poll or non-blocking wait that found nothing, under a Simulation: lets every other ready
 // fiber run, and the world moves on (one instant) only once every ready fiber is spinning
-// like this one, so that no fiber's work is overtaken by virtual time.
-void spin_wait(World::Impl& world) noexcept;
+// like this one, so that no fiber's work is overtaken by virtual time. Returns 0, or
+// ETIMEDOUT once the world's budget ran out.
+int spin_wait(World::Impl& world) noexcept;
 
 // A blocked wait (or sleep) of a fiber after the world deadlocked, which returns at once:
 // after many, the fibers are taken to ignore EDEADLK and wait again, and it throws
@@ -38,6 +39,10 @@ std::error_code wait_for(World::Impl& w, WaitQueuePtr& waiters, Wait wait, Take 
   for (;;) {
     if (take()) return {};
     if (fibers_running(w)) {
+      if (w.budget_exceeded()) [[unlikely]] {
+        if (wait == Wait::nonblocking) return errno_code(ETIMEDOUT);
+        throw BudgetExceeded(w.budget_report());
+      }
       if (w.fibers().deadlocked) {
         if (wait == Wait::nonblocking) return errno_code(EAGAIN);
         deadlock_answer(w);

@@ -106,7 +106,8 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
   World::Impl& w = *c.world;
   if (c.count == 0) {
     if (fibers_running(w)) {
-      spin_wait(w);  // other fibers run first; the world moves once they all wait on it
+      // Other fibers run first; the world moves once they all wait on it.
+      if (const int err = spin_wait(w); err != 0 && c.count == 0) return failed_poll(err);
     } else if (const int err = w.poll_step(); err != 0 && c.count == 0) [[unlikely]] {
       return failed_poll(err);  // ETIMEDOUT: the world's budget ran out
     }
