@@ -196,8 +196,8 @@ TEST(Fibers, AnExceptionAfterEdeadlkIsRethrownAsItIs) {
 // The report names what the world did last: the verbs posted, the packets and the completions
 // a FlightRecorder kept, and the counters of the QPs involved.
 TEST(Fibers, DeadlockReportShowsTheLastRecordsOfTheRun) {
+  sim::FlightRecorder recorder;  // outlives the world, as observers must
   SimPair p;
-  sim::FlightRecorder recorder;
   p.world.add_observer(recorder);
   auto ch = p.b.ctx->create_comp_channel();
   auto idle_cq = p.b.ctx->create_cq(4, ch.get());
