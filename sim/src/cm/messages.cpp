@@ -91,8 +91,7 @@ void CmFabric::observe(const Wire& m, int to_dev, std::uint8_t to_port, PacketFa
   r.fate = fate;
   r.kind = static_cast<CmMessage>(static_cast<int>(m.kind) + 1);
   const auto gid_of = [&](int dev, std::uint8_t port) {
-    const DevCore& d = *w.devices()[static_cast<std::size_t>(dev)];
-    return d.ports[World::Impl::port_index(d, port)].gids.back();
+    return World::Impl::roce_gid(*w.devices()[static_cast<std::size_t>(dev)], port);
   };
   r.dst_dev = static_cast<std::uint16_t>(to_dev);
   r.dst_port = to_port;

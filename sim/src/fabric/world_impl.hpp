@@ -195,6 +195,10 @@ struct World::Impl {
   static std::size_t port_index(const DevCore& dev, std::uint8_t port) noexcept {
     return port > 0 && port <= dev.ports.size() ? port - 1u : 0;
   }
+  // The RoCE v2 GID of port `port` of `dev` (its last, IPv4-mapped one), as packets carry it.
+  static const Gid& roce_gid(const DevCore& dev, std::uint8_t port) noexcept {
+    return dev.ports[port_index(dev, port)].gids.back();
+  }
   // The port a packet leaves `dev` by.
   static PortCore& egress(DevCore& dev, std::uint8_t port) noexcept {
     return dev.ports[port_index(dev, port)];

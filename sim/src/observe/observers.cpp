@@ -186,12 +186,12 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
     }
   }
   const DevCore& src = *devs_[std::min<std::size_t>(r.src_dev, devs_.size() - 1)];
-  r.src_gid = src.ports[port_index(src, r.src_port)].gids.back();
+  r.src_gid = roce_gid(src, r.src_port);
   if (r.dst_dev < devs_.size()) {
     const DevCore& dst = *devs_[r.dst_dev];
     const SimQp* to = dst.qps.find(r.dst_qpn);
     r.dst_port = to != nullptr && to->port_num() != 0 ? to->port_num() : 1;
-    r.dst_gid = dst.ports[port_index(dst, r.dst_port)].gids.back();
+    r.dst_gid = roce_gid(dst, r.dst_port);
   }
   r.payload = payload_;
   for (Observer* o : observers_) o->packet(r);

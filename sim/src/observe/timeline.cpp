@@ -201,6 +201,15 @@ const std::uint8_t* decode(const std::uint8_t* p, Decoded& r) {
   r.flags = in.byte();
   r.ts_delta = in.z();
   r.two_parts = false;
+  // A packet's or CM message's arrival, when it has a flow: after the delay, on dev2's tid2.
+  const auto read_far_end = [&] {
+    r.two_parts = r.flow != 0;
+    if (r.two_parts) {
+      r.d_ns = in.u();
+      r.dev2 = in.u16();
+      r.tid2 = in.u32();
+    }
+  };
   switch (r.kind) {
     case kWr:
       r.two_parts = (r.flags & kWrCompletion) != 0;
@@ -230,12 +239,7 @@ const std::uint8_t* decode(const std::uint8_t* p, Decoded& r) {
       r.psn = in.u32();
       r.length = in.u32();
       r.flow = in.u();
-      r.two_parts = r.flow != 0;
-      if (r.two_parts) {
-        r.d_ns = in.u();
-        r.dev2 = in.u16();
-        r.tid2 = in.u32();
-      }
+      read_far_end();
       break;
     case kInstant:
       r.dev = in.u16();
@@ -251,12 +255,7 @@ const std::uint8_t* decode(const std::uint8_t* p, Decoded& r) {
       r.remote_comm_id = in.u32();
       r.qpn = in.u32();
       r.reason = in.z();
-      r.two_parts = r.flow != 0;
-      if (r.two_parts) {
-        r.d_ns = in.u();
-        r.dev2 = in.u16();
-        r.tid2 = in.u32();
-      }
+      read_far_end();
       break;
   }
   return in.end();
