@@ -1045,17 +1045,18 @@ class LoggedCtx final : public Context {
                      r.ok().obj("ch", static_cast<LoggedChannel&>(*ch).id);
                    });
   }
-  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel,
-                                             int comp_vector) override {
+  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel, int comp_vector,
+                                             CqCreateFlags flags) override {
     return control(
         *c.log, Verb::create_cq, c.clk.get(),
         [&](Rec& r) {
           r.kv("dev", c.dev).kv("cqe", static_cast<std::uint64_t>(cqe)).obj("ch", id_of(channel));
           r.kv("vector", static_cast<std::uint64_t>(comp_vector));
+          if (any(flags, CqCreateFlags::ignore_overrun)) r.kv("flags", "ignore_overrun");
         },
         [&]() -> std::unique_ptr<CompletionQueue> {
-          return std::make_unique<LoggedCq>(c, in_->create_cq(cqe, inner_of(channel), comp_vector),
-                                            channel);
+          return std::make_unique<LoggedCq>(
+              c, in_->create_cq(cqe, inner_of(channel), comp_vector, flags), channel);
         },
         [](Rec& r, const std::unique_ptr<CompletionQueue>& cq) {
           r.ok().obj("cq", static_cast<LoggedCq&>(*cq).id).kv("cqe", static_cast<std::uint64_t>(cq->cqe()));

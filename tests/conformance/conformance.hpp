@@ -69,6 +69,9 @@ struct Expect {
   // CQ overrun: drop with one CQ_ERR event per lost completion, QPs go on (rxe); or a CQ error
   // with a single event that takes the CQ's QPs to ERR (hardware).
   bool cq_overrun_drops;
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the errno of creating such a CQ (rxe: EOPNOTSUPP; mlx5
+  // supports it, and then a full CQ raises nothing and its QPs carry on).
+  int ignore_overrun_create;
   // A receive lost to a full CQ is still acknowledged to the requester (else the responder
   // goes to ERR without answering and the requester runs out of retries).
   bool recv_cq_overrun_acked;

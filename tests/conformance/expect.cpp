@@ -33,6 +33,7 @@ constexpr Expect kRxe{
     .bad_opcode_status = WcStatus::loc_qp_op_err,
     .ud_oversize_post = 0,
     .cq_overrun_drops = true,
+    .ignore_overrun_create = EOPNOTSUPP,  // rxe_create_cq refuses any create flag
     .recv_cq_overrun_acked = false,
     .error_wc_zeroed = true,
     .rc_recv_grh = true,
@@ -82,6 +83,7 @@ constexpr Expect kStrict{
     .bad_opcode_status = WcStatus::loc_qp_op_err,
     .ud_oversize_post = EINVAL,
     .cq_overrun_drops = false,
+    .ignore_overrun_create = 0,
     .recv_cq_overrun_acked = true,
     .error_wc_zeroed = false,
     .rc_recv_grh = false,

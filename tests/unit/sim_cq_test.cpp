@@ -36,13 +36,13 @@ bool is_eventfd(int fd) {
 }
 
 // Two nodes; `a` has a small send CQ `scq` (cqe=4, 7 entries) and a second QP `a2` whose
-// receive CQ is `scq` too; everything else is large.
+// receive CQ is `scq` too; everything else is large. `scq` is created with `flags`.
 struct Overrun {
-  explicit Overrun(Profile p)
+  explicit Overrun(Profile p, CqCreateFlags flags = CqCreateFlags::none)
       : world(testing::config_for(p)),
         a(world, "sim0"),
         b(world, "sim1"),
-        scq(a.ctx->create_cq(4)),
+        scq(a.ctx->create_cq(4, nullptr, 0, flags)),
         big_a(a.ctx->create_cq(256)),
         big_b(b.ctx->create_cq(256)),
         qp(a.make_qp(*scq, *big_a, QpCap{32, 4, 1, 1, 0})),
@@ -129,6 +129,45 @@ TEST(CqOverrun, RxeDropsEachExtraCompletionWithOneCqErrEventAndCarriesOn) {
   EXPECT_EQ(again[0].wr_id, 100u);
   EXPECT_EQ(again[0].status, WcStatus::success);
   EXPECT_TRUE(async_events(*o.a.ctx).empty());
+}
+
+TEST(CqOverrun, IgnoreOverrunKeepsTheNewestAndRaisesNothing) {
+  for (const Profile profile : {Profile::strict, Profile::mlx5}) {
+    SCOPED_TRACE(std::string(sim::to_string(profile)));
+    Overrun o(profile, CqCreateFlags::ignore_overrun);
+    ASSERT_EQ(o.scq->cqe(), 7);
+    o.writes(1, 24);
+    testing::run_idle(o.world);
+    EXPECT_FALSE(readable(o.a.ctx->async_fd())) << "no CQ_ERR";
+    EXPECT_TRUE(async_events(*o.a.ctx).empty());
+    EXPECT_EQ(o.qp->state(), QpState::rts);
+    EXPECT_EQ(o.a2->state(), QpState::rts);
+    EXPECT_EQ(o.world.accounting().lost_to_overrun, 17u);
+    const auto kept = o.take(*o.scq);
+    ASSERT_EQ(kept.size(), 7u);
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      EXPECT_EQ(kept[i].wr_id, 18 + i) << "each completion overwrote the oldest";
+      EXPECT_EQ(kept[i].status, WcStatus::success);
+    }
+    // Polling the newest send completion retired every slot before it: the whole send queue
+    // is free again.
+    o.writes(100, 32);
+    testing::run_idle(o.world);
+    const auto again = o.take(*o.scq);
+    ASSERT_EQ(again.size(), 7u);
+    EXPECT_EQ(again.back().wr_id, 131u);
+    EXPECT_EQ(o.world.accounting().lost_to_overrun, 17u + 25u);
+    EXPECT_TRUE(async_events(*o.a.ctx).empty());
+  }
+}
+
+TEST(CqOverrun, RxeRefusesIgnoreOverrunAsItsKernelDriverDoes) {
+  sim::World world(testing::config_for(Profile::rxe));
+  Node a(world, "sim0");
+  EXPECT_TRUE(throws_verb_error(
+      [&] { (void)a.ctx->create_cq(4, nullptr, 0, CqCreateFlags::ignore_overrun); },
+      "ibv_create_cq_ex", EOPNOTSUPP));
+  EXPECT_NO_THROW((void)a.ctx->create_cq(4, nullptr, 0, CqCreateFlags::none));
 }
 
 // ---------------------------------------------------------------------------------------------

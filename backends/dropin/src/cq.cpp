@@ -108,9 +108,11 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
                                                      IBV_CQ_INIT_ATTR_MASK_PD)) != 0) {
     return fail_null<ibv_cq_ex>(EINVAL);
   }
-  if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 &&
-      (attr.flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
-    return fail_null<ibv_cq_ex>(EOPNOTSUPP);  // IGNORE_OVERRUN: overrun is always reported
+  // libibverbs refuses flags it does not know; the provider decides on IGNORE_OVERRUN.
+  const std::uint32_t flags = (attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 ? attr.flags : 0;
+  if ((flags & ~static_cast<std::uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
+                                           IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) != 0) {
+    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   }
   // A CQ may name a parent domain (for its allocators, which the simulator does not need).
   if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
@@ -122,8 +124,11 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   }
   auto cq = std::make_unique<DCq>();
   DChannel* ch = attr.channel != nullptr ? DChannel::from(attr.channel) : nullptr;
-  cq->impl = DContext::from(context)->impl->create_cq(static_cast<int>(attr.cqe),
-                                                      ch != nullptr ? ch->impl.get() : nullptr, 0);
+  const CqCreateFlags create_flags = (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0
+                                         ? CqCreateFlags::ignore_overrun
+                                         : CqCreateFlags::none;
+  cq->impl = DContext::from(context)->impl->create_cq(
+      static_cast<int>(attr.cqe), ch != nullptr ? ch->impl.get() : nullptr, 0, create_flags);
   cq->context = context;
   cq->channel = attr.channel;
   cq->cq_context = attr.cq_context;

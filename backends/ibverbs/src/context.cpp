@@ -119,9 +119,9 @@ std::unique_ptr<CompletionChannel> IbvContext::create_comp_channel() {
 }
 
 std::unique_ptr<CompletionQueue> IbvContext::create_cq(int cqe, CompletionChannel* channel,
-                                                       int comp_vector) {
-  if (is_rxe(ctx_)) return std::make_unique<IbvRxeCq>(*this, cqe, channel, comp_vector);
-  return std::make_unique<IbvCq>(*this, cqe, channel, comp_vector);
+                                                       int comp_vector, CqCreateFlags flags) {
+  if (is_rxe(ctx_)) return std::make_unique<IbvRxeCq>(*this, cqe, channel, comp_vector, flags);
+  return std::make_unique<IbvCq>(*this, cqe, channel, comp_vector, flags);
 }
 
 namespace {

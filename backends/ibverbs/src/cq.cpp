@@ -16,7 +16,8 @@ namespace {
 constexpr int kMaxPoll = INT_MAX;  // ibv_poll_cq's num_entries is an int
 }  // namespace
 
-IbvCq::IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector)
+IbvCq::IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector,
+             CqCreateFlags flags)
     : context_(context), channel_(channel), requested_cqe_(cqe) {
   // Providers differ on cqe == 0 (some round it up); the core API documents EINVAL.
   if (cqe < 1) throw_verb_error("ibv_create_cq", EINVAL, "cqe=" + std::to_string(cqe));
@@ -29,11 +30,29 @@ IbvCq::IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_
     raw_channel = ours->native();
   }
   errno = 0;
-  cq_ = ::ibv_create_cq(context.native(), cqe, static_cast<CompletionQueue*>(this), raw_channel,
-                        comp_vector);
+  const char* verb = "ibv_create_cq";
+  if (flags == CqCreateFlags::none) {
+    cq_ = ::ibv_create_cq(context.native(), cqe, static_cast<CompletionQueue*>(this), raw_channel,
+                          comp_vector);
+  } else {
+    verb = "ibv_create_cq_ex";
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = static_cast<std::uint32_t>(cqe);
+    attr.cq_context = static_cast<CompletionQueue*>(this);
+    attr.channel = raw_channel;
+    attr.comp_vector = static_cast<std::uint32_t>(comp_vector);
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+    attr.flags = static_cast<std::uint32_t>(to_underlying(flags));  // the same bits
+    static_assert(static_cast<std::uint32_t>(CqCreateFlags::ignore_overrun) ==
+                  IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
+    if (ibv_cq_ex* ex = ::ibv_create_cq_ex(context.native(), &attr); ex != nullptr) {
+      cq_ = ::ibv_cq_ex_to_cq(ex);
+    }
+  }
   if (cq_ == nullptr) {
     const int err = creator_errno();
-    throw_verb_error("ibv_create_cq", err,
+    throw_verb_error(verb, err,
                      "cqe=" + std::to_string(cqe) + " comp_vector=" + std::to_string(comp_vector));
   }
   cqe_ = cq_->cqe;

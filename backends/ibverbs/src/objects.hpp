@@ -72,8 +72,8 @@ class IbvContext final : public Context {
   Gid query_gid(std::uint8_t port_num, int index) const override;
   std::unique_ptr<ProtectionDomain> alloc_pd() override;
   std::unique_ptr<CompletionChannel> create_comp_channel() override;
-  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel,
-                                             int comp_vector) override;
+  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel, int comp_vector,
+                                             CqCreateFlags flags) override;
   std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
   int async_fd() const noexcept override { return ctx_ != nullptr ? ctx_->async_fd : -1; }
   const Clock& clock() const noexcept override { return clock_; }
@@ -192,8 +192,10 @@ class IbvChannel final : public CompletionChannel {
 // Not final: on rxe the CQ is an IbvRxeCq (below), chosen when it is created.
 class IbvCq : public CompletionQueue {
  public:
-  // ibv_create_cq; cq_context points back at this wrapper.
-  IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector);
+  // ibv_create_cq (ibv_create_cq_ex when there are flags); cq_context points back at this
+  // wrapper.
+  IbvCq(IbvContext& context, int cqe, CompletionChannel* channel, int comp_vector,
+        CqCreateFlags flags);
   ~IbvCq() override;
 
   void destroy() override;

@@ -26,9 +26,11 @@ class Context : public Resource {
 
   virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
   virtual std::unique_ptr<CompletionChannel> create_comp_channel() = 0;
-  // ibv_create_cq: EINVAL when cqe < 1 or above max_cqe.
+  // ibv_create_cq (ibv_create_cq_ex when `flags` are given): EINVAL when cqe < 1 or above
+  // max_cqe; EOPNOTSUPP for flags the provider lacks.
   virtual std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel = nullptr,
-                                                     int comp_vector = 0) = 0;
+                                                     int comp_vector = 0,
+                                                     CqCreateFlags flags = CqCreateFlags::none) = 0;
 
   // ibv_get_async_event. The event is acknowledged when it is returned. EAGAIN with
   // Wait::nonblocking and none pending; EDEADLK on the simulator when waiting could never end.

@@ -111,6 +111,17 @@ struct is_flag_enum<Access> : std::true_type {};
 // until LOCAL_INV or a SEND_WITH_INV invalidates it.
 enum class MwType : std::uint8_t { type1 = 1, type2 = 2 };
 
+// ibv_create_cq_ex's flags (IBV_CREATE_CQ_ATTR_*) that change what the CQ does.
+enum class CqCreateFlags : std::uint32_t {
+  none = 0,
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: a full CQ is not an error. A completion that finds the
+  // CQ full takes the place of the oldest one not yet polled (which is lost); no CQ_ERR event,
+  // and the QPs feeding it carry on. Providers that lack it (rxe) refuse it with EOPNOTSUPP.
+  ignore_overrun = 1u << 1,
+};
+template <>
+struct is_flag_enum<CqCreateFlags> : std::true_type {};
+
 enum class WcFlags : std::uint32_t {
   none = 0,
   grh = 1u << 0,

@@ -19,6 +19,7 @@ constexpr ProfileTraits kStrict{
     .retire_on_poll = true,
     .cq_overrun_is_error = true,
     .recv_cq_overrun_errors_qp = false,
+    .cq_ignore_overrun = true,
     .post_send_needs_rts = true,
     .rejected_send_stays_queued = false,
     .rts_starts_send_queue = true,
@@ -70,6 +71,7 @@ constexpr ProfileTraits kRxe{
     .retire_on_poll = false,
     .cq_overrun_is_error = false,
     .recv_cq_overrun_errors_qp = true,  // rxe_resp: RESPST_ERR_CQ_OVERFLOW -> RESPST_ERROR
+    .cq_ignore_overrun = false,         // rxe_create_cq: any attr->flags is EOPNOTSUPP
     .post_send_needs_rts = true,
     .rejected_send_stays_queued = true,
     .rts_starts_send_queue = false,  // modify rings no doorbell: the next post_send does

@@ -36,6 +36,8 @@ struct ProfileTraits {
   bool cq_overrun_is_error;       // strict: CQ error + QPs to ERR; rxe: drop + event per entry
   bool recv_cq_overrun_errors_qp;  // rxe: a receive lost to a full CQ takes the responder to
                                    // ERR unacknowledged (the requester runs out of retries)
+  bool cq_ignore_overrun;         // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN; false on rxe, whose
+                                  // rxe_create_cq refuses any create flag (EOPNOTSUPP)
   bool post_send_needs_rts;       // EINVAL for post_send in RESET/INIT/RTR
   bool rejected_send_stays_queued;  // rxe quirk: the EINVAL'd WR still runs once in RTS
   bool rts_starts_send_queue;     // false on rxe: WRs queued before RTS wait for a doorbell

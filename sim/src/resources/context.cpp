@@ -161,10 +161,20 @@ std::unique_ptr<CompletionChannel> SimContext::create_comp_channel() {
 }
 
 std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChannel* channel,
-                                                       int comp_vector) {
+                                                       int comp_vector, CqCreateFlags flags) {
   World::Impl& w = *core_->world;
   const std::uint32_t depth = cq_depth("ibv_create_cq", cqe, w);
   if (comp_vector != 0) throw_verb_error("ibv_create_cq", EINVAL, "comp_vector must be 0 (one vector)");
+  if ((flags & ~CqCreateFlags::ignore_overrun) != CqCreateFlags::none) {
+    throw_verb_error("ibv_create_cq_ex", EOPNOTSUPP, "unknown CQ create flags");
+  }
+  const bool ignore_overrun = any(flags, CqCreateFlags::ignore_overrun);
+  if (ignore_overrun && !w.traits().cq_ignore_overrun) {
+    throw_verb_error("ibv_create_cq_ex", EOPNOTSUPP,
+                     "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (the " +
+                         std::string(to_string(w.traits().profile)) +
+                         " profile's provider takes no CQ create flags)");
+  }
   if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {
     throw_verb_error("ibv_create_cq", err, "injected by the fault plan");
   }
@@ -174,6 +184,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   cq->id = core_->dev->next_cq_id++;
   cq->requested = cqe;
   cq->reported = static_cast<int>(depth);
+  cq->ignore_overrun = ignore_overrun;
   cq->ring.resize(cq_ring_size(depth, w));
   SimChannel* sim_channel = nullptr;
   if (channel != nullptr) {

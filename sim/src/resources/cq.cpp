@@ -13,6 +13,18 @@
 
 namespace verbsim::sim {
 
+CqEntry& CqCore::full_slot() noexcept {
+  if (error || !ignore_overrun) return spill;
+  // The oldest completion not yet polled is overwritten (lost, with no CQ error); a send's
+  // slots retire with the next send completion of its QP that is polled, as on hardware.
+  ++dropped;
+  ++world->acct().lost_to_overrun;
+  CqEntry& oldest = ring[head];
+  head = head + 1 == ring.size() ? 0 : head + 1;
+  --count;
+  return oldest;
+}
+
 bool CqCore::drop() {
   World::Impl& w = *world;
   ++dropped;

@@ -86,6 +86,7 @@ struct CqCore {
   QpList qps;  // the QPs using this CQ (for overrun as a CQ error)
   enum class Arm : std::uint8_t { none, any, solicited } arm = Arm::none;
   bool error = false;        // strict profile after an overrun
+  bool ignore_overrun = false;  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: full overwrites the oldest
   unsigned unacked_events = 0;  // taken from the channel, not yet acknowledged
   std::uint64_t dropped = 0;  // completions lost to overrun or to a CQ in error
 
@@ -94,10 +95,11 @@ struct CqCore {
   // Adding a completion is two steps, so that it is written once, in place: fill every field
   // of next_slot(), then commit() it; `solicited` marks a receive of a solicited SEND.
   // next_slot() is the ring's next free entry, or `spill` when the CQ will drop it (overrun,
-  // or a CQ in error); commit() returns false then.
+  // or a CQ in error); commit() returns false then. A full CQ that ignores overrun frees its
+  // oldest entry first.
   CqEntry& next_slot() noexcept {
     const auto size = static_cast<std::uint32_t>(ring.size());
-    if (error || count == size) return spill;
+    if (error || count == size) [[unlikely]] return full_slot();
     const std::uint32_t i = head + count;
     return ring[i < size ? i : i - size];
   }
@@ -114,6 +116,7 @@ struct CqCore {
     if (arm != Arm::none) [[unlikely]] notify_if_armed(e, solicited);
     return true;
   }
+  CqEntry& full_slot() noexcept;  // next_slot() of a CQ in error or full
   bool drop();  // the completion in `spill` is lost: overrun, or a CQ in error
   void observe(const CqEntry& e);  // tells the world's observers of `e`
   void notify_if_armed(const CqEntry& e, bool solicited);

@@ -41,8 +41,8 @@ class SimContext final : public Context {
   Gid query_gid(std::uint8_t port_num, int index) const override;
   std::unique_ptr<ProtectionDomain> alloc_pd() override;
   std::unique_ptr<CompletionChannel> create_comp_channel() override;
-  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel,
-                                             int comp_vector) override;
+  std::unique_ptr<CompletionQueue> create_cq(int cqe, CompletionChannel* channel, int comp_vector,
+                                             CqCreateFlags flags) override;
   std::error_code get_async_event(AsyncEvent& event, Wait wait) override;
   int async_fd() const noexcept override { return core_->async_efd; }
   const Clock& clock() const noexcept override { return clock_; }

@@ -97,7 +97,8 @@ class MockContext : public Context {
   MOCK_METHOD(std::unique_ptr<ProtectionDomain>, alloc_pd, (), (override));
   MOCK_METHOD(std::unique_ptr<CompletionChannel>, create_comp_channel, (), (override));
   MOCK_METHOD(std::unique_ptr<CompletionQueue>, create_cq,
-              (int cqe, CompletionChannel* channel, int comp_vector), (override));
+              (int cqe, CompletionChannel* channel, int comp_vector, CqCreateFlags flags),
+              (override));
   MOCK_METHOD(std::error_code, get_async_event, (AsyncEvent & event, Wait wait), (override));
   MOCK_METHOD(int, async_fd, (), (const, noexcept, override));
   MOCK_METHOD(const Clock&, clock, (), (const, noexcept, override));
