@@ -5,7 +5,8 @@
 // the seed, profile and fault plan, the world's last records (posts, packets, completions, events)
 // and the counters of the QPs they name; then a command that reruns it with the packet capture and
 // the timeline switched on (docs/OBSERVABILITY.md). A failing test that ran no world (on hardware)
-// still prints the command, without the simulator's variables.
+// still prints the command, without the simulator's variables. Every world whose config sets no
+// budget gets sim::kTestKitBudget (VERBSIM_BUDGET overrides it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,6 +127,9 @@ int main(int argc, char** argv) {
   auto* reporter = new FailureReporter(program_path(argc > 0 ? argv[0] : "test"));
   ::testing::UnitTest::GetInstance()->listeners().Append(reporter);  // gtest owns it
   verbsim::sim::set_world_observer(reporter);
+  // A world that livelocks (an RNR or retry loop) ends with a report instead of spinning:
+  // VERBSIM_BUDGET changes the limit, VERBSIM_BUDGET=off lifts it.
+  verbsim::sim::set_default_budget(verbsim::sim::Budget::parse(verbsim::sim::kTestKitBudget));
   const int rc = RUN_ALL_TESTS();
   verbsim::sim::set_world_observer(nullptr);
   return rc;

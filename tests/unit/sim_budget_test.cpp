@@ -38,6 +38,15 @@ void send_without_receive(SimPair& p) {
   ASSERT_FALSE(p.a.qp->post_send(wr).error());
 }
 
+SendWr send_wr(const Sge& s, std::uint64_t id) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = WrOpcode::send;
+  wr.flags = SendFlags::signaled;
+  wr.sg_list = {&s, 1};
+  return wr;
+}
+
 // The lines of the report that say what each QP of the pair waits for.
 std::string client_line(const SimPair& p, int rnr_naks) {
   return "sim0 qp " + std::to_string(p.a.qp->qp_num()) +
@@ -71,8 +80,15 @@ TEST(Budget, ParsesAndPrints) {
     FAIL() << "time=2h accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(),
-                 "budget: 'time=2h' has an unknown unit (time=<n>[ns|us|ms|s] events=<n>)");
+                 "budget: 'time=2h' has an unknown unit (time=<n>[ns|us|ms|s] events=<n> "
+                 "stall=<n>[ns|us|ms|s], or off)");
   }
+  const sim::Budget stall = sim::Budget::parse("stall=10s");
+  EXPECT_EQ(stall.stall_ns, 10'000'000'000u);
+  EXPECT_TRUE(stall.enabled());
+  EXPECT_EQ(stall.to_string(), "stall=10000000000ns");
+  EXPECT_FALSE(sim::Budget::parse("off").enabled());
+  EXPECT_FALSE(sim::Budget::parse(sim::Budget{}.to_string()).enabled()) << "none";
   EXPECT_THROW((void)sim::Budget::parse("steps=3"), std::invalid_argument);
   EXPECT_THROW((void)sim::Budget::parse("events=x"), std::invalid_argument);
 }
@@ -194,7 +210,101 @@ TEST(Budget, AFiberWaitingPastTheBudgetGetsBudgetExceeded) {
   EXPECT_TRUE(thrown);
 }
 
+// Sets VERBSIM_BUDGET (nullptr: unsets it) for its lifetime.
+class BudgetEnv {
+ public:
+  explicit BudgetEnv(const char* value) {
+    if (const char* old = std::getenv("VERBSIM_BUDGET")) saved_ = old;
+    if (value != nullptr) {
+      ::setenv("VERBSIM_BUDGET", value, 1);
+    } else {
+      ::unsetenv("VERBSIM_BUDGET");
+    }
+  }
+  ~BudgetEnv() {
+    if (saved_) {
+      ::setenv("VERBSIM_BUDGET", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("VERBSIM_BUDGET");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// This binary links verbsim::gtest_main, which gives every world without a budget of its own
+// the test kit's; VERBSIM_BUDGET replaces it, and "off" lifts it.
+TEST(Budget, TheTestKitGivesEveryWorldABudget) {
+  const sim::Budget kit = sim::Budget::parse(sim::kTestKitBudget);
+  ASSERT_TRUE(kit.enabled());
+  {
+    BudgetEnv env(nullptr);
+    EXPECT_EQ(sim::default_budget().to_string(), kit.to_string());
+    const sim::World plain{sim::Config{}};
+    EXPECT_EQ(plain.config().budget.to_string(), kit.to_string());
+    const sim::World own{budgeted("time=5ms")};
+    EXPECT_EQ(own.config().budget.to_string(), "time=5000000ns") << "a world's own budget stays";
+  }
+  {
+    BudgetEnv env("off");
+    const sim::World off{sim::Config{}};
+    EXPECT_FALSE(off.config().budget.enabled());
+  }
+}
+
+// The kit's budget ends the forgotten receive too (in well under a second of wall time: the
+// run prints what it took).
+TEST(Budget, TheTestKitsBudgetEndsAForgottenReceive) {
+  BudgetEnv env(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  sim::Config c;
+  c.env_faults = false;
+  SimPair p(c);
+  send_without_receive(p);
+  WorkCompletion wc[4];
+  PollResult r;
+  ::testing::internal::CaptureStderr();
+  do {
+    r = p.a.cq->poll(wc);
+  } while (r.count == 0 && r.err == 0);
+  const std::string report = ::testing::internal::GetCapturedStderr();
+  std::printf("forgotten receive under the kit's budget: %.1f ms of wall time\n",
+              elapsed_ms(start));
+  EXPECT_EQ(r.err, ETIMEDOUT);
+  EXPECT_NE(report.find("rnr_retry 7 retries forever"), std::string::npos) << report;
+}
+
+// A stall budget counts virtual time since the last progress, not since the start: a run that
+// keeps completing work goes on past it, and the same run stops once the receives run out.
+TEST(Budget, AStallBudgetLetsAProgressingRunGoOnAndStopsAStalledOne) {
+  SimPair p(budgeted("stall=10ms"));
+  const Sge ss = p.a.sge(0, 8);
+  const Sge rs = p.b.sge(0, 64);
+  WorkCompletion wc[4];
+  // 40 messages, 1 ms of virtual time apart: 40 ms in all, never 10 ms without progress.
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    ASSERT_FALSE(p.b.qp->post_recv(RecvWr{i, {&rs, 1}}).error());
+    ASSERT_FALSE(p.a.qp->post_send(send_wr(ss, i)).error());
+    p.world.run_until(p.world.now() + 1'000'000);
+    ASSERT_EQ(p.a.cq->poll(wc).count, 1u) << "message " << i;
+    ASSERT_EQ(p.b.cq->poll(wc).count, 1u) << "message " << i;
+  }
+  EXPECT_GE(p.world.now(), 40'000'000u);  // four times the stall limit
+  const std::uint64_t last_progress = p.world.now();
+  ASSERT_FALSE(p.a.qp->post_send(send_wr(ss, 99)).error());  // no receive for this one
+  try {
+    p.world.run_until_idle();
+    FAIL() << "the stalled run was not stopped";
+  } catch (const sim::BudgetExceeded& e) {
+    EXPECT_NE(std::string(e.what()).find("past the last progress"), std::string::npos) << e.what();
+  }
+  EXPECT_LE(p.world.now(), last_progress + 10'000'000u);
+  EXPECT_GT(p.world.now(), last_progress + 9'000'000u) << "it RNR-looped until the limit";
+}
+
 TEST(Budget, NoBudgetNoLimit) {
+  BudgetEnv env("off");
   sim::Config c;
   c.env_faults = false;
   SimPair p(c);

@@ -32,6 +32,7 @@ void CmFabric::report(std::uint32_t n, CmChannelCore::Pending ev) {
   CmNode& nd = node(n);
   if (!nd.alive) return;
   ev.node = n;
+  w.note_progress();
   if (w.observing()) {
     std::string what = "cm: " + std::string(to_string(ev.type));
     if (ev.status != 0) what += " status " + std::to_string(ev.status);
@@ -53,6 +54,7 @@ void CmFabric::report(std::uint32_t n, CmEventType type, int status) {
 }
 
 void CmFabric::send(Wire m, int to_dev, std::uint8_t to_port) {
+  w.note_progress();
   int from_dev = to_dev;  // a REJ from the device itself
   PacketFate fate = PacketFate::delivered;
   if (m.from != kNone) {

@@ -37,19 +37,26 @@ bool stats_from_env() noexcept {
 
 }  // namespace
 
+namespace {
+Budget g_default_budget;  // set before worlds are made (set_default_budget)
+}  // namespace
+
+void set_default_budget(const Budget& b) noexcept { g_default_budget = b; }
+const Budget& default_budget() noexcept { return g_default_budget; }
+
 Budget Budget::parse(std::string_view text) {
   Budget b;
   while (!text.empty()) {
     const std::size_t sp = text.find_first_of(" \t,;");
     const std::string_view word = text.substr(0, sp);
     text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
-    if (word.empty()) continue;
+    if (word.empty() || word == "none" || word == "off") continue;  // no limit
     const std::size_t eq = word.find('=');
     const std::string_view key = word.substr(0, eq);
     const std::string value(eq == std::string_view::npos ? "" : word.substr(eq + 1));
     auto bad = [&](const char* what) {
       throw std::invalid_argument("budget: '" + std::string(word) + "' " + what +
-                                  " (time=<n>[ns|us|ms|s] events=<n>)");
+                                  " (time=<n>[ns|us|ms|s] events=<n> stall=<n>[ns|us|ms|s], or off)");
     };
     char* end = nullptr;
     const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
@@ -58,16 +65,16 @@ Budget Budget::parse(std::string_view text) {
     if (key == "events") {
       if (!unit.empty()) bad("is not a number");
       b.events = n;
-    } else if (key == "time") {
+    } else if (key == "time" || key == "stall") {
       std::uint64_t scale = 0;
       if (unit.empty() || unit == "ns") scale = 1;
       if (unit == "us") scale = 1'000;
       if (unit == "ms") scale = 1'000'000;
       if (unit == "s") scale = 1'000'000'000;
       if (scale == 0) bad("has an unknown unit");
-      b.virtual_ns = n * scale;
+      (key == "time" ? b.virtual_ns : b.stall_ns) = n * scale;
     } else {
-      bad("is not time= or events=");
+      bad("is not time=, events= or stall=");
     }
   }
   return b;
@@ -77,6 +84,7 @@ std::string Budget::to_string() const {
   std::string out;
   if (virtual_ns != 0) out += "time=" + std::to_string(virtual_ns) + "ns";
   if (events != 0) out += std::string(out.empty() ? "" : " ") + "events=" + std::to_string(events);
+  if (stall_ns != 0) out += std::string(out.empty() ? "" : " ") + "stall=" + std::to_string(stall_ns) + "ns";
   return out.empty() ? "none" : out;
 }
 
@@ -252,6 +260,20 @@ void World::Impl::entered_twice(std::uintptr_t inside, std::uintptr_t entering) 
   std::abort();
 }
 
+std::uint64_t World::Impl::budget_end() noexcept {
+  const Budget& b = config_.budget;
+  std::uint64_t end = b.virtual_ns != 0 ? b.virtual_ns : UINT64_MAX;
+  if (b.stall_ns != 0) {
+    const std::uint64_t marks = acct_.posted + acct_.completed + acct_.discarded + progress_marks_;
+    if (marks != progress_seen_) {
+      progress_seen_ = marks;
+      progress_at_ = now_;
+    }
+    end = std::min(end, progress_at_ > UINT64_MAX - b.stall_ns ? UINT64_MAX : progress_at_ + b.stall_ns);
+  }
+  return end;
+}
+
 int World::Impl::limited_poll_step() noexcept {
   const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
   if (!budgeted_) {
@@ -270,17 +292,22 @@ bool World::Impl::budgeted_step(std::uint64_t limit, bool may_throw) {
   if (budget_report_.empty()) {
     if (b.events != 0 && events_.events_run() >= b.events) {
       why = std::to_string(events_.events_run()) + " events ran, the budget's limit";
-    } else if (b.virtual_ns == 0 || limit <= b.virtual_ns) {
+    } else if (const std::uint64_t end = budget_end(); limit <= end) {
       return events_.step<true>(limit, now_, *this);
     } else {
-      if (events_.step<true>(b.virtual_ns, now_, *this)) return true;
+      if (events_.step<true>(end, now_, *this)) return true;
       while (events_.drop_idle_timer_on_top(*this)) {
       }
       const std::uint64_t next = events_.earliest();
       if (next == UINT64_MAX || next > limit) return false;  // nothing to run anyway
-      why = "the next event, at " + std::to_string(next) +
-            " ns of virtual time, is past the budget's limit of " + std::to_string(b.virtual_ns) +
-            " ns";
+      why = "the next event, at " + std::to_string(next) + " ns of virtual time, is ";
+      if (b.virtual_ns != 0 && end == b.virtual_ns) {
+        why += "past the budget's limit of " + std::to_string(b.virtual_ns) + " ns";
+      } else {
+        why += "more than the budget's " + std::to_string(b.stall_ns) +
+               " ns past the last progress (a work request posted, completed or discarded, a "
+               "CM event or message), at " + std::to_string(progress_at_) + " ns";
+      }
     }
     budget_report_ = "verbsim: run budget exceeded (" + b.to_string() + "): " + why +
                      "; the run is stopped. What every QP is waiting for:\n" +
@@ -385,7 +412,9 @@ Config with_env_overrides(Config c) {
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
   if (stats_from_env()) c.stats = true;
   if (const char* b = std::getenv("VERBSIM_BUDGET"); b != nullptr && *b != '\0') {
-    c.budget = Budget::parse(b);
+    c.budget = Budget::parse(b);  // "off": none, not even the default
+  } else if (!c.budget.enabled()) {
+    c.budget = default_budget();
   }
   return c;
 }

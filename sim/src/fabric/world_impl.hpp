@@ -121,6 +121,8 @@ struct World::Impl {
   }
   // The Budget ran out: the world runs nothing more; BudgetExceeded's message.
   bool budget_exceeded() const noexcept { return !budget_report_.empty(); }
+  // Progress a stall budget cannot see in the accounting: a CM event or message.
+  void note_progress() noexcept { ++progress_marks_; }
   const std::string& budget_report() const noexcept { return budget_report_; }
   void set_poll_horizon(std::uint64_t ns) noexcept {
     poll_horizon_ = ns;
@@ -241,6 +243,9 @@ struct World::Impl {
   // this throws BudgetExceeded, or (!may_throw) writes the report to stderr once, sets
   // poll_errno_ and returns false.
   bool budgeted_step(std::uint64_t limit, bool may_throw);
+  // The virtual time the budget lets the run reach, from its time limit and, for a stall
+  // limit, the last progress seen (noted here when the counts changed since the last call).
+  std::uint64_t budget_end() noexcept;
   // Two threads inside at once (Entry): writes what happened and what to do, and aborts.
   [[noreturn, gnu::cold]] void entered_twice(std::uintptr_t inside, std::uintptr_t entering) noexcept;
   // poll_step() with a horizon or a budget.
@@ -258,6 +263,9 @@ struct World::Impl {
   bool budgeted_ = false;  // config_.budget.enabled()
   bool poll_slow_ = false;  // a poll horizon or a budget: poll_step() takes its slow path
   std::string budget_report_;  // BudgetExceeded's message, once the budget ran out
+  std::uint64_t progress_marks_ = 0;  // CM events and messages (note_progress)
+  std::uint64_t progress_seen_ = 0;   // posted + completed + discarded + marks, last looked at
+  std::uint64_t progress_at_ = 0;     // virtual time progress_seen_ was seen to change
   const World* owner_ = nullptr;
   std::vector<std::unique_ptr<DevCore>> devs_;
   EventQueue events_;

@@ -34,11 +34,16 @@ Profile parse_profile(std::string_view name);
 
 // A limit on a run that may make no progress: a forgotten receive with the default
 // rnr_retry=7 retries forever. Zero: no limit (the default). Text form (VERBSIM_BUDGET, parse):
-// "time=2s events=1000000" (times take ns, us, ms or s).
+// "time=2s events=1000000 stall=10s" (times take ns, us, ms or s); "off" (or "none") is no
+// limit.
 struct Budget {
   std::uint64_t virtual_ns = 0;  // the run stops before virtual time passes this
   std::uint64_t events = 0;      // the run stops once this many events have run
-  bool enabled() const noexcept { return virtual_ns != 0 || events != 0; }
+  // The run stops when this much virtual time passes without progress: no work request posted,
+  // completed or discarded, no CM event and no CM message sent. Packets do not count: an RNR or
+  // retry loop sends them without end. A long run that keeps progressing is never stopped.
+  std::uint64_t stall_ns = 0;
+  bool enabled() const noexcept { return virtual_ns != 0 || events != 0 || stall_ns != 0; }
   // Throws std::invalid_argument naming the word that is wrong.
   static Budget parse(std::string_view text);
   std::string to_string() const;  // parse(to_string()) gives the same budget
@@ -53,6 +58,16 @@ class BudgetExceeded : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The budget of every world whose Config sets none, unless VERBSIM_BUDGET is set (it wins, and
+// VERBSIM_BUDGET=off means no budget at all). None unless the program sets one: the test kit's
+// main (verbsim::gtest_main) sets kTestKitBudget. Set it before making worlds.
+void set_default_budget(const Budget& b) noexcept;
+const Budget& default_budget() noexcept;
+// What verbsim::gtest_main sets: a minute of virtual time without progress, far above the
+// longest quiet stretch of a working test (the CM's retries wait seconds between messages), and
+// reached within a second or so of wall time by a run that livelocks (an RNR loop).
+inline constexpr std::string_view kTestKitBudget = "stall=60s";
 
 struct Config {
   std::uint64_t seed = 1;
@@ -70,7 +85,7 @@ struct Config {
   std::string pcap;      // every packet as RoCE v2, in a pcapng file (Wireshark, tshark)
   std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
   bool stats = false;    // count packets, ACKs, NAKs, retries, completions (World::stats())
-  Budget budget;         // none by default; VERBSIM_BUDGET replaces it in every world
+  Budget budget;         // none: default_budget(); VERBSIM_BUDGET replaces it in every world
 
   // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
   // VERBSIM_SIM_PORTS (ports per device), VERBSIM_FAULTS, VERBSIM_PCAP, VERBSIM_TIMELINE and
