@@ -4,11 +4,11 @@
 # tally per module.
 #
 #   tests/dropin/pyverbs.sh --lib <dir of the drop-in libibverbs.so.1> [--dev sim0]
-#                           [--no-failures-in FILE] [--min-pass N] [--out FILE]
+#                           [--must-pass FILE] [--min-pass N] [--out FILE]
 #                           [-- extra run_tests.py args]
 #
-# --no-failures-in FILE: exit 1 when a test listed in FILE (one id per line) fails or errors;
-# the list here is pyverbs-rxe-pass.txt, the tests that pass on real rxe. --min-pass N: exit 1
+# --must-pass FILE: exit 1 when a test listed in FILE (one id per line) fails, errors or is
+# skipped; the list here is pyverbs-rxe-pass.txt, the tests that pass on real rxe. --min-pass N: exit 1
 # with fewer passes. --out FILE: keep the outcomes ("<outcome> <test id>" per line).
 # Exit 77 when python3-pyverbs is not installed.
 # The simulated world comes from the usual variables (VERBSIM_PROFILE, VERBSIM_SEED, ...).
@@ -19,7 +19,7 @@ while (($#)); do
 	case $1 in
 	--lib) lib=${2:?}; shift 2 ;;
 	--dev) dev=${2:?}; shift 2 ;;
-	--no-failures-in) must=${2:?}; shift 2 ;;
+	--must-pass) must=${2:?}; shift 2 ;;
 	--min-pass) min=${2:?}; shift 2 ;;
 	--out) out=${2:?}; shift 2 ;;
 	--) shift; break ;;
@@ -53,6 +53,6 @@ if [[ ! -s $work/outcomes.txt ]]; then
 fi
 [[ -n $out ]] && cp "$work/outcomes.txt" "$out"
 args=("$work/outcomes.txt")
-[[ -n $must ]] && args+=(--no-failures-in "$must")
+[[ -n $must ]] && args+=(--must-pass "$must")
 [[ -n $min ]] && args+=(--min-pass "$min")
 "$python" "$here/pyverbs_tally.py" "${args[@]}"

@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <iterator>
+#include <optional>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 namespace verbsim {
 namespace {
@@ -51,18 +55,67 @@ TEST(Mock, OtherErrorsAreNotRetried) {
   EXPECT_THROW(post_with_backpressure(qp, cq, SendWr{}), std::system_error);
 }
 
-TEST(Mock, PollCanScriptErrorCompletions) {
+// User code under test: drains the CQ and sorts what it finds. A completion in error other
+// than a flush means the connection is broken (the first such one is the cause); flushed WRs
+// are the ones to post again after reconnecting.
+struct Drained {
+  int ok = 0;
+  std::vector<std::uint64_t> to_repost;
+  std::optional<WorkCompletion> cause;
+};
+Drained drain(CompletionQueue& cq) {
+  Drained d;
+  WorkCompletion wc[4];
+  for (;;) {
+    const PollResult r = cq.poll(wc);
+    if (r.err != 0) throw std::system_error(r.err, std::generic_category(), "poll_cq");
+    for (std::size_t i = 0; i < r.count; ++i) {
+      if (wc[i].status == WcStatus::success) {
+        ++d.ok;
+      } else if (wc[i].status == WcStatus::wr_flush_err) {
+        d.to_repost.push_back(wc[i].wr_id);
+      } else if (!d.cause) {
+        d.cause = wc[i];
+      }
+    }
+    if (r.count < std::size(wc)) return d;
+  }
+}
+
+// A scripted CQ gives the code a retry-exhausted failure followed by the flush of the WRs
+// behind it, spread over two polls, which a NIC produces only with a peer that stops answering.
+TEST(Mock, ADrainTellsTheBrokenConnectionFromTheWorkToRepost) {
   testing::MockCompletionQueue cq;
-  EXPECT_CALL(cq, poll(_)).WillOnce(Invoke([](std::span<WorkCompletion> out) {
-    out[0].wr_id = 9;
-    out[0].status = WcStatus::rnr_retry_exc_err;
-    return PollResult{1, 0};
-  }));
-  WorkCompletion wc[2];
-  const PollResult r = cq.poll(wc);
-  ASSERT_EQ(r.count, 1u);
-  EXPECT_EQ(wc[0].status, WcStatus::rnr_retry_exc_err);
-  EXPECT_EQ(to_string(wc[0].status), "RNR_RETRY_EXC_ERR");
+  auto wc = [](std::uint64_t id, WcStatus st) {
+    WorkCompletion c;
+    c.wr_id = id;
+    c.status = st;
+    return c;
+  };
+  const std::vector<WorkCompletion> first = {wc(1, WcStatus::success), wc(2, WcStatus::success),
+                                             wc(3, WcStatus::retry_exc_err),
+                                             wc(4, WcStatus::wr_flush_err)};
+  const std::vector<WorkCompletion> second = {wc(5, WcStatus::wr_flush_err)};
+  auto script = [](const std::vector<WorkCompletion>& v) {
+    return [v](std::span<WorkCompletion> out) {
+      std::copy(v.begin(), v.end(), out.begin());
+      return PollResult{static_cast<std::uint32_t>(v.size()), 0};
+    };
+  };
+  EXPECT_CALL(cq, poll(_)).WillOnce(Invoke(script(first))).WillOnce(Invoke(script(second)));
+  const Drained d = drain(cq);
+  EXPECT_EQ(d.ok, 2);
+  EXPECT_THAT(d.to_repost, ::testing::ElementsAre(4u, 5u));
+  ASSERT_TRUE(d.cause.has_value());
+  EXPECT_EQ(d.cause->wr_id, 3u);
+  EXPECT_EQ(d.cause->status, WcStatus::retry_exc_err);
+}
+
+// And a poll that fails (a CQ in error) is an error of the drain, not an empty CQ.
+TEST(Mock, ADrainReportsAFailedPoll) {
+  testing::MockCompletionQueue cq;
+  EXPECT_CALL(cq, poll(_)).WillOnce(Return(PollResult{0, EIO}));
+  EXPECT_THROW(drain(cq), std::system_error);
 }
 
 // User code under test: takes one connection request and rejects it unless its private data

@@ -293,11 +293,18 @@ TEST_F(CmSim, AChannelMayGoBeforeItsIds) {
   EXPECT_EQ(kind(next(*client_ch)), "ESTABLISHED/0");
   client_ch.reset();
   server_ch.reset();
+  // With no channel to report to, the ids still do their part of the protocol: the DREQ is
+  // answered and both ends reach TIMEWAIT, only the events are dropped.
   client_id->disconnect();
+  EXPECT_EQ(client->qp->state(), QpState::err);
   world->run_until(world->now() + 1'000'000);
+  EXPECT_EQ(client->qp->state(), QpState::err);
+  EXPECT_EQ(server->qp->state(), QpState::rts);  // left to the program, as librdmacm does
+  world->run_until_idle();  // the time-wait timers end too
   client_id.reset();
   server_id.reset();
   listener.reset();
+  EXPECT_TRUE(world->accounting().balanced());
 }
 
 TEST_F(CmSim, OneListenerServesManyClients) {
