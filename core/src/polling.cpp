@@ -194,6 +194,63 @@ PollResult HybridPoller::do_next(std::span<WorkCompletion> out, const std::stop_
   return r;
 }
 
+std::uint64_t AdaptivePoller::idle_ns() const noexcept {
+  if (!waited_) return idle_.max_idle_ns;  // nothing learned yet: poll as long as allowed
+  return std::clamp(gap_ns_ * idle_.gap_factor, idle_.min_idle_ns,
+                    std::max(idle_.min_idle_ns, idle_.max_idle_ns));
+}
+
+void AdaptivePoller::learn(std::uint64_t gap_ns) noexcept {
+  waited_ = true;
+  if (gap_ns > idle_.max_idle_ns) {
+    // A pause: polling through it would not have paid. Pauses alone (a request now and then)
+    // shrink the window to its least; a pause between bursts barely moves it.
+    gap_ns_ -= gap_ns_ / 4;
+    return;
+  }
+  const std::uint64_t g = std::max<std::uint64_t>(gap_ns, 1);
+  // An average over about the last eight gaps, in integers.
+  gap_ns_ = gap_ns_ == 0 ? g : gap_ns_ - gap_ns_ / 8 + g / 8;
+  if (gap_ns_ == 0) gap_ns_ = 1;
+}
+
+PollResult AdaptivePoller::do_next(std::span<WorkCompletion> out, const std::stop_token& stop) {
+  const std::uint64_t t0 = clock_.now_ns();
+  const std::uint64_t slept0 = stats_.sleeping_ns;
+  PollResult r = poll_after_wake(out);
+  if (r.err == 0 && r.count == 0) {
+    // The CQ was empty: this wait measures a gap. It runs from the previous hand-over (the
+    // caller's own work in between is part of the gap: completions arrive meanwhile).
+    const std::uint64_t since = last_return_ == kNever ? t0 : last_return_;
+    std::uint64_t idle_since = t0;
+    std::uint64_t window = idle_ns();
+    std::uint64_t last = t0;
+    std::uint32_t still = 0;
+    for (;;) {
+      if (stop.stop_requested()) {
+        r = canceled();
+        break;
+      }
+      const std::uint64_t now = clock_.now_ns();
+      still = now == last ? still + 1 : 0;
+      last = now;
+      if (now - idle_since >= window || still >= kStillClockPolls) {
+        r = arm_and_sleep(out, Wait::blocking);
+        if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
+        idle_since = last = clock_.now_ns();
+        window = idle_ns();
+        still = 0;
+      }
+      r = poll_after_wake(out);
+      if (r.err != 0 || r.count > 0) break;
+    }
+    if (r.count > 0 && last_return_ != kNever) learn(clock_.now_ns() - since);
+  }
+  if (r.count > 0) last_return_ = clock_.now_ns();
+  stats_.polling_ns += (clock_.now_ns() - t0) - (stats_.sleeping_ns - slept0);
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Choosing one
 
@@ -202,16 +259,18 @@ std::string_view to_string(PollStrategy s) noexcept {
     case PollStrategy::busy: return "busy";
     case PollStrategy::event: return "event";
     case PollStrategy::hybrid: return "hybrid";
+    case PollStrategy::adaptive: return "adaptive";
   }
   return "unknown";
 }
 
 PollStrategy parse_poll_strategy(std::string_view name) {
-  for (const PollStrategy s : {PollStrategy::busy, PollStrategy::event, PollStrategy::hybrid}) {
+  for (const PollStrategy s : {PollStrategy::busy, PollStrategy::event, PollStrategy::hybrid,
+                               PollStrategy::adaptive}) {
     if (name == to_string(s)) return s;
   }
   throw std::invalid_argument("unknown polling strategy '" + std::string(name) +
-                              "' (busy, event or hybrid)");
+                              "' (busy, event, hybrid or adaptive)");
 }
 
 std::unique_ptr<CompletionPoller> make_poller(PollStrategy strategy, CompletionQueue& cq,
@@ -223,6 +282,12 @@ std::unique_ptr<CompletionPoller> make_poller(PollStrategy strategy, CompletionQ
                                 " polling needs a completion channel");
   }
   if (strategy == PollStrategy::event) return std::make_unique<EventPoller>(cq, *channel, clock);
+  if (strategy == PollStrategy::adaptive) {
+    AdaptiveIdle idle;
+    idle.max_idle_ns = idle_ns;
+    idle.min_idle_ns = std::min(idle.min_idle_ns, idle_ns);
+    return std::make_unique<AdaptivePoller>(cq, *channel, clock, idle);
+  }
   return std::make_unique<HybridPoller>(cq, *channel, clock, idle_ns);
 }
 

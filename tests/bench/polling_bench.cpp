@@ -54,7 +54,8 @@ constexpr std::uint32_t kSlots = 16;  // receive buffers per side
 
 struct Options {
   DeviceSpec spec = DeviceSpec::from_env();
-  std::vector<PollStrategy> strategies{PollStrategy::busy, PollStrategy::event, PollStrategy::hybrid};
+  std::vector<PollStrategy> strategies{PollStrategy::busy, PollStrategy::event, PollStrategy::hybrid,
+                                       PollStrategy::adaptive};
   std::uint32_t bursts = 200;
   std::uint32_t burst = 20;
   std::uint64_t pause_us = 200;
@@ -68,10 +69,10 @@ struct Options {
 constexpr const char* kUsage =
     "usage: verbsim-polling-bench [options]\n"
     "  --backend SPEC    sim (default), ibverbs or ibverbs:rxe0\n"
-    "  --strategy S      busy, event, hybrid or all (default all)\n"
+    "  --strategy S      busy, event, hybrid, adaptive or all (default all)\n"
     "  --bursts N        bursts (default 200); --burst N: requests per burst (default 20)\n"
     "  --pause-us N      pause between bursts (default 200)\n"
-    "  --idle-us N       hybrid: idle period before sleeping (default 20)\n"
+    "  --idle-us N       hybrid: idle period before sleeping; adaptive: its longest (default 20)\n"
     "  --size BYTES      request and reply size (default 64)\n"
     "  --wake-ns N       simulator: virtual cost of a wake-up (default 0)\n"
     "  --client S        how the client waits for replies: busy (default), event or hybrid\n"

@@ -39,13 +39,14 @@ PairOptions pair_options() {
 }
 
 // What a receiving fiber runs: a plain strategy, or batch draining over event waits.
-enum class Kind { busy, event, hybrid, batch };
+enum class Kind { busy, event, hybrid, adaptive, batch };
 
 const char* name(Kind k) {
   switch (k) {
     case Kind::busy: return "busy";
     case Kind::event: return "event";
     case Kind::hybrid: return "hybrid";
+    case Kind::adaptive: return "adaptive";
     case Kind::batch: return "batch";
   }
   return "?";
@@ -67,6 +68,7 @@ struct Spec {
   std::uint32_t burst = 8;
   std::chrono::nanoseconds pause = 30us;
   std::uint64_t idle_ns = 10'000;      // hybrid
+  AdaptiveIdle adaptive{.min_idle_ns = 1'000, .max_idle_ns = 50'000, .gap_factor = 4};
   std::size_t max_per_wake = 3;        // batch
   std::size_t wc_batch = 4;            // completions asked for per call
   std::chrono::nanoseconds work = 0ns;  // receiver's processing time per batch
@@ -195,6 +197,9 @@ Outcome run(const Spec& s) {
       case Kind::busy: pollers.push_back(std::make_unique<BusyPoller>(cq, clock)); break;
       case Kind::hybrid:
         pollers.push_back(std::make_unique<HybridPoller>(cq, *rig.ch, clock, s.idle_ns));
+        break;
+      case Kind::adaptive:
+        pollers.push_back(std::make_unique<AdaptivePoller>(cq, *rig.ch, clock, s.adaptive));
         break;
       case Kind::event:
       case Kind::batch: pollers.push_back(std::make_unique<EventPoller>(cq, *rig.ch, clock)); break;
@@ -356,6 +361,17 @@ TEST_P(EachStrategy, DeliversEveryMessageOnceUnderFaults) {
       EXPECT_GE(st.sleeps, 12u);
       EXPECT_GE(st.wakeups + st.channel_retries, 12u);
       break;
+    case Kind::adaptive:
+      // Its window is 4 gaps within a burst, so it sleeps in each pause, unless delayed packets
+      // spread the bursts out: then it learns longer gaps and may poll through a pause, as it
+      // should, but it still sleeps.
+      if (std::string(c.faults).find("delay") == std::string::npos) {
+        EXPECT_GE(st.sleeps, 12u);
+        EXPECT_GE(st.wakeups + st.channel_retries, 12u);
+      } else {
+        EXPECT_GE(st.sleeps, 1u);
+      }
+      break;
   }
   if (c.kind == Kind::batch) {
     for (std::size_t n : o.batch_sizes) EXPECT_LE(n, s.wc_batch);
@@ -370,7 +386,7 @@ TEST_P(EachStrategy, DeliversEveryMessageOnceUnderFaults) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const Kind k : {Kind::busy, Kind::event, Kind::hybrid, Kind::batch}) {
+  for (const Kind k : {Kind::busy, Kind::event, Kind::hybrid, Kind::adaptive, Kind::batch}) {
     for (const char* f : {"", "delay p=0.3 by=20us", "get_cq_event every=3 errno=EAGAIN",
                           "delay p=0.2 by=5us; get_cq_event every=3 errno=EAGAIN; poll_cq p=0.05 errno=EAGAIN"}) {
       out.push_back({k, f, sim::Profile::strict});
@@ -418,7 +434,8 @@ TEST_P(Overrun, EveryMessageIsDeliveredOnceOrReportedLost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Overrun,
-                         ::testing::Values(Kind::busy, Kind::event, Kind::hybrid, Kind::batch),
+                         ::testing::Values(Kind::busy, Kind::event, Kind::hybrid, Kind::adaptive,
+                                           Kind::batch),
                          kind_name);
 
 // ---------------------------------------------------------------------------------------------
@@ -430,7 +447,7 @@ TEST(SharedCq, SeveralPollersNeverLoseOrDuplicateAndMeetTheEmptyWakeupRace) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Spec s;
     s.seed = seed;
-    s.pollers = {Kind::event, Kind::event, Kind::busy, Kind::hybrid, Kind::batch};
+    s.pollers = {Kind::event, Kind::event, Kind::busy, Kind::hybrid, Kind::adaptive, Kind::batch};
     s.messages = 120;
     s.burst = 5;
     s.pause = 15us;
@@ -493,6 +510,82 @@ TEST(Hybrid, SleepsInEveryGapLongerThanTheIdlePeriodAfterPollingForIt) {
   EXPECT_GT(o.total.polling_ns, 31u * 20'000u);
   EXPECT_LT(o.total.polling_ns, 33u * 30'000u);
   EXPECT_GT(o.total.sleeping_ns, 31u * 60'000u);
+}
+
+// Bursts of back-to-back messages with long pauses: a fixed idle period polls that long into
+// every pause; the adaptive poller learns the short gaps within a burst and sleeps a few gaps
+// after it, at the same number of sleeps.
+TEST(Adaptive, SleepsSoonAfterABurstWhereAFixedPeriodPollsOn) {
+  Spec s;
+  s.messages = 160;
+  s.burst = 8;
+  s.pause = 200us;
+  s.idle_ns = 50'000;
+  s.adaptive.max_idle_ns = 50'000;
+  s.tick = 250ns;
+  s.pollers = {Kind::hybrid};
+  const Outcome fixed = run(s);
+  s.pollers = {Kind::adaptive};
+  const Outcome adaptive = run(s);
+  expect_exactly_once(fixed, s);
+  expect_exactly_once(adaptive, s);
+  expect_sane(adaptive);
+  EXPECT_GE(adaptive.total.sleeps, 19u) << "it sleeps in every pause";
+  EXPECT_LE(adaptive.total.sleeps, fixed.total.sleeps + 2);
+  EXPECT_LT(adaptive.total.polling_ns * 4, fixed.total.polling_ns)
+      << "adaptive " << adaptive.total.to_string() << "\nfixed " << fixed.total.to_string();
+}
+
+// Gaps a little longer than a fixed idle period: the fixed poller sleeps (and pays a wake-up)
+// in every one; the adaptive poller's window grows to cover them and it keeps polling.
+TEST(Adaptive, GrowsItsWindowOverGapsAFixedPeriodSleepsThrough) {
+  Spec s;
+  s.messages = 64;
+  s.burst = 1;
+  s.pause = 15us;
+  s.idle_ns = 10'000;
+  s.adaptive = {.min_idle_ns = 1'000, .max_idle_ns = 100'000, .gap_factor = 4};
+  s.tick = 250ns;
+  s.pollers = {Kind::hybrid};
+  const Outcome fixed = run(s);
+  s.pollers = {Kind::adaptive};
+  const Outcome adaptive = run(s);
+  expect_exactly_once(fixed, s);
+  expect_exactly_once(adaptive, s);
+  EXPECT_GE(fixed.total.sleeps, 60u);
+  EXPECT_LE(adaptive.total.sleeps, 3u) << adaptive.total.to_string();
+}
+
+// A message now and then, each after a pause longer than the longest window: polling never
+// catches one, so the fixed poller wastes its whole idle period every time and the adaptive
+// one learns to sleep at once.
+TEST(Adaptive, SleepsAtOnceWhenOnlyPausesCome) {
+  Spec s;
+  s.messages = 40;
+  s.burst = 1;
+  s.pause = 300us;
+  s.idle_ns = 100'000;
+  s.adaptive = {.min_idle_ns = 2'000, .max_idle_ns = 100'000, .gap_factor = 4};
+  s.tick = 250ns;
+  s.pollers = {Kind::hybrid};
+  const Outcome fixed = run(s);
+  s.pollers = {Kind::adaptive};
+  const Outcome adaptive = run(s);
+  expect_exactly_once(fixed, s);
+  expect_exactly_once(adaptive, s);
+  EXPECT_GE(fixed.total.polling_ns, 39u * 100'000u) << "a whole idle period per message";
+  EXPECT_LT(adaptive.total.polling_ns * 10, fixed.total.polling_ns)
+      << "adaptive " << adaptive.total.to_string() << "\nfixed " << fixed.total.to_string();
+}
+
+TEST(Adaptive, WindowStaysWithinItsLimits) {
+  testing::SimPair p({}, pair_options());
+  auto ch = p.a.ctx->create_comp_channel();
+  auto cq = p.a.ctx->create_cq(4, ch.get());
+  AdaptivePoller fresh(*cq, *ch, p.a.ctx->clock(), {.min_idle_ns = 3'000, .max_idle_ns = 40'000});
+  EXPECT_EQ(fresh.idle_ns(), 40'000u) << "nothing learned: the longest";
+  EXPECT_EQ(fresh.typical_gap_ns(), 0u);
+  EXPECT_EQ(fresh.name(), "adaptive");
 }
 
 TEST(Busy, PollsEvenWhenNothingComesAndNeverSleeps) {
@@ -611,6 +704,10 @@ TEST(Choose, ByNameWithAChannelWhereOneIsNeeded) {
   auto ch = p.a.ctx->create_comp_channel();
   auto cq = p.a.ctx->create_cq(4, ch.get());
   EXPECT_EQ(make_poller(PollStrategy::hybrid, *cq, ch.get(), p.a.ctx->clock())->name(), "hybrid");
+  EXPECT_EQ(parse_poll_strategy("adaptive"), PollStrategy::adaptive);
+  auto adaptive = make_poller(PollStrategy::adaptive, *cq, ch.get(), p.a.ctx->clock(), 30'000);
+  EXPECT_EQ(adaptive->name(), "adaptive");
+  EXPECT_EQ(static_cast<AdaptivePoller&>(*adaptive).limits().max_idle_ns, 30'000u);
 }
 
 TEST(Clock, IsTheWorldsVirtualTime) {

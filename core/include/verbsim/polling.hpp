@@ -169,6 +169,43 @@ class HybridPoller final : public ChannelPoller {
   std::uint64_t idle_since_ = kNotIdle;  // clock time polling began to find nothing
 };
 
+// A hybrid poller whose idle period follows the traffic: it polls for `gap_factor` times the
+// typical gap between the completions it had to wait for (an average over the recent ones),
+// never less than `min_idle_ns` nor more than `max_idle_ns`, then sleeps like HybridPoller. A gap
+// longer than max_idle_ns is a pause, not traffic: it shrinks the average by a quarter. So
+// within a burst it keeps polling (the gaps are short), after a burst it sleeps within a few
+// gaps instead of a fixed period, if its sleeps keep ending soon (gaps a little above its
+// window) the window grows to cover them, and with only pauses (a request now and then) it
+// sleeps at once. Before its first wait it polls for max_idle_ns. docs/POLLING.md has the
+// measurements behind the defaults.
+struct AdaptiveIdle {
+  std::uint64_t min_idle_ns = 2'000;
+  std::uint64_t max_idle_ns = 100'000;
+  std::uint32_t gap_factor = 4;
+};
+
+class AdaptivePoller final : public ChannelPoller {
+ public:
+  AdaptivePoller(CompletionQueue& cq, CompletionChannel& channel, const Clock& clock,
+                 AdaptiveIdle idle = {}, bool solicited_only = false) noexcept
+      : ChannelPoller(cq, channel, clock, solicited_only, /*rearm_on_wake=*/false), idle_(idle) {}
+  std::string_view name() const noexcept override { return "adaptive"; }
+  // The idle period the next wait will poll for before it sleeps.
+  std::uint64_t idle_ns() const noexcept;
+  // The average gap it has learned (0 before the first it had to wait for).
+  std::uint64_t typical_gap_ns() const noexcept { return gap_ns_; }
+  const AdaptiveIdle& limits() const noexcept { return idle_; }
+
+ private:
+  PollResult do_next(std::span<WorkCompletion> out, const std::stop_token& stop) override;
+  void learn(std::uint64_t gap_ns) noexcept;
+  static constexpr std::uint64_t kNever = UINT64_MAX;
+  AdaptiveIdle idle_;
+  std::uint64_t gap_ns_ = 0;           // moving average of the gaps that count
+  bool waited_ = false;                // it has measured a gap (or a pause)
+  std::uint64_t last_return_ = kNever;  // clock time next() last handed completions over
+};
+
 // Batch draining over any poller: waits with it, then keeps polling in batches of buf.size()
 // until the CQ is empty or `max_per_wake` completions were handed over, so one busy CQ cannot
 // keep its thread from its other work. Completions left in the CQ are taken first next time.
@@ -202,12 +239,13 @@ class BatchDrainer {
   std::size_t max_per_wake_;
 };
 
-enum class PollStrategy : std::uint8_t { busy, event, hybrid };
+enum class PollStrategy : std::uint8_t { busy, event, hybrid, adaptive };
 std::string_view to_string(PollStrategy s) noexcept;
-// "busy", "event" or "hybrid"; throws std::invalid_argument otherwise.
+// "busy", "event", "hybrid" or "adaptive"; throws std::invalid_argument otherwise.
 PollStrategy parse_poll_strategy(std::string_view name);
 
-// The poller for `strategy`. event and hybrid need a channel (std::invalid_argument otherwise).
+// The poller for `strategy`. event, hybrid and adaptive need a channel (std::invalid_argument
+// otherwise). `idle_ns` is hybrid's idle period and adaptive's longest (AdaptiveIdle's others).
 std::unique_ptr<CompletionPoller> make_poller(PollStrategy strategy, CompletionQueue& cq,
                                               CompletionChannel* channel, const Clock& clock,
                                               std::uint64_t idle_ns = 20'000);
