@@ -1,6 +1,7 @@
 // An application's tests written with the installed test kit: a fixture that runs each test on
 // every simulator profile and on libibverbs (skipped without a device), the connected pair, the
-// matchers, and hosts that run as fibers on the simulator and as threads on hardware.
+// matchers, hosts that run as fibers on the simulator and as threads on hardware, and a fault
+// rule that names a QP.
 // scripts/check-install.sh builds and runs it, then makes KitDemo.ADeliberateFailure fail and
 // runs the command it prints (tests/install/failure-rerun.sh).
 #include <gmock/gmock.h>
@@ -109,6 +110,24 @@ TEST_P(App, TwoHostsEcho) {
 }
 
 VERBSIM_BACKEND_SUITE(App);
+
+// A fault rule aimed at a QP by the name the test gives it, not by its number: the world's own
+// plan (VERBSIM_FAULTS's rules are appended to it, if any).
+TEST(KitFaults, ARuleNamesTheQpTheTestNamed) {
+  sim::Config config;
+  config.faults = sim::FaultPlan::parse("post_send nth=1 errno=ENOMEM qp=client");
+  sim::World world(config);
+  ConnectedPair p(world);
+  world.name(*p.a.qp, "client");
+  world.name(*p.b.qp, "server");
+  ASSERT_THAT(receive(p.b, 1), PostedAll());
+  ASSERT_THAT(receive(p.a, 2), PostedAll());
+  EXPECT_THAT(send(p.b, 10, 64), PostedAll()) << "the rule names the client only";
+  EXPECT_THAT(send(p.a, 11, 64), IsQueueFull()) << "the client's first post_send fails";
+  EXPECT_THAT(send(p.a, 12, 64), PostedAll());
+  EXPECT_THAT(p.poll(p.a, 2), ::testing::UnorderedElementsAre(AllOf(IsSuccess(), HasWrId(2)),
+                                                              AllOf(IsSuccess(), HasWrId(12))));
+}
 
 // Fails on purpose (with VERBSIM_KIT_DEMO_FAILURE set) after a seeded run under the fault plan
 // of VERBSIM_FAULTS: its rerun command must reproduce the same digest.
