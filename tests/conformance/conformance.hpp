@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -256,6 +257,10 @@ class Conformance : public testing::BackendTest {
   std::vector<WorkCompletion> poll_quiet(CompletionQueue& cq);
   // Lets time pass: real time on ibverbs, virtual time on the simulator.
   void pass_time(std::chrono::milliseconds d);
+  // RNR NAKs port 1 has received (the rcvd_rnr_err counter of rxe and of the simulator): the
+  // simulator's count, or the device's hw_counters/rcvd_rnr_err file under its ibdev_path
+  // (the drop-in's private sysfs tree too). None where the device has none.
+  std::optional<std::uint64_t> rnr_naks_received();
   // Async events pending now (call after poll_quiet/pass_time for the asynchronous ones).
   std::vector<AsyncEvent> take_async_events();
   // The QP's state once `want` is reached or 2 s passed (the device moves QPs on its own).

@@ -269,9 +269,14 @@ TEST_P(Errors, RnrRetryCounted) {
   o.b.min_rnr_timer = 1;  // 0.01 ms
   Pair p = make_pair(o);
   const Sge s = sge(kSrc, 32);
+  const std::optional<std::uint64_t> before = rnr_naks_received();
   CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
   CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rnr_retry_exc_err, WcOpcode::send, 32));
   CHECK_OBS("sender_state", wait_state(*p.a, QpState::err), QpState::err);
+  // The first attempt and its three retries each met an RNR NAK.
+  if (const std::optional<std::uint64_t> after = rnr_naks_received(); before && after) {
+    CHECK_OBS("rnr_naks_received", *after - *before, 4u);
+  }
 }
 
 TEST_P(Errors, RnrThenSuccess) {

@@ -9,6 +9,12 @@
 
 #include "conformance.hpp"
 
+#ifdef VERBSIM_CONFORMANCE_IBVERBS
+#include <infiniband/verbs.h>
+
+#include "verbsim/ibverbs/backend.hpp"
+#endif
+
 namespace verbsim::conformance {
 
 namespace {
@@ -52,6 +58,25 @@ sim::Config Conformance::sim_config(sim::Profile profile) const {
   config.profile = profile;
   config.devices = 1;  // one device with two QPs, as on rxe in the VM
   return config;
+}
+
+std::optional<std::uint64_t> Conformance::rnr_naks_received() {
+  if (world_ != nullptr) return world_->port_counters(0, 1).rcvd_rnr_err;
+#ifdef VERBSIM_CONFORMANCE_IBVERBS
+  const ibv_context* c = ibverbs::native(*ctx_);
+  if (c == nullptr) return std::nullopt;
+  const std::string path =
+      std::string(c->device->ibdev_path) + "/ports/1/hw_counters/rcvd_rnr_err";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long n = 0;
+  const bool read = std::fscanf(f, "%llu", &n) == 1;
+  std::fclose(f);
+  if (!read) return std::nullopt;
+  return n;
+#else
+  return std::nullopt;
+#endif
 }
 
 void Conformance::SetUp() {
