@@ -16,6 +16,7 @@ packages=(
   python3-matplotlib  # scripts/plot-timeline.py draws timelines (worked_example, docs/img)
   strace  # copied into the rxe VM: the verb log's kernel crossings against it (rxe_kernel_crossings)
   tcpdump  # copied into the rxe VM: rxe's packets against the simulator's capture (rxe_wire_compare)
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz/run.sh): clang and its fuzzer runtime
 )
 
 missing=()

@@ -323,7 +323,9 @@ void parse_rule(std::string_view rule, FaultPlan& plan) {
     const auto name = std::find(kind.names.begin(), kind.names.end(), words.kind);
     if (name == kind.names.end()) continue;
     Draft d;
-    for (const auto& [key, value] : words.args) {
+    for (const auto& arg : words.args) {
+      const std::string_view key = arg.first;  // not a structured binding: clang 14 captures none
+      const std::string_view value = arg.second;
       const auto k = std::find_if(kind.keys.begin(), kind.keys.end(),
                                   [&](const Key& row) { return row.name == key; });
       if (k == kind.keys.end()) p.error("unknown key '" + std::string(key) + "'");
