@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds everything with AddressSanitizer + UndefinedBehaviorSanitizer and -Werror (Debug, in
 # build-asan/), runs the whole test suite with ctest, then checks that the installed package
-# works from a separate CMake project (scripts/check-install.sh). Exits non-zero on any failure.
+# works from a separate CMake project (scripts/check-install.sh), then the Release determinism
+# and instruction guards, the fuzzers (tests/fuzz/run.sh, 20 s each) and a ThreadSanitizer
+# stage (build-tsan/). Exits non-zero on any failure.
 # Environment: VERBSIM_JOBS (parallel build and test jobs, default 2),
 #              VERBSIM_BUILD_DIR (build directory, default build-asan),
-#              VERBSIM_TEST_TIMEOUT (seconds for a test without its own TIMEOUT, default 300).
+#              VERBSIM_TEST_TIMEOUT (seconds for a test without its own TIMEOUT, default 300),
+#              VERBSIM_FUZZ_SECONDS (each fuzzer's run, default 20).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -63,6 +66,29 @@ if ! ctest --test-dir "$release" -R '^(ibv_overhead_dropin|sim_instructions)$' \
 fi
 echo "ibv_overhead_dropin, sim_instructions (Release): $(grep -E \
   'tests passed|No tests were found' "$release/instructions.log" | tail -n 1)"
+
+# The fuzzers (tests/fuzz: libFuzzer from Debian's clang, ASan+UBSan), each for a bounded time
+# from its corpus in the repository: the fault-plan parser, CM call sequences, verb sequences
+# through the drop-in's C ABI.
+tests/fuzz/run.sh --seconds "${VERBSIM_FUZZ_SECONDS:-20}" --build "${VERBSIM_FUZZ_DIR:-build-fuzz}" \
+  --jobs "$jobs"
+
+# ThreadSanitizer: the drop-in's multithreaded C programs (threads.c: posters, a poller, a
+# waiter blocked in ibv_get_cq_event, resources created and destroyed meanwhile; cm.c: librdmacm
+# with its event threads), the drop-ins instrumented too. Any report fails the stage.
+tsan=${VERBSIM_TSAN_DIR:-build-tsan}
+generator=()
+[[ -f "$tsan/CMakeCache.txt" ]] || generator=(-G Ninja)
+cmake -S . -B "$tsan" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DVERBSIM_SANITIZE=thread -DVERBSIM_WERROR=ON -DVERBSIM_BUILD_EXAMPLES=OFF \
+  -DVERBSIM_BUILD_BENCHMARKS=OFF -DVERBSIM_INSTALL=OFF >/dev/null
+cmake --build "$tsan" -j "$jobs" --target dropin_threads dropin_cm >/dev/null
+if ! TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 ctest --test-dir "$tsan" -L threads \
+    --output-on-failure >"$tsan/tsan.log" 2>&1; then
+  cat "$tsan/tsan.log" >&2
+  exit 1
+fi
+echo "ThreadSanitizer: $(grep -E 'tests passed' "$tsan/tsan.log" | tail -n 1)"
 
 # Repeat ctest's summary so that it is the last thing this script prints.
 grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true
