@@ -111,6 +111,7 @@ struct DQp : ibv_qp_ex {
   bool extended = false;
   bool sq_sig_all = false;
   std::uint64_t send_ops = 0;  // IBV_QP_EX_WITH_* given at creation
+  std::uint32_t max_send_sge = 0;  // the cap at creation: ibv_wr_set_sge_list checks against it
 
   struct Pending {
     SendWr wr;

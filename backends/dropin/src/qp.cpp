@@ -316,9 +316,23 @@ void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
   }
 }
 
+// The errno the ibv_wr_* builder remembers for a work request past the QP's limits (more
+// SGEs than max_send_sge, more inline data than max_inline_data): ENOSPC on rxe (librxe's
+// wr_set_sge_list and wr_set_inline_data*), ENOMEM on mlx5 and strict (providers/mlx5/qp.c).
+int builder_limit_errno() noexcept {
+  const sim::World* w = global().world.get();
+  return w != nullptr && w->config().profile == sim::Profile::rxe ? ENOSPC : ENOMEM;
+}
+
+// The count is checked before the list is read: a count past the QP's max_send_sge (however
+// large) is remembered for wr_complete, as providers do, and no entry of the list is touched.
 void set_sges(ibv_qp_ex* qp, std::size_t n, const ibv_sge* list) noexcept {
   DQp& q = bq(qp);
   if (last(qp) == nullptr) return;
+  if (n > q.max_send_sge) {
+    q.batch_error = builder_limit_errno();
+    return;
+  }
   try {
     DQp::Pending& p = q.batch.back();
     p.sge_begin = q.sges.size();
@@ -486,6 +500,7 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   auto q = std::make_unique<DQp>();
   q->impl = DPd::from(attr.pd)->real().create_qp(init);
   attr.cap = abi::to_ibv(q->impl->cap());
+  q->max_send_sge = attr.cap.max_send_sge;
   ibv_qp& b = q->qp_base;
   b.context = context;
   b.qp_context = attr.qp_context;
