@@ -6,19 +6,39 @@
  *                ending at a page boundary, 1 << 20, INT_MAX and negative: EINVAL, *bad_wr
  *                the WR, nothing read past the list (ibv_post_send, ibv_post_recv,
  *                ibv_post_srq_recv); ibv_wr_set_sge_list: ENOSPC from ibv_wr_complete.
+ *   inline_sizes ibv_wr_set_inline_data(_list) past max_inline_data, also by a total past 4 GiB
+ *                or one that wraps size_t: ENOSPC from ibv_wr_complete, nothing copied.
+ *   modify_null  ibv_modify_qp(qp, NULL, 0) is 0 (only masked fields are read); NULL with a
+ *                mask is EINVAL.
+ *   destroy_cq_waits  ibv_destroy_cq with a completion event taken and not acknowledged waits
+ *                for ibv_ack_cq_events (another thread), then returns 0, as libibverbs.
+ *   busy_errno   ibv_dealloc_pd of a PD in use: EBUSY, returned and in errno.
+ *   sysfs        ibv_get_sysfs_path before any other verb, ibv_read_sysfs_file and
+ *                ibv_get_device_name/guid/index with NULL or a copied device.
+ *   listen_backlog  rdma_listen with backlog -1, 0 and INT_MAX: 0 (the kernel's maximum).
  * Exit status 0 when every check passed. */
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
+#ifdef HOSTILE_RDMACM
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+#endif
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "rc.h"
+
+/* ibv_read_sysfs_file and ibv_get_sysfs_path are libibverbs' (driver.h, not installed). */
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
+const char *ibv_get_sysfs_path(void);
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -154,7 +174,201 @@ static void sge_counts(void) {
   CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
 }
 
+static struct ibv_qp *qp_inline(uint32_t max_inline) {
+  struct ibv_qp_init_attr_ex init = {
+      .send_cq = cq,
+      .recv_cq = cq,
+      .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1,
+              .max_inline_data = max_inline},
+      .qp_type = IBV_QPT_RC,
+      .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+      .pd = pd,
+      .send_ops_flags = IBV_QP_EX_WITH_SEND,
+  };
+  struct ibv_qp *qp = ibv_create_qp_ex(ctx, &init);
+  CHECK(qp, "ibv_create_qp_ex: %s", strerror(errno));
+  rc_connect(qp, qp->qp_num, &gid, 0, 0, 12);
+  return qp;
+}
+
+static void inline_sizes(void) {
+  struct ibv_qp *qp = qp_inline(16);
+  struct ibv_qp_attr a;
+  struct ibv_qp_init_attr i;
+  CHECK(ibv_query_qp(qp, &a, IBV_QP_CAP, &i) == 0, "ibv_query_qp");
+  const size_t max = a.cap.max_inline_data;
+  struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+  /* Each list's total is past max_inline_data; narrowed to 32 bits, or wrapped, it would not be.
+   * Nothing may be copied: the buffers are far smaller than the lengths. */
+  const struct ibv_data_buf lists[][2] = {
+      {{buf, (size_t)1 << 32}, {buf, 16}},          /* 4 GiB + 16: 16 in 32 bits */
+      {{buf, SIZE_MAX}, {buf, 2}},                  /* wraps size_t to 1 */
+      {{buf, max}, {buf, 1}},                       /* one byte too many */
+  };
+  for (size_t k = 0; k < sizeof lists / sizeof lists[0]; ++k) {
+    ibv_wr_start(qx);
+    qx->wr_id = 10;
+    ibv_wr_send(qx);
+    ibv_wr_set_inline_data_list(qx, 2, lists[k]);
+    const int r = ibv_wr_complete(qx);
+    CHECK(r == ENOSPC, "ibv_wr_set_inline_data_list %zu: ibv_wr_complete %d", k, r);
+  }
+  const size_t lengths[] = {max + 1, (size_t)1 << 32, SIZE_MAX};
+  for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; ++k) {
+    ibv_wr_start(qx);
+    qx->wr_id = 11;
+    ibv_wr_send(qx);
+    ibv_wr_set_inline_data(qx, buf, lengths[k]);
+    const int r = ibv_wr_complete(qx);
+    CHECK(r == ENOSPC, "ibv_wr_set_inline_data %zu: ibv_wr_complete %d", lengths[k], r);
+  }
+  struct ibv_wc wc;
+  CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a refused WR completed");
+  CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+}
+
+static void modify_null(void) {
+  struct ibv_qp *qp = rc_qp(pd, cq, NULL);
+  CHECK(ibv_modify_qp(qp, NULL, 0) == 0, "ibv_modify_qp(qp, NULL, 0)");
+  CHECK(ibv_modify_qp(qp, NULL, IBV_QP_STATE) == EINVAL, "ibv_modify_qp(qp, NULL, STATE)");
+  CHECK(qp->state == IBV_QPS_RESET, "the QP left RESET");
+  CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+}
+
+/* destroy_cq_waits: the thread acknowledges the event once the main thread sleeps inside
+ * ibv_destroy_cq (its state in /proc turns to S: no timing involved). */
+static volatile int destroying;
+static pid_t main_tid;
+static struct ibv_cq *event_cq;
+
+static char thread_state(pid_t tid) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return '?';
+  const size_t n = fread(line, 1, sizeof line - 1, f);
+  fclose(f);
+  line[n] = '\0';
+  const char *close = strrchr(line, ')');
+  return close != NULL && close[1] == ' ' ? close[2] : '?';
+}
+
+static void *ack_later(void *arg) {
+  (void)arg;
+  while (!__atomic_load_n(&destroying, __ATOMIC_ACQUIRE) || thread_state(main_tid) != 'S') {
+    sched_yield();
+  }
+  ibv_ack_cq_events(event_cq, 1);
+  return NULL;
+}
+
+static void destroy_cq_waits(void) {
+  struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+  CHECK(ch, "ibv_create_comp_channel");
+  event_cq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+  struct ibv_cq *other = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  CHECK(event_cq && other, "ibv_create_cq");
+  struct ibv_qp *a = rc_qp(pd, event_cq, NULL), *b = rc_qp(pd, other, NULL);
+  rc_connect(a, b->qp_num, &gid, 0, 7, 12);
+  rc_connect(b, a->qp_num, &gid, 0, 7, 12);
+  CHECK(ibv_req_notify_cq(event_cq, 0) == 0, "ibv_req_notify_cq");
+  struct ibv_sge s = {(uintptr_t)buf, 8, mr->lkey};
+  struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &s, .num_sge = 1}, *rbad;
+  struct ibv_send_wr swr = {.wr_id = 2, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+                            .send_flags = IBV_SEND_SIGNALED}, *sbad;
+  CHECK(ibv_post_recv(b, &rwr, &rbad) == 0 && ibv_post_send(a, &swr, &sbad) == 0, "post");
+  struct ibv_cq *got;
+  void *got_ctx;
+  CHECK(ibv_get_cq_event(ch, &got, &got_ctx) == 0 && got == event_cq, "ibv_get_cq_event");
+  struct ibv_wc wc;
+  CHECK(ibv_poll_cq(event_cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "the SEND");
+  CHECK(ibv_poll_cq(other, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "the receive");
+  CHECK(ibv_destroy_qp(a) == 0 && ibv_destroy_qp(b) == 0, "ibv_destroy_qp");
+
+  main_tid = (pid_t)syscall(SYS_gettid);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, ack_later, NULL) == 0, "pthread_create");
+  __atomic_store_n(&destroying, 1, __ATOMIC_RELEASE);
+  const int r = ibv_destroy_cq(event_cq);
+  CHECK(r == 0, "ibv_destroy_cq with an event not acknowledged: %d (%s)", r, strerror(r));
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  CHECK(ibv_destroy_cq(other) == 0, "ibv_destroy_cq");
+  CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+}
+
+static void busy_errno(void) {
+  struct ibv_pd *p = ibv_alloc_pd(ctx);
+  CHECK(p, "ibv_alloc_pd");
+  struct ibv_mr *m = ibv_reg_mr(p, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(m, "ibv_reg_mr");
+  errno = 0;
+  CHECK(ibv_dealloc_pd(p) == EBUSY && errno == EBUSY, "ibv_dealloc_pd in use: errno %d", errno);
+  CHECK(ibv_dereg_mr(m) == 0 && ibv_dealloc_pd(p) == 0, "teardown");
+}
+
+/* Before any other verb (the first thing librdmacm's ucma_init does). */
+static void sysfs_first(void) {
+  const char *root = ibv_get_sysfs_path();
+  CHECK(root != NULL && root[0] == '/', "ibv_get_sysfs_path");
+  char value[16];
+  errno = 0;
+  CHECK(ibv_read_sysfs_file(root, "class/misc/rdma_cm/abi_version", value, sizeof value) == -1 &&
+            errno == ENOENT,
+        "ibv_read_sysfs_file of a file the tree lacks: errno %d", errno);
+}
+
+static void sysfs(void) {
+  char value[16];
+  errno = 0;
+  CHECK(ibv_read_sysfs_file(NULL, "x", value, sizeof value) == -1 && errno == EINVAL, "dir NULL");
+  errno = 0;
+  CHECK(ibv_read_sysfs_file(ibv_get_sysfs_path(), NULL, value, sizeof value) == -1 &&
+            errno == EINVAL,
+        "file NULL");
+  errno = 0;
+  CHECK(ibv_get_device_name(NULL) == NULL && errno == EINVAL, "ibv_get_device_name(NULL)");
+  errno = 0;
+  CHECK(ibv_get_device_guid(NULL) == 0 && errno == EINVAL, "ibv_get_device_guid(NULL)");
+  errno = 0;
+  CHECK(ibv_get_device_index(NULL) == -1 && errno == EINVAL, "ibv_get_device_index(NULL)");
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  CHECK(list && n > 0, "ibv_get_device_list");
+  struct ibv_device copy = *list[0];
+  CHECK(strcmp(ibv_get_device_name(&copy), list[0]->name) == 0, "the copy's name");
+  errno = 0;
+  CHECK(ibv_get_device_guid(&copy) == 0 && errno == ENODEV, "ibv_get_device_guid(copy)");
+  errno = 0;
+  CHECK(ibv_get_device_index(&copy) == -1 && errno == ENODEV, "ibv_get_device_index(copy)");
+  errno = 0;
+  CHECK(ibv_open_device(&copy) == NULL && errno == ENODEV, "ibv_open_device(copy)");
+  errno = 0;
+  CHECK(ibv_open_device(NULL) == NULL && errno == EINVAL, "ibv_open_device(NULL)");
+  ibv_free_device_list(list);
+}
+
+static void listen_backlog(void) {
+#ifdef HOSTILE_RDMACM
+  struct rdma_event_channel *ec = rdma_create_event_channel();
+  CHECK(ec, "rdma_create_event_channel");
+  const int backlogs[] = {-1, 0, INT_MAX, INT_MIN};
+  for (size_t k = 0; k < sizeof backlogs / sizeof backlogs[0]; ++k) {
+    struct rdma_cm_id *id = NULL;
+    CHECK(rdma_create_id(ec, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(7470 + k))};
+    inet_pton(AF_INET, "10.0.0.1", &sin.sin_addr);
+    CHECK(rdma_bind_addr(id, (struct sockaddr *)&sin) == 0, "rdma_bind_addr");
+    CHECK(rdma_listen(id, backlogs[k]) == 0, "rdma_listen backlog %d: errno %d", backlogs[k], errno);
+    CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  }
+  rdma_destroy_event_channel(ec);
+#endif
+}
+
 int main(void) {
+  /* Deterministic: no background progress thread (destroy_cq_waits watches the main thread). */
+  setenv("VERBSIM_DROPIN_PROGRESS", "0", 1);
+  sysfs_first();
   ctx = first_device();
   CHECK(ibv_query_gid(ctx, 1, 1, &gid) == 0, "ibv_query_gid");
   pd = ibv_alloc_pd(ctx);
@@ -164,7 +378,17 @@ int main(void) {
   cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
   CHECK(cq, "ibv_create_cq");
 
-  sge_counts();
+  /* HOSTILE_ONLY=<name> runs one group of cases (with the setup above). */
+  const char *only = getenv("HOSTILE_ONLY");
+#define RUN(name) \
+  if (only == NULL || strcmp(only, #name) == 0) name()
+  RUN(sge_counts);
+  RUN(inline_sizes);
+  RUN(modify_null);
+  RUN(destroy_cq_waits);
+  RUN(busy_errno);
+  RUN(sysfs);
+  RUN(listen_backlog);
 
   CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
   CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");

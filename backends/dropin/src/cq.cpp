@@ -191,8 +191,16 @@ int ibv_resize_cq_1_1(ibv_cq* cq, int cqe) {
 VERBSIM_DEFAULT_1_1(ibv_resize_cq);
 VERBSIM_SAME_TYPE(ibv_resize_cq);
 
-// 0, or EBUSY while QPs use the CQ (or completion events were not acknowledged).
+// 0, or EBUSY while QPs use the CQ. As libibverbs (ibv_cmd_destroy_cq), it first waits until
+// every completion event ibv_get_cq_event returned for the CQ has been acknowledged (by another
+// thread: a program that destroys a CQ whose events it holds waits forever, as on rxe).
 int ibv_destroy_cq_1_1(ibv_cq* cq) {
+  {
+    DCq* c = DCq::from(cq);
+    ::pthread_mutex_lock(&cq->mutex);
+    while (cq->comp_events_completed < c->events_taken) ::pthread_cond_wait(&cq->cond, &cq->mutex);
+    ::pthread_mutex_unlock(&cq->mutex);
+  }
   return with_errno("ibv_destroy_cq", [&] {
     DCq* c = DCq::from(cq);
     c->impl->destroy();
@@ -231,6 +239,9 @@ int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_conte
     } else {
       *cq = c->ibv();
       *cq_context = c->cq_context;
+      ::pthread_mutex_lock(&c->mutex);
+      ++c->events_taken;
+      ::pthread_mutex_unlock(&c->mutex);
       return 0;
     }
   }
@@ -244,7 +255,10 @@ void ibv_ack_cq_events_1_1(ibv_cq* cq, unsigned int nevents) {
   auto held = lock();
   DCq* c = DCq::from(cq);
   c->impl->ack_events(nevents);
-  c->comp_events_completed += nevents;
+  ::pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  ::pthread_cond_broadcast(&cq->cond);  // an ibv_destroy_cq may wait for this (libibverbs too)
+  ::pthread_mutex_unlock(&cq->mutex);
 }
 VERBSIM_DEFAULT_1_1(ibv_ack_cq_events);
 VERBSIM_SAME_TYPE(ibv_ack_cq_events);

@@ -191,6 +191,19 @@ int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ib
   return query_gid_entry(*DContext::from(ctx), port, index, e);
 }
 
+const DDevice* known_device(const ibv_device* device) noexcept {
+  if (device == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto held = lock_waiting();
+  for (const DDevice* d : global().devices) {
+    if (&d->dev == device) return d;
+  }
+  errno = ENODEV;
+  return nullptr;
+}
+
 }  // namespace verbsim::dropin
 
 // ---------------------------------------------------------------------------------------------
@@ -222,15 +235,29 @@ void ibv_free_device_list_1_1(ibv_device** list) { std::free(list); }
 VERBSIM_DEFAULT_1_1(ibv_free_device_list);
 VERBSIM_SAME_TYPE(ibv_free_device_list);
 
-const char* ibv_get_device_name_1_1(ibv_device* device) { return device->name; }
+// The device's name (what libibverbs returns: its own field, so a copy of a device has it
+// too); NULL with errno EINVAL for NULL.
+const char* ibv_get_device_name_1_1(ibv_device* device) {
+  if (device == nullptr) return fail_null<const char>(EINVAL);
+  return device->name;
+}
 VERBSIM_DEFAULT_1_1(ibv_get_device_name);
 VERBSIM_SAME_TYPE(ibv_get_device_name);
 
-__be64 ibv_get_device_guid_1_1(ibv_device* device) { return htobe64(device_of(device)->guid); }
+// The node GUID; 0 with errno EINVAL for NULL, ENODEV for a pointer that is not one of the
+// list's devices (a copy: libibverbs would read its provider's data past the struct).
+__be64 ibv_get_device_guid_1_1(ibv_device* device) {
+  const DDevice* d = known_device(device);
+  return d != nullptr ? htobe64(d->guid) : 0;
+}
 VERBSIM_DEFAULT_1_1(ibv_get_device_guid);
 VERBSIM_SAME_TYPE(ibv_get_device_guid);
 
-int ibv_get_device_index(ibv_device* device) { return device_of(device)->index; }
+// The device's index; -1 with errno as ibv_get_device_guid.
+int ibv_get_device_index(ibv_device* device) {
+  const DDevice* d = known_device(device);
+  return d != nullptr ? d->index : -1;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Contexts
@@ -238,6 +265,7 @@ int ibv_get_device_index(ibv_device* device) { return device_of(device)->index; 
 ibv_context* ibv_open_device_1_1(ibv_device* device) {
   return with_null<ibv_context>("ibv_open_device", [&]() -> ibv_context* {
     if (world() == nullptr) return nullptr;
+    if (known_device(device) == nullptr) return nullptr;  // errno EINVAL or ENODEV
     // A file standing for /dev/infiniband/uverbsN; ibv_import_device() recognises its dups.
     const int cmd_fd = ::memfd_create(device->name, MFD_CLOEXEC);
     if (cmd_fd < 0) return nullptr;

@@ -353,18 +353,27 @@ void wr_set_sge(ibv_qp_ex* qp, std::uint32_t lkey, std::uint64_t addr, std::uint
 void wr_set_sge_list(ibv_qp_ex* qp, size_t n, const ibv_sge* list) noexcept { set_sges(qp, n, list); }
 
 // Inline data is copied now, as providers copy it into the WQE: the buffer may be reused at once.
+// The total is summed in 64 bits and checked against max_inline_data before anything is copied
+// (a sum past 4 GiB must not wrap into a small one): past it, the builder's limit errno.
 void set_inline(ibv_qp_ex* qp, std::size_t n, const ibv_data_buf* bufs) noexcept {
   DQp& q = bq(qp);
   if (last(qp) == nullptr) return;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bufs[i].length > q.max_inline_data - total) {
+      q.batch_error = builder_limit_errno();
+      return;
+    }
+    total += bufs[i].length;
+  }
   try {
     DQp::Pending& p = q.batch.back();
     p.is_inline = true;
     p.inline_begin = q.inline_bytes.size();
-    p.inline_len = 0;
+    p.inline_len = total;
     for (std::size_t i = 0; i < n; ++i) {
       const auto* b = static_cast<const std::uint8_t*>(bufs[i].addr);
       q.inline_bytes.insert(q.inline_bytes.end(), b, b + bufs[i].length);
-      p.inline_len += bufs[i].length;
     }
     p.wr.flags |= SendFlags::inline_data;
   } catch (...) {
@@ -501,6 +510,7 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   q->impl = DPd::from(attr.pd)->real().create_qp(init);
   attr.cap = abi::to_ibv(q->impl->cap());
   q->max_send_sge = attr.cap.max_send_sge;
+  q->max_inline_data = attr.cap.max_inline_data;
   ibv_qp& b = q->qp_base;
   b.context = context;
   b.qp_context = attr.qp_context;
@@ -557,7 +567,11 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
     DQp* q = DQp::from(qp);
-    q->impl->modify(abi::from_ibv(*attr), static_cast<QpAttrMask>(mask));
+    // Only the masked fields are read (libibverbs' copy_modify_qp_fields): no mask, no attr
+    // needed; a mask without attributes is EINVAL here (libibverbs would dereference NULL).
+    if (attr == nullptr && mask != 0) return EINVAL;
+    q->impl->modify(attr != nullptr ? abi::from_ibv(*attr) : QpAttr{},
+                    static_cast<QpAttrMask>(mask));
     if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
     settle();
     return 0;

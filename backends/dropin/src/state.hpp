@@ -113,17 +113,24 @@ int errno_of_current_exception(const char* verb) noexcept;
 
 // Runs `body` (returning 0 or an errno) under the lock; exceptions become their errno. The
 // counter files are then current, unless `refresh` is Refresh::no (the data path's verbs that
-// come this way: ibv_req_notify_cq, ibv_bind_mw).
+// come this way: ibv_req_notify_cq, ibv_bind_mw). A control verb's failure is also left in
+// errno, as the failed ioctl or write to the uverbs device leaves it under libibverbs (whose
+// wrappers return the provider's result: ibv_dealloc_pd's EBUSY is in errno too); the data
+// path's verbs run in the provider and leave errno alone.
 template <Refresh refresh = Refresh::yes, class F>
 int with_errno(const char* verb, F&& body) noexcept {
+  int err = 0;
   try {
     auto held = lock();
-    const int err = body();
+    err = body();
     if constexpr (refresh == Refresh::yes) refresh_sysfs();
-    return err;
   } catch (...) {
-    return errno_of_current_exception(verb);
+    err = errno_of_current_exception(verb);
   }
+  if constexpr (refresh == Refresh::yes) {
+    if (err != 0) errno = err;
+  }
+  return err;
 }
 
 // Runs `body` (returning a pointer) under the lock; on failure returns NULL with errno set.
