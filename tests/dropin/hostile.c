@@ -16,6 +16,10 @@
  *   sysfs        ibv_get_sysfs_path before any other verb, ibv_read_sysfs_file and
  *                ibv_get_device_name/guid/index with NULL or a copied device.
  *   listen_backlog  rdma_listen with backlog -1, 0 and INT_MAX: 0 (the kernel's maximum).
+ *   forged_handles  copies of every kind of object (and objects whose handle or context was
+ *                changed) passed to destroy, modify, query, post and create-with verbs: the
+ *                kernel's lookup errnos (ENOENT, EINVAL for a handle of another kind; EINVAL
+ *                for write commands), and the originals untouched.
  * Exit status 0 when every check passed. */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -365,6 +369,147 @@ static void listen_backlog(void) {
 #endif
 }
 
+/* The copies are made on the heap at their struct's exact size, so anything that read past the
+ * struct (the drop-in's own object) would be caught by ASan. */
+#define COPY(type, p) ((type *)memcpy(malloc(sizeof(type)), (p), sizeof(type)))
+
+static void forged_handles(void) {
+  struct ibv_context *ctx2 = first_device(); /* another open context of the same device */
+  struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+  struct ibv_cq *fcq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+  struct ibv_srq_init_attr si = {.attr = {.max_wr = 4, .max_sge = 1}};
+  struct ibv_srq *srq = ibv_create_srq(pd, &si);
+  struct ibv_qp *qp = rc_qp(pd, fcq, NULL);
+  struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+  struct ibv_ah_attr aa = {.is_global = 1, .grh = {.dgid = gid, .sgid_index = 1}, .port_num = 1};
+  struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+  CHECK(ch && fcq && srq && qp && mw && ah, "objects");
+
+  /* PD */
+  struct ibv_pd *pd_copy = COPY(struct ibv_pd, pd);
+  CHECK(ibv_dealloc_pd(pd_copy) == ENOENT && errno == ENOENT, "ibv_dealloc_pd(copy)");
+  errno = 0;
+  CHECK(ibv_reg_mr(pd_copy, buf, 64, 0) == NULL && errno == EINVAL, "ibv_reg_mr(copy): %d", errno);
+  errno = 0;
+  CHECK(ibv_create_ah(pd_copy, &aa) == NULL && errno == EINVAL, "ibv_create_ah(copy)");
+  errno = 0;
+  CHECK(ibv_create_srq(pd_copy, &si) == NULL && errno == EINVAL, "ibv_create_srq(copy)");
+  errno = 0;
+  CHECK(ibv_alloc_mw(pd_copy, IBV_MW_TYPE_1) == NULL && errno == EINVAL, "ibv_alloc_mw(copy)");
+  struct ibv_qp_init_attr qi = {.send_cq = fcq, .recv_cq = fcq,
+                                .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+                                        .max_recv_sge = 1},
+                                .qp_type = IBV_QPT_RC};
+  errno = 0;
+  CHECK(ibv_create_qp(pd_copy, &qi) == NULL && errno == ENOENT, "ibv_create_qp(copy): %d", errno);
+  pd_copy->handle += 1000;
+  CHECK(ibv_dealloc_pd(pd_copy) == ENOENT, "ibv_dealloc_pd(handle + 1000)");
+  pd_copy->handle = fcq->handle; /* a CQ's handle: the kernel finds an object of another type */
+  CHECK(ibv_dealloc_pd(pd_copy) == EINVAL, "ibv_dealloc_pd(a CQ's handle)");
+  free(pd_copy);
+  pd->context = ctx2; /* the genuine PD, told it is another context's */
+  CHECK(ibv_dealloc_pd(pd) == ENOENT, "ibv_dealloc_pd(another context)");
+  pd->context = ctx;
+  const uint32_t pd_handle = pd->handle;
+  pd->handle = mr->handle; /* the genuine PD under an MR's handle */
+  CHECK(ibv_dealloc_pd(pd) == EINVAL, "ibv_dealloc_pd(an MR's handle)");
+  pd->handle = pd_handle;
+
+  /* MR */
+  struct ibv_mr *mr_copy = COPY(struct ibv_mr, mr);
+  CHECK(ibv_dereg_mr(mr_copy) == ENOENT, "ibv_dereg_mr(copy)");
+  free(mr_copy);
+
+  /* CQ */
+  struct ibv_cq *cq_copy = COPY(struct ibv_cq, fcq);
+  CHECK(ibv_destroy_cq(cq_copy) == ENOENT, "ibv_destroy_cq(copy)");
+  CHECK(ibv_resize_cq(cq_copy, 32) == EINVAL, "ibv_resize_cq(copy)");
+  CHECK(ibv_req_notify_cq(cq_copy, 0) == EINVAL, "ibv_req_notify_cq(copy)");
+  struct ibv_wc wc;
+  CHECK(ibv_poll_cq(cq_copy, 1, &wc) == -EINVAL, "ibv_poll_cq(copy)");
+  ibv_ack_cq_events(cq_copy, 1); /* nothing to acknowledge: no effect */
+  struct ibv_qp_init_attr_ex qx = {.send_cq = cq_copy, .recv_cq = fcq,
+                                   .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+                                           .max_recv_sge = 1},
+                                   .qp_type = IBV_QPT_RC, .comp_mask = IBV_QP_INIT_ATTR_PD,
+                                   .pd = pd};
+  errno = 0;
+  CHECK(ibv_create_qp_ex(ctx, &qx) == NULL && errno == ENOENT, "create_qp_ex(CQ copy): %d", errno);
+  free(cq_copy);
+
+  /* QP */
+  struct ibv_qp *qp_copy = COPY(struct ibv_qp, qp);
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+  CHECK(ibv_modify_qp(qp_copy, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                       IBV_QP_ACCESS_FLAGS) == EINVAL,
+        "ibv_modify_qp(copy)");
+  struct ibv_qp_init_attr init;
+  CHECK(ibv_query_qp(qp_copy, &a, IBV_QP_STATE, &init) == EINVAL, "ibv_query_qp(copy)");
+  struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+  struct ibv_send_wr swr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND}, *sbad = NULL;
+  CHECK(ibv_post_send(qp_copy, &swr, &sbad) == EINVAL && sbad == &swr, "ibv_post_send(copy)");
+  struct ibv_recv_wr rwr = {.sg_list = &sge, .num_sge = 1}, *rbad = NULL;
+  CHECK(ibv_post_recv(qp_copy, &rwr, &rbad) == EINVAL && rbad == &rwr, "ibv_post_recv(copy)");
+  CHECK(ibv_qp_to_qp_ex(qp_copy) == NULL, "ibv_qp_to_qp_ex(copy)");
+  CHECK(ibv_destroy_qp(qp_copy) == ENOENT, "ibv_destroy_qp(copy)");
+  free(qp_copy);
+  CHECK(qp->state == IBV_QPS_RESET, "the QP changed");
+
+  /* SRQ */
+  struct ibv_srq *srq_copy = COPY(struct ibv_srq, srq);
+  struct ibv_srq_attr sa = {.srq_limit = 1};
+  CHECK(ibv_modify_srq(srq_copy, &sa, IBV_SRQ_LIMIT) == EINVAL, "ibv_modify_srq(copy)");
+  CHECK(ibv_query_srq(srq_copy, &sa) == EINVAL, "ibv_query_srq(copy)");
+  rbad = NULL;
+  CHECK(ibv_post_srq_recv(srq_copy, &rwr, &rbad) == EINVAL && rbad == &rwr,
+        "ibv_post_srq_recv(copy)");
+  CHECK(ibv_destroy_srq(srq_copy) == ENOENT, "ibv_destroy_srq(copy)");
+  free(srq_copy);
+
+  /* AH and MW */
+  struct ibv_ah *ah_copy = COPY(struct ibv_ah, ah);
+  CHECK(ibv_destroy_ah(ah_copy) == ENOENT, "ibv_destroy_ah(copy)");
+  free(ah_copy);
+  struct ibv_mw *mw_copy = COPY(struct ibv_mw, mw);
+  CHECK(ibv_dealloc_mw(mw_copy) == ENOENT, "ibv_dealloc_mw(copy)");
+  free(mw_copy);
+
+  /* Completion channel: no handle, the fd is what the kernel checks. */
+  struct ibv_comp_channel *ch_copy = COPY(struct ibv_comp_channel, ch);
+  errno = 0;
+  CHECK(ibv_create_cq(ctx, 4, NULL, ch_copy, 0) == NULL && errno == EBADF, "create_cq(copy)");
+  struct ibv_cq *got;
+  void *got_ctx;
+  errno = 0;
+  CHECK(ibv_get_cq_event(ch_copy, &got, &got_ctx) == -1 && errno == EINVAL, "get_cq_event(copy)");
+  CHECK(ibv_destroy_comp_channel(ch_copy) == EINVAL, "ibv_destroy_comp_channel(copy)");
+  free(ch_copy);
+
+  /* Context: a copy is no open context (only verbs libibverbs exports reach the drop-in with
+   * it; the inline ones read its verbs_context before the struct). */
+  struct ibv_context *ctx_copy = COPY(struct ibv_context, ctx);
+  errno = 0;
+  CHECK(ibv_alloc_pd(ctx_copy) == NULL && errno == EINVAL, "ibv_alloc_pd(context copy)");
+  errno = 0;
+  CHECK(ibv_create_cq(ctx_copy, 4, NULL, NULL, 0) == NULL && errno == EINVAL, "create_cq(ctx copy)");
+  errno = 0;
+  CHECK(ibv_create_comp_channel(ctx_copy) == NULL && errno == EINVAL, "create_comp_channel(ctx copy)");
+  struct ibv_device_attr da;
+  CHECK(ibv_query_device(ctx_copy, &da) == EINVAL, "ibv_query_device(context copy)");
+  CHECK(ibv_query_gid(ctx_copy, 1, 0, &gid) == -1 && errno == EINVAL, "query_gid(context copy)");
+  CHECK(ibv_close_device(ctx_copy) == EINVAL, "ibv_close_device(context copy)");
+  free(ctx_copy);
+
+  /* The originals are intact and go as usual. */
+  CHECK(ibv_query_qp(qp, &a, IBV_QP_STATE, &init) == 0 && a.qp_state == IBV_QPS_RESET, "query");
+  CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+  CHECK(ibv_destroy_ah(ah) == 0 && ibv_dealloc_mw(mw) == 0, "ibv_destroy_ah, ibv_dealloc_mw");
+  CHECK(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
+  CHECK(ibv_destroy_cq(fcq) == 0, "ibv_destroy_cq");
+  CHECK(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+  CHECK(ibv_close_device(ctx2) == 0, "ibv_close_device");
+}
+
 int main(void) {
   /* Deterministic: no background progress thread (destroy_cq_waits watches the main thread). */
   setenv("VERBSIM_DROPIN_PROGRESS", "0", 1);
@@ -389,6 +534,7 @@ int main(void) {
   RUN(busy_errno);
   RUN(sysfs);
   RUN(listen_backlog);
+  RUN(forged_handles);
 
   CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
   CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");

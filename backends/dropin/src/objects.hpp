@@ -47,6 +47,7 @@ struct DContext : verbs_context {
     return static_cast<DContext*>(verbs_get_ctx(c));
   }
   ibv_context* ibv() noexcept { return &context; }
+  const ibv_context* ibv() const noexcept { return &context; }
 };
 
 struct DPd : ibv_pd {

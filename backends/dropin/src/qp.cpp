@@ -68,7 +68,10 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, BindMwWr& bind)
   }
   if (in.opcode == IBV_WR_SEND_WITH_INV) out.imm_data = in.invalidate_rkey;  // host order
   if (q.qp_base.qp_type == IBV_QPT_UD) {
-    if (in.wr.ud.ah != nullptr) out.ah = DAh::from(in.wr.ud.ah)->impl.get();
+    if (in.wr.ud.ah != nullptr) {
+      if (check(in.wr.ud.ah, Kind::ah) != 0) return EINVAL;
+      out.ah = DAh::from(in.wr.ud.ah)->impl.get();
+    }
     out.remote_qpn = in.wr.ud.remote_qpn;
     out.remote_qkey = in.wr.ud.remote_qkey;
   } else if (in.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || in.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -131,10 +134,19 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
   return 0;
 }
 
+// The data path's checks of the QP, SRQ (and AH): EINVAL, *bad_wr the first WR, for one that is
+// not the object under its handle (no kernel is asked there; mlx5 and rxe would read their
+// provider's data past the struct).
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
-  DQp* q = DQp::from(qp);
+  ibv_send_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DQp* q = DQp::from(qp);
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
         [q](const ibv_send_wr& in, SendWr& out, std::size_t i) {
@@ -156,9 +168,15 @@ int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, std::size_t) noexcept {
 }
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
-  DQp* q = DQp::from(qp);
+  ibv_recv_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DQp* q = DQp::from(qp);
     const int err = post_list<ibv_recv_wr, RecvWr>(
         wr, bad, to_recv_wr, [q](std::span<const RecvWr> b) { return q->impl->post_recv(b); });
     settle();
@@ -170,9 +188,15 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
 }
 
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
-  DSrq* s = DSrq::from(srq);
+  ibv_recv_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(srq, Kind::srq) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DSrq* s = DSrq::from(srq);
     const int err = post_list<ibv_recv_wr, RecvWr>(
         wr, bad, to_recv_wr, [s](std::span<const RecvWr> b) { return s->impl->post_recv(b); });
     settle();
@@ -480,9 +504,14 @@ int srq_post_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept 
 ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   constexpr std::uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (const int err = check_context(context)) return fail_null<ibv_qp>(err);
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr.pd == nullptr) {
     return fail_null<ibv_qp>(EINVAL);
   }
+  // The PD, CQs and SRQ as the kernel's create_qp method looks them up (ENOENT, or EINVAL for a
+  // handle of another kind); objects of another context are not found either.
+  if (const int err = check(attr.pd, Kind::pd)) return fail_null<ibv_qp>(err);
+  if (attr.pd->context != context) return fail_null<ibv_qp>(ENOENT);
   if ((attr.comp_mask & ~kKnownMask) != 0) return fail_null<ibv_qp>(EOPNOTSUPP);
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr.create_flags != 0) {
     return fail_null<ibv_qp>(EOPNOTSUPP);
@@ -500,6 +529,14 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   init.type = qp_type_of(attr.qp_type, err);
   if (err != 0) return fail_null<ibv_qp>(err);
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) return fail_null<ibv_qp>(EINVAL);
+  for (const ibv_cq* cq : {attr.send_cq, attr.recv_cq}) {
+    if (const int e = check(cq, Kind::cq)) return fail_null<ibv_qp>(e);
+    if (cq->context != context) return fail_null<ibv_qp>(ENOENT);
+  }
+  if (attr.srq != nullptr) {
+    if (const int e = check(attr.srq, Kind::srq)) return fail_null<ibv_qp>(e);
+    if (attr.srq->context != context) return fail_null<ibv_qp>(ENOENT);
+  }
   init.send_cq = DCq::from(attr.send_cq)->impl.get();
   init.recv_cq = DCq::from(attr.recv_cq)->impl.get();
   init.srq = attr.srq != nullptr ? DSrq::from(attr.srq)->impl.get() : nullptr;
@@ -518,7 +555,7 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   b.send_cq = attr.send_cq;
   b.recv_cq = attr.recv_cq;
   b.srq = attr.srq;
-  b.handle = q->impl->qp_num();
+  b.handle = add_handle(q.get(), context, Kind::qp);
   b.qp_num = q->impl->qp_num();
   b.state = IBV_QPS_RESET;
   b.qp_type = attr.qp_type;
@@ -539,6 +576,7 @@ extern "C" {
 
 ibv_qp* ibv_create_qp_1_1(ibv_pd* pd, ibv_qp_init_attr* init) {
   return with_null<ibv_qp>("ibv_create_qp", [&]() -> ibv_qp* {
+    if (pd == nullptr || init == nullptr) return fail_null<ibv_qp>(EINVAL);
     ibv_qp_init_attr_ex ex{};
     ex.qp_context = init->qp_context;
     ex.send_cq = init->send_cq;
@@ -558,6 +596,8 @@ VERBSIM_DEFAULT_1_1(ibv_create_qp);
 VERBSIM_SAME_TYPE(ibv_create_qp);
 
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  auto held = lock();
+  if (check(qp, Kind::qp) != 0) return nullptr;
   DQp* q = DQp::from(qp);
   return q->extended ? q : nullptr;
 }
@@ -566,6 +606,7 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 // disallowed attributes (the QP is then unchanged).
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
+    if (const int err = as_write_cmd(check(qp, Kind::qp))) return err;
     DQp* q = DQp::from(qp);
     // Only the masked fields are read (libibverbs' copy_modify_qp_fields): no mask, no attr
     // needed; a mask without attributes is EINVAL here (libibverbs would dereference NULL).
@@ -582,6 +623,8 @@ VERBSIM_SAME_TYPE(ibv_modify_qp);
 
 int ibv_query_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
   return with_errno("ibv_query_qp", [&] {
+    if (const int err = as_write_cmd(check(qp, Kind::qp))) return err;
+    if (attr == nullptr) return EINVAL;
     DQp* q = DQp::from(qp);
     const QpAttr a = q->impl->query(static_cast<QpAttrMask>(mask));
     *attr = abi::to_ibv(a);
@@ -606,8 +649,10 @@ VERBSIM_SAME_TYPE(ibv_query_qp);
 // 0, or an errno.
 int ibv_destroy_qp_1_1(ibv_qp* qp) {
   return with_errno("ibv_destroy_qp", [&] {
+    if (const int err = check(qp, Kind::qp)) return err;
     DQp* q = DQp::from(qp);
     q->impl->destroy();
+    drop_handle(qp->handle);
     forget(q->impl.get());
     destroy_sync(qp->mutex, qp->cond);
     delete q;
