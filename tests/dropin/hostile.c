@@ -20,6 +20,11 @@
  *                changed) passed to destroy, modify, query, post and create-with verbs: the
  *                kernel's lookup errnos (ENOENT, EINVAL for a handle of another kind; EINVAL
  *                for write commands), and the originals untouched.
+ *   hostile_args NULL, huge and wrapping arguments: ibv_create_cq cqe INT_MAX and -1,
+ *                ibv_create_qp max_send_wr / max_inline_data huge, opcodes out of range,
+ *                modify_qp to invalid states and with unknown mask bits, ports 0 and 255,
+ *                GID indexes huge and negative, an AH on port 0, NULL attributes; ibv_reg_mr
+ *                with NULL, SIZE_MAX and a wrapping range (only: NULL and errno set).
  * Exit status 0 when every check passed. */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -510,6 +515,121 @@ static void forged_handles(void) {
   CHECK(ibv_close_device(ctx2) == 0, "ibv_close_device");
 }
 
+#define ERRNO_IS(call_fails, want, what)                                              \
+  do {                                                                                \
+    errno = 0;                                                                        \
+    CHECK((call_fails) && errno == (want), "%s: errno %d (%s), want %d", what, errno, \
+          strerror(errno), want);                                                     \
+  } while (0)
+
+static void hostile_args(void) {
+  /* CQs */
+  ERRNO_IS(ibv_create_cq(ctx, INT_MAX, NULL, NULL, 0) == NULL, EINVAL, "create_cq INT_MAX");
+  ERRNO_IS(ibv_create_cq(ctx, -1, NULL, NULL, 0) == NULL, EINVAL, "create_cq -1");
+  ERRNO_IS(ibv_create_cq(ctx, 4, NULL, NULL, -1) == NULL, EINVAL, "create_cq vector -1");
+  ERRNO_IS(ibv_create_cq(ctx, 4, NULL, NULL, INT_MAX) == NULL, EINVAL, "create_cq vector max");
+
+  /* QPs */
+  const uint32_t huge[] = {UINT32_MAX, 1u << 31, (1u << 20) + 1};
+  for (size_t k = 0; k < sizeof huge / sizeof huge[0]; ++k) {
+    struct ibv_qp_init_attr qi = {.send_cq = cq, .recv_cq = cq,
+                                  .cap = {.max_send_wr = huge[k], .max_recv_wr = 1,
+                                          .max_send_sge = 1, .max_recv_sge = 1},
+                                  .qp_type = IBV_QPT_RC};
+    ERRNO_IS(ibv_create_qp(pd, &qi) == NULL, EINVAL, "create_qp max_send_wr huge");
+    qi.cap.max_send_wr = 1;
+    qi.cap.max_recv_wr = huge[k];
+    ERRNO_IS(ibv_create_qp(pd, &qi) == NULL, EINVAL, "create_qp max_recv_wr huge");
+    qi.cap.max_recv_wr = 1;
+    qi.cap.max_inline_data = huge[k];
+    ERRNO_IS(ibv_create_qp(pd, &qi) == NULL, EINVAL, "create_qp max_inline_data huge");
+    qi.cap.max_inline_data = 0;
+    qi.cap.max_send_sge = huge[k];
+    ERRNO_IS(ibv_create_qp(pd, &qi) == NULL, EINVAL, "create_qp max_send_sge huge");
+  }
+  struct ibv_qp_init_attr nocq = {.qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 1}};
+  ERRNO_IS(ibv_create_qp(pd, &nocq) == NULL, EINVAL, "create_qp without CQs");
+  ERRNO_IS(ibv_create_qp(pd, NULL) == NULL, EINVAL, "create_qp NULL attr");
+
+  /* Opcodes out of range, in RTS */
+  struct ibv_qp *qp = rc_qp(pd, cq, NULL);
+  rc_connect(qp, qp->qp_num, &gid, 0, 0, 12);
+  struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+  const int opcodes[] = {IBV_WR_DRIVER1 + 1, 200, -1, INT_MAX, IBV_WR_TSO};
+  for (size_t k = 0; k < sizeof opcodes / sizeof opcodes[0]; ++k) {
+    struct ibv_send_wr wr = {.wr_id = 20, .sg_list = &sge, .num_sge = 1,
+                             .opcode = (enum ibv_wr_opcode)opcodes[k]}, *bad = NULL;
+    const int r = ibv_post_send(qp, &wr, &bad);
+    CHECK(r == EINVAL && bad == &wr, "opcode %d: %d", opcodes[k], r);
+  }
+  struct ibv_wc wc;
+  CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a refused WR completed");
+
+  /* modify_qp: states that do not exist, transitions the table has not, unknown mask bits */
+  struct ibv_qp *fresh = rc_qp(pd, cq, NULL);
+  struct ibv_qp_attr a = {.qp_state = (enum ibv_qp_state)99};
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE) == EINVAL, "modify_qp to state 99");
+  a.qp_state = (enum ibv_qp_state)-1;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE) == EINVAL, "modify_qp to state -1");
+  a.qp_state = IBV_QPS_RTS;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE) == EINVAL, "modify_qp RESET -> RTS");
+  a.qp_state = IBV_QPS_SQD;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE) == EINVAL, "modify_qp RESET -> SQD");
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                     IBV_QP_ACCESS_FLAGS | (1 << 30)) == EOPNOTSUPP,
+        "modify_qp with an unknown mask bit");
+  CHECK(ibv_modify_qp(fresh, &a, -1) == EOPNOTSUPP, "modify_qp mask -1");
+  a.port_num = 0;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                     IBV_QP_ACCESS_FLAGS) == EINVAL,
+        "modify_qp to INIT on port 0");
+  a.port_num = 255;
+  CHECK(ibv_modify_qp(fresh, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                     IBV_QP_ACCESS_FLAGS) == EINVAL,
+        "modify_qp to INIT on port 255");
+  CHECK(fresh->state == IBV_QPS_RESET, "the QP left RESET");
+  CHECK(ibv_destroy_qp(fresh) == 0 && ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+
+  /* Ports and GIDs */
+  struct ibv_port_attr pa;
+  CHECK(ibv_query_port(ctx, 0, &pa) == EINVAL, "query_port 0");
+  CHECK(ibv_query_port(ctx, 255, &pa) == EINVAL, "query_port 255");
+  union ibv_gid g;
+  ERRNO_IS(ibv_query_gid(ctx, 1, INT_MAX, &g) == -1, EINVAL, "query_gid INT_MAX");
+  ERRNO_IS(ibv_query_gid(ctx, 1, -1, &g) == -1, EINVAL, "query_gid -1");
+  ERRNO_IS(ibv_query_gid(ctx, 0, 0, &g) == -1, EINVAL, "query_gid port 0");
+  ERRNO_IS(ibv_query_gid(ctx, 1, 0, NULL) == -1, EINVAL, "query_gid NULL");
+  __be16 pkey;
+  ERRNO_IS(ibv_query_pkey(ctx, 1, -1, &pkey) == -1, EINVAL, "query_pkey -1");
+  ERRNO_IS(ibv_query_pkey(ctx, 1, INT_MAX, &pkey) == -1, EINVAL, "query_pkey INT_MAX");
+  CHECK(ibv_query_device(ctx, NULL) == EINVAL, "query_device NULL");
+
+  /* AHs */
+  struct ibv_ah_attr aa = {.is_global = 1, .grh = {.dgid = gid, .sgid_index = 1}, .port_num = 0};
+  ERRNO_IS(ibv_create_ah(pd, &aa) == NULL, EINVAL, "create_ah port 0");
+  aa.port_num = 255;
+  ERRNO_IS(ibv_create_ah(pd, &aa) == NULL, EINVAL, "create_ah port 255");
+  ERRNO_IS(ibv_create_ah(pd, NULL) == NULL, EINVAL, "create_ah NULL");
+
+  /* MRs: the simulator's checks are another change's; here only: refused, errno set. */
+  struct {
+    void *addr;
+    size_t length;
+  } regs[] = {{NULL, 4096}, {buf, SIZE_MAX}, {(void *)(UINTPTR_MAX - 4095), 8192}};
+  for (size_t k = 0; k < sizeof regs / sizeof regs[0]; ++k) {
+    errno = 0;
+    struct ibv_mr *m = ibv_reg_mr(pd, regs[k].addr, regs[k].length, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(m == NULL && errno != 0, "ibv_reg_mr case %zu: %p, errno %d", k, (void *)m, errno);
+  }
+
+  /* SRQs */
+  ERRNO_IS(ibv_create_srq(pd, NULL) == NULL, EINVAL, "create_srq NULL");
+  struct ibv_srq_init_attr si = {.attr = {.max_wr = UINT32_MAX, .max_sge = 1}};
+  ERRNO_IS(ibv_create_srq(pd, &si) == NULL, EINVAL, "create_srq max_wr huge");
+}
+
 int main(void) {
   /* Deterministic: no background progress thread (destroy_cq_waits watches the main thread). */
   setenv("VERBSIM_DROPIN_PROGRESS", "0", 1);
@@ -535,6 +655,7 @@ int main(void) {
   RUN(sysfs);
   RUN(listen_backlog);
   RUN(forged_handles);
+  RUN(hostile_args);
 
   CHECK(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
   CHECK(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");

@@ -603,9 +603,13 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 }
 
 // 0, or EINVAL for a transition the QP state table does not allow or a mask with missing or
-// disallowed attributes (the QP is then unchanged).
+// disallowed attributes (the QP is then unchanged); EOPNOTSUPP for unknown mask bits.
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
+    // Bits past IBV_QP_DEST_QPN (IB_QP_ATTR_STANDARD_BITS) are refused before the QP is looked
+    // up, as uverbs' modify_qp commands do.
+    constexpr int kStandardBits = (1 << 21) - 1;
+    if ((mask & ~kStandardBits) != 0) return EOPNOTSUPP;
     if (const int err = as_write_cmd(check(qp, Kind::qp))) return err;
     DQp* q = DQp::from(qp);
     // Only the masked fields are read (libibverbs' copy_modify_qp_fields): no mask, no attr

@@ -43,6 +43,10 @@ int mr_access(unsigned access, Access& out) noexcept {
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsigned access) {
   return with_null<ibv_mr>("ibv_reg_mr", [&]() -> ibv_mr* {
     if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_mr>(err);
+    // A range past the end of the address space is EINVAL before anything else looks at it
+    // (the kernel's ib_umem_get).
+    const auto start = reinterpret_cast<std::uintptr_t>(addr);
+    if (length > UINTPTR_MAX - start) return fail_null<ibv_mr>(EINVAL);
     Access a{};
     if (const int err = mr_access(access, a)) return fail_null<ibv_mr>(err);
     // The simulator addresses remote memory by virtual address: an I/O virtual address other
