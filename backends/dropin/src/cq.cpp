@@ -24,9 +24,10 @@ constexpr std::uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 // (which may run the world when a chunk finds nothing); each is then made an ibv_wc in place.
 int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
   if (n < 0) return -EINVAL;
-  DCq* c = DCq::from(cq);
   try {
     auto held = lock_waiting();
+    if (check(cq, Kind::cq) != 0) [[unlikely]] return -EINVAL;
+    DCq* c = DCq::from(cq);
     constexpr int kChunk = 32;
     int total = 0;
     while (total < n) {
@@ -47,6 +48,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
 
 int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
   return with_errno<Refresh::no>("ibv_req_notify_cq", [&] {
+    if (check(cq, Kind::cq) != 0) return EINVAL;
     return DCq::from(cq)->impl->req_notify(solicited_only != 0).value();
   });
 }
@@ -55,9 +57,11 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
 // The extended polling interface: start_poll takes the oldest completion (ENOENT if none),
 // next_poll the next, the read_* functions read fields of the one taken.
 
-int poll_one(DCq* c) noexcept {
+int poll_one(ibv_cq_ex* cq) noexcept {
   try {
     auto held = lock_waiting();
+    if (check(ibv_cq_ex_to_cq(cq), Kind::cq) != 0) return EINVAL;
+    DCq* c = DCq::from(cq);
     const PollResult r = polling([&] { return c->impl->poll(std::span(&c->cur, 1)); });
     if (r.err != 0) return r.err;
     if (r.count == 0) return ENOENT;
@@ -72,9 +76,9 @@ int poll_one(DCq* c) noexcept {
 
 int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) noexcept {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  return poll_one(DCq::from(cq));
+  return poll_one(cq);
 }
-int next_poll(ibv_cq_ex* cq) noexcept { return poll_one(DCq::from(cq)); }
+int next_poll(ibv_cq_ex* cq) noexcept { return poll_one(cq); }
 void end_poll(ibv_cq_ex*) noexcept {}
 
 const WorkCompletion& cur(ibv_cq_ex* cq) noexcept { return DCq::from(cq)->cur; }
@@ -102,6 +106,11 @@ std::uint8_t read_dlid_path_bits(ibv_cq_ex* cq) noexcept { return cur(cq).dlid_p
 namespace verbsim::dropin {
 
 ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
+  if (const int err = check_context(context)) return fail_null<ibv_cq_ex>(err);
+  // The channel as the kernel's create_cq takes it, by fd: EBADF when it is no channel.
+  if (const int err = check_channel(attr.channel, EBADF); attr.channel != nullptr && err != 0) {
+    return fail_null<ibv_cq_ex>(err);
+  }
   if (attr.cqe > static_cast<std::uint32_t>(INT32_MAX)) return fail_null<ibv_cq_ex>(EINVAL);
   if ((attr.wc_flags & ~kSupportedWcFlags) != 0) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   if ((attr.comp_mask & ~static_cast<std::uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS |
@@ -116,7 +125,8 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   }
   // A CQ may name a parent domain (for its allocators, which the simulator does not need).
   if ((attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) != 0 &&
-      (attr.parent_domain == nullptr || DPd::from(attr.parent_domain)->parent == nullptr)) {
+      (check(attr.parent_domain, Kind::pd) != 0 ||
+       DPd::from(attr.parent_domain)->parent == nullptr)) {
     return fail_null<ibv_cq_ex>(EINVAL);
   }
   if (attr.comp_vector >= static_cast<std::uint32_t>(context->num_comp_vectors)) {
@@ -132,7 +142,7 @@ ibv_cq_ex* make_cq(ibv_context* context, const ibv_cq_init_attr_ex& attr) {
   cq->context = context;
   cq->channel = attr.channel;
   cq->cq_context = attr.cq_context;
-  cq->handle = 0;
+  cq->handle = add_handle(cq.get(), context, Kind::cq);
   cq->cqe = cq->impl->cqe();
   init_sync(cq->mutex, cq->cond);
   cq->comp_events_completed = 0;
@@ -166,6 +176,7 @@ extern "C" {
 ibv_cq* ibv_create_cq_1_1(ibv_context* context, int cqe, void* cq_context,
                           ibv_comp_channel* channel, int comp_vector) {
   return with_null<ibv_cq>("ibv_create_cq", [&]() -> ibv_cq* {
+    if (const int err = check_context(context)) return fail_null<ibv_cq>(err);
     if (cqe < 0 || comp_vector < 0) return fail_null<ibv_cq>(EINVAL);
     ibv_cq_init_attr_ex attr{};
     attr.cqe = static_cast<std::uint32_t>(cqe);
@@ -182,6 +193,7 @@ VERBSIM_SAME_TYPE(ibv_create_cq);
 // 0, or EINVAL for a size outside 1..max_cqe or below the completions the CQ holds.
 int ibv_resize_cq_1_1(ibv_cq* cq, int cqe) {
   return with_errno("ibv_resize_cq", [&] {
+    if (const int err = as_write_cmd(check(cq, Kind::cq))) return err;
     DCq* c = DCq::from(cq);
     c->impl->resize(cqe);
     c->cqe = c->impl->cqe();
@@ -191,11 +203,30 @@ int ibv_resize_cq_1_1(ibv_cq* cq, int cqe) {
 VERBSIM_DEFAULT_1_1(ibv_resize_cq);
 VERBSIM_SAME_TYPE(ibv_resize_cq);
 
-// 0, or EBUSY while QPs use the CQ (or completion events were not acknowledged).
+// 0, or EBUSY while QPs use the CQ. As libibverbs (ibv_cmd_destroy_cq), it first waits until
+// every completion event ibv_get_cq_event returned for the CQ has been acknowledged (by another
+// thread: a program that destroys a CQ whose events it holds waits forever, as on rxe).
 int ibv_destroy_cq_1_1(ibv_cq* cq) {
+  {
+    int err = 0;
+    {
+      auto held = lock();
+      err = check(cq, Kind::cq);
+    }
+    if (err != 0) {
+      errno = err;
+      return err;
+    }
+    DCq* c = DCq::from(cq);
+    ::pthread_mutex_lock(&cq->mutex);
+    while (cq->comp_events_completed < c->events_taken) ::pthread_cond_wait(&cq->cond, &cq->mutex);
+    ::pthread_mutex_unlock(&cq->mutex);
+  }
   return with_errno("ibv_destroy_cq", [&] {
+    if (const int err = check(cq, Kind::cq)) return err;  // destroyed while this one waited
     DCq* c = DCq::from(cq);
     c->impl->destroy();
+    drop_handle(c->handle);
     forget(c->impl.get());
     if (c->channel != nullptr) --c->channel->refcnt;
     destroy_sync(c->mutex, c->cond);
@@ -209,6 +240,13 @@ VERBSIM_SAME_TYPE(ibv_destroy_cq);
 // Reads one event from the channel: blocks unless the program set O_NONBLOCK on channel->fd
 // (then -1 with errno EAGAIN when none is pending). 0, or -1 with errno.
 int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  {
+    auto held = lock();
+    if (check_channel(channel, EINVAL) != 0 || cq == nullptr || cq_context == nullptr) {
+      errno = EINVAL;
+      return -1;
+    }
+  }
   struct Attempt {
     DChannel* ch;
     CompletionQueue* got = nullptr;
@@ -231,6 +269,9 @@ int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_conte
     } else {
       *cq = c->ibv();
       *cq_context = c->cq_context;
+      ::pthread_mutex_lock(&c->mutex);
+      ++c->events_taken;
+      ::pthread_mutex_unlock(&c->mutex);
       return 0;
     }
   }
@@ -242,9 +283,13 @@ VERBSIM_SAME_TYPE(ibv_get_cq_event);
 
 void ibv_ack_cq_events_1_1(ibv_cq* cq, unsigned int nevents) {
   auto held = lock();
+  if (check(cq, Kind::cq) != 0) return;  // no error to report: nothing happens
   DCq* c = DCq::from(cq);
   c->impl->ack_events(nevents);
-  c->comp_events_completed += nevents;
+  ::pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  ::pthread_cond_broadcast(&cq->cond);  // an ibv_destroy_cq may wait for this (libibverbs too)
+  ::pthread_mutex_unlock(&cq->mutex);
 }
 VERBSIM_DEFAULT_1_1(ibv_ack_cq_events);
 VERBSIM_SAME_TYPE(ibv_ack_cq_events);

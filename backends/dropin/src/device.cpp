@@ -65,6 +65,8 @@ int query_port_impl(DContext& c, std::uint8_t port, ibv_port_attr& out) {
 
 int vctx_query_port(ibv_context* ctx, std::uint8_t port, ibv_port_attr* attr, size_t len) noexcept {
   return with_errno("ibv_query_port", [&] {
+    if (const int err = check_context(ctx)) return err;
+    if (attr == nullptr) return EINVAL;
     ibv_port_attr full{};
     if (const int err = query_port_impl(*DContext::from(ctx), port, full)) return err;
     std::memcpy(attr, &full, std::min(len, sizeof full));
@@ -115,6 +117,8 @@ int vctx_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* inpu
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   if (len < sizeof(ibv_device_attr)) return EINVAL;
   return with_errno("ibv_query_device_ex", [&] {
+    if (const int err = check_context(ctx)) return err;
+    if (attr == nullptr) return EINVAL;
     ibv_device_attr_ex full{};
     DContext& c = *DContext::from(ctx);
     fill_device_attr(c, full.orig_attr);
@@ -127,8 +131,10 @@ int vctx_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* inpu
 
 // The device's clock: the simulator's virtual time.
 int vctx_query_rt_values(ibv_context* ctx, ibv_values_ex* values) noexcept {
+  if (values == nullptr) return EINVAL;
   if (values->comp_mask & ~static_cast<std::uint32_t>(IBV_VALUES_MASK_RAW_CLOCK)) return EINVAL;
   return with_errno("ibv_query_rt_values_ex", [&] {
+    if (const int err = check_context(ctx)) return err;
     if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
       const std::uint64_t ns = DContext::from(ctx)->impl->clock().now_ns();
       values->raw_clock.tv_sec = static_cast<time_t>(ns / 1'000'000'000u);
@@ -191,6 +197,19 @@ int query_gid_impl(ibv_context* ctx, std::uint32_t port, std::uint32_t index, ib
   return query_gid_entry(*DContext::from(ctx), port, index, e);
 }
 
+const DDevice* known_device(const ibv_device* device) noexcept {
+  if (device == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto held = lock_waiting();
+  for (const DDevice* d : global().devices) {
+    if (&d->dev == device) return d;
+  }
+  errno = ENODEV;
+  return nullptr;
+}
+
 }  // namespace verbsim::dropin
 
 // ---------------------------------------------------------------------------------------------
@@ -222,15 +241,29 @@ void ibv_free_device_list_1_1(ibv_device** list) { std::free(list); }
 VERBSIM_DEFAULT_1_1(ibv_free_device_list);
 VERBSIM_SAME_TYPE(ibv_free_device_list);
 
-const char* ibv_get_device_name_1_1(ibv_device* device) { return device->name; }
+// The device's name (what libibverbs returns: its own field, so a copy of a device has it
+// too); NULL with errno EINVAL for NULL.
+const char* ibv_get_device_name_1_1(ibv_device* device) {
+  if (device == nullptr) return fail_null<const char>(EINVAL);
+  return device->name;
+}
 VERBSIM_DEFAULT_1_1(ibv_get_device_name);
 VERBSIM_SAME_TYPE(ibv_get_device_name);
 
-__be64 ibv_get_device_guid_1_1(ibv_device* device) { return htobe64(device_of(device)->guid); }
+// The node GUID; 0 with errno EINVAL for NULL, ENODEV for a pointer that is not one of the
+// list's devices (a copy: libibverbs would read its provider's data past the struct).
+__be64 ibv_get_device_guid_1_1(ibv_device* device) {
+  const DDevice* d = known_device(device);
+  return d != nullptr ? htobe64(d->guid) : 0;
+}
 VERBSIM_DEFAULT_1_1(ibv_get_device_guid);
 VERBSIM_SAME_TYPE(ibv_get_device_guid);
 
-int ibv_get_device_index(ibv_device* device) { return device_of(device)->index; }
+// The device's index; -1 with errno as ibv_get_device_guid.
+int ibv_get_device_index(ibv_device* device) {
+  const DDevice* d = known_device(device);
+  return d != nullptr ? d->index : -1;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Contexts
@@ -238,6 +271,7 @@ int ibv_get_device_index(ibv_device* device) { return device_of(device)->index; 
 ibv_context* ibv_open_device_1_1(ibv_device* device) {
   return with_null<ibv_context>("ibv_open_device", [&]() -> ibv_context* {
     if (world() == nullptr) return nullptr;
+    if (known_device(device) == nullptr) return nullptr;  // errno EINVAL or ENODEV
     // A file standing for /dev/infiniband/uverbsN; ibv_import_device() recognises its dups.
     const int cmd_fd = ::memfd_create(device->name, MFD_CLOEXEC);
     if (cmd_fd < 0) return nullptr;
@@ -251,6 +285,8 @@ VERBSIM_SAME_TYPE(ibv_open_device);
 
 int ibv_close_device_1_1(ibv_context* context) {
   return with_errno("ibv_close_device", [&] {
+    if (const int err = check_context(context)) return err;
+    drop_handles_of(context);  // what it still has is gone with it, as with the kernel's file
     DContext* c = DContext::from(context);
     if (c->impl.use_count() == 1) c->impl->destroy();  // the last of it and its imports
     if (c->cmd_fd >= 0) ::close(c->cmd_fd);
@@ -287,6 +323,8 @@ ibv_context* ibv_import_device(int cmd_fd) {
 
 int ibv_query_device_1_1(ibv_context* context, ibv_device_attr* attr) {
   return with_errno("ibv_query_device", [&] {
+    if (const int err = check_context(context)) return err;
+    if (attr == nullptr) return EINVAL;
     fill_device_attr(*DContext::from(context), *attr);
     return 0;
   });
@@ -307,7 +345,8 @@ VERBSIM_SAME_TYPE(ibv_query_port);
 // 0, or -1 (errno set) for a port or index outside the table; an empty entry reads as zeros.
 int ibv_query_gid_1_1(ibv_context* context, std::uint8_t port, int index, ibv_gid* gid) {
   const int err = with_errno("ibv_query_gid", [&] {
-    if (index < 0) return EINVAL;
+    if (const int e = check_context(context)) return e;
+    if (index < 0 || gid == nullptr) return EINVAL;
     ibv_gid_entry e{};
     const int r = query_gid_entry(*DContext::from(context), port, static_cast<std::uint32_t>(index), e);
     if (r == ENODATA) {
@@ -330,6 +369,8 @@ int _ibv_query_gid_ex(ibv_context* context, std::uint32_t port, std::uint32_t in
                       ibv_gid_entry* entry, std::uint32_t flags, size_t entry_size) {
   if (flags != 0) return EINVAL;
   return with_errno("ibv_query_gid_ex", [&] {
+    if (const int err = check_context(context)) return err;
+    if (entry == nullptr) return EINVAL;
     ibv_gid_entry e{};
     const int r = query_gid_entry(*DContext::from(context), port, index, e);
     if (r == 0) std::memcpy(entry, &e, std::min(entry_size, sizeof e));
@@ -343,6 +384,8 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
   if (flags != 0 || entry_size == 0) return -EINVAL;
   ssize_t count = 0;
   const int err = with_errno("ibv_query_gid_table", [&] {
+    if (const int e = check_context(context)) return e;
+    if (entries == nullptr && max_entries != 0) return EINVAL;
     DContext& c = *DContext::from(context);
     const DeviceAttr d = c.impl->query_device();
     for (int port = 1; port <= d.phys_port_cnt; ++port) {
@@ -370,6 +413,8 @@ int ibv_query_gid_type(ibv_context* context, std::uint8_t port, unsigned int ind
   constexpr int IBV_GID_TYPE_SYSFS_IB_ROCE_V1 = 0;
   constexpr int IBV_GID_TYPE_SYSFS_ROCE_V2 = 1;
   const int err = with_errno("ibv_query_gid_type", [&] {
+    if (const int r = check_context(context)) return r;
+    if (type == nullptr) return EINVAL;
     ibv_gid_entry e{};
     const int r = query_gid_entry(*DContext::from(context), port, index, e);
     if (r == ENODATA) {
@@ -391,6 +436,8 @@ int ibv_query_gid_type(ibv_context* context, std::uint8_t port, unsigned int ind
 // The simulator's ports have one P_Key, the default 0xffff. 0, or -1 with errno.
 int ibv_query_pkey_1_1(ibv_context* context, std::uint8_t port, int index, __be16* pkey) {
   const int err = with_errno("ibv_query_pkey", [&] {
+    if (const int e = check_context(context)) return e;
+    if (pkey == nullptr) return EINVAL;
     const PortAttr p = DContext::from(context)->impl->query_port(port);
     if (index < 0 || index >= p.pkey_tbl_len) return EINVAL;
     *pkey = htobe16(0xffff);
@@ -408,6 +455,7 @@ VERBSIM_SAME_TYPE(ibv_query_pkey);
 int ibv_get_pkey_index(ibv_context* context, std::uint8_t port, __be16 pkey) {
   int found = -1;
   const int err = with_errno("ibv_get_pkey_index", [&] {
+    if (const int e = check_context(context)) return e;
     const PortAttr p = DContext::from(context)->impl->query_port(port);
     for (int i = 0; i < p.pkey_tbl_len; ++i) {
       if (pkey == htobe16(0xffff)) {
@@ -428,6 +476,13 @@ int ibv_get_pkey_index(ibv_context* context, std::uint8_t port, __be16 pkey) {
 // Async events
 
 int ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
+  {
+    auto held = lock();
+    if (check_context(context) != 0 || event == nullptr) {
+      errno = EINVAL;
+      return -1;
+    }
+  }
   DContext* c = DContext::from(context);
   int err = 0;
   for (;;) {
@@ -472,10 +527,15 @@ int ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
 VERBSIM_DEFAULT_1_1(ibv_get_async_event);
 VERBSIM_SAME_TYPE(ibv_get_async_event);
 
+// Counts the event on its object; an event naming no live object (a copy, a destroyed one) is
+// ignored.
 void ibv_ack_async_event_1_1(ibv_async_event* event) {
   auto held = lock();
+  if (event == nullptr) return;
   switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: ++event->element.cq->async_events_completed; break;
+    case IBV_EVENT_CQ_ERR:
+      if (check(event->element.cq, Kind::cq) == 0) ++event->element.cq->async_events_completed;
+      break;
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
@@ -483,9 +543,13 @@ void ibv_ack_async_event_1_1(ibv_async_event* event) {
     case IBV_EVENT_SQ_DRAINED:
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: ++event->element.qp->events_completed; break;
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      if (check(event->element.qp, Kind::qp) == 0) ++event->element.qp->events_completed;
+      break;
     case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: ++event->element.srq->events_completed; break;
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      if (check(event->element.srq, Kind::srq) == 0) ++event->element.srq->events_completed;
+      break;
     default: break;
   }
 }

@@ -22,6 +22,7 @@ int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
   // (conformance MemoryWindows.Type1WindowAccessWithLocalFlags).
   if ((access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)) != 0) return EINVAL;
   if (in.mr == nullptr && (in.addr != 0 || in.length != 0)) return EINVAL;
+  if (in.mr != nullptr && check(in.mr, Kind::mr) != 0) return EINVAL;
   out = MwBindInfo{};
   out.mr = in.mr != nullptr ? DMr::from(in.mr)->impl.get() : nullptr;
   out.addr = in.addr;
@@ -31,7 +32,7 @@ int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
 }
 
 int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept {
-  if (mw == nullptr) return EINVAL;
+  if (check(mw, Kind::mw) != 0) return EINVAL;
   if (const int err = to_bind_info(info, out.info)) return err;
   out.mw = DMw::from(mw)->impl.get();
   // The bind names the key the program has in mw->rkey, stale or not (rxe refuses a stale one).
@@ -43,6 +44,7 @@ int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept
 // has no windows of that type, ENOMEM past max_mw.
 ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept {
   return with_null<ibv_mw>("ibv_alloc_mw", [&]() -> ibv_mw* {
+    if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_mw>(err);
     MwType t{};
     switch (type) {
       case IBV_MW_TYPE_1: t = MwType::type1; break;
@@ -54,8 +56,8 @@ ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept {
     mw->context = pd->context;
     mw->pd = pd;
     mw->rkey = mw->impl->rkey();
-    mw->handle = global().next_handle++;
     mw->type = type;
+    mw->handle = add_handle(mw.get(), pd->context, Kind::mw);
     return mw.release();
   });
 }
@@ -63,8 +65,10 @@ ibv_mw* mw_alloc_op(ibv_pd* pd, ibv_mw_type type) noexcept {
 // ibv_dealloc_mw: invalidates the window if bound. 0 or an errno.
 int mw_dealloc_op(ibv_mw* mw) noexcept {
   return with_errno("ibv_dealloc_mw", [&] {
+    if (const int err = check(mw, Kind::mw)) return err;
     DMw* m = DMw::from(mw);
     m->impl->destroy();
+    drop_handle(m->handle);
     delete m;
     return 0;
   });
@@ -75,6 +79,7 @@ int mw_dealloc_op(ibv_mw* mw) noexcept {
 // (EINVAL for bad bind information or a QP that cannot bind, as ibv_post_send otherwise).
 int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept {
   return with_errno<Refresh::no>("ibv_bind_mw", [&] {
+    if (check(qp, Kind::qp) != 0 || check(mw, Kind::mw) != 0 || bind == nullptr) return EINVAL;
     if (mw->type != IBV_MW_TYPE_1) return EINVAL;
     MwBind b;
     b.wr_id = bind->wr_id;

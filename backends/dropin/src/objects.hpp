@@ -47,6 +47,7 @@ struct DContext : verbs_context {
     return static_cast<DContext*>(verbs_get_ctx(c));
   }
   ibv_context* ibv() noexcept { return &context; }
+  const ibv_context* ibv() const noexcept { return &context; }
 };
 
 struct DPd : ibv_pd {
@@ -92,6 +93,9 @@ struct DCq : ibv_cq_ex {
   std::unique_ptr<CompletionQueue> impl;
   std::uint64_t wc_flags = 0;  // extended CQs: the fields the program may read
   WorkCompletion cur{};        // extended CQs: the completion start_poll/next_poll returned
+  // Completion events ibv_get_cq_event returned (under `mutex`): ibv_destroy_cq waits until
+  // comp_events_completed reaches it.
+  unsigned events_taken = 0;
 
   static DCq* from(ibv_cq* c) noexcept { return static_cast<DCq*>(reinterpret_cast<ibv_cq_ex*>(c)); }
   static DCq* from(ibv_cq_ex* c) noexcept { return static_cast<DCq*>(c); }
@@ -111,6 +115,9 @@ struct DQp : ibv_qp_ex {
   bool extended = false;
   bool sq_sig_all = false;
   std::uint64_t send_ops = 0;  // IBV_QP_EX_WITH_* given at creation
+  // The caps at creation: ibv_wr_set_sge_list and ibv_wr_set_inline_data* check against them.
+  std::uint32_t max_send_sge = 0;
+  std::size_t max_inline_data = 0;
 
   struct Pending {
     SendWr wr;

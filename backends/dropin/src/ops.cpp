@@ -11,11 +11,17 @@ namespace verbsim::dropin {
 namespace {
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) noexcept {
-  return with_null<ibv_cq_ex>("ibv_create_cq_ex", [&] { return make_cq(context, *attr); });
+  return with_null<ibv_cq_ex>("ibv_create_cq_ex", [&]() -> ibv_cq_ex* {
+    if (attr == nullptr) return fail_null<ibv_cq_ex>(EINVAL);
+    return make_cq(context, *attr);
+  });
 }
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) noexcept {
-  return with_null<ibv_qp>("ibv_create_qp_ex", [&] { return make_qp(context, *attr); });
+  return with_null<ibv_qp>("ibv_create_qp_ex", [&]() -> ibv_qp* {
+    if (attr == nullptr) return fail_null<ibv_qp>(EINVAL);
+    return make_qp(context, *attr);
+  });
 }
 
 // A parent domain: a PD whose resources belong to the PD it wraps. The custom allocators it
@@ -23,17 +29,20 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) noexcept {
 // calls them. The rxe profile has none, as rxe (EOPNOTSUPP, measured).
 ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) noexcept {
   return with_null<ibv_pd>("ibv_alloc_parent_domain", [&]() -> ibv_pd* {
+    if (const int err = check_context(context)) return fail_null<ibv_pd>(err);
     if (!sim::dropin_traits(*world()).parent_domain) return fail_null<ibv_pd>(EOPNOTSUPP);
     constexpr std::uint32_t kKnown =
         IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
-    if (attr->pd == nullptr || (attr->comp_mask & ~kKnown) != 0) return fail_null<ibv_pd>(EINVAL);
+    if (attr == nullptr || check(attr->pd, Kind::pd) != 0 || (attr->comp_mask & ~kKnown) != 0) {
+      return fail_null<ibv_pd>(EINVAL);
+    }
     if (attr->td != nullptr) return fail_null<ibv_pd>(EOPNOTSUPP);  // no thread domains
     DPd* base = DPd::from(attr->pd);
     if (base->parent != nullptr) return fail_null<ibv_pd>(EINVAL);
     auto pd = std::make_unique<DPd>();
     pd->parent = base;
     pd->context = context;
-    pd->handle = global().next_handle++;
+    pd->handle = add_handle(pd.get(), context, Kind::pd);
     if (attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT) pd->pd_context = attr->pd_context;
     return pd.release();
   });

@@ -68,7 +68,10 @@ int to_send_wr(const DQp& q, const ibv_send_wr& in, SendWr& out, BindMwWr& bind)
   }
   if (in.opcode == IBV_WR_SEND_WITH_INV) out.imm_data = in.invalidate_rkey;  // host order
   if (q.qp_base.qp_type == IBV_QPT_UD) {
-    if (in.wr.ud.ah != nullptr) out.ah = DAh::from(in.wr.ud.ah)->impl.get();
+    if (in.wr.ud.ah != nullptr) {
+      if (check(in.wr.ud.ah, Kind::ah) != 0) return EINVAL;
+      out.ah = DAh::from(in.wr.ud.ah)->impl.get();
+    }
     out.remote_qpn = in.wr.ud.remote_qpn;
     out.remote_qkey = in.wr.ud.remote_qkey;
   } else if (in.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || in.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -131,10 +134,19 @@ int post_list(Wr* wr, Wr** bad, Translate translate, Post post) {
   return 0;
 }
 
+// The data path's checks of the QP, SRQ (and AH): EINVAL, *bad_wr the first WR, for one that is
+// not the object under its handle (no kernel is asked there; mlx5 and rxe would read their
+// provider's data past the struct).
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
-  DQp* q = DQp::from(qp);
+  ibv_send_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DQp* q = DQp::from(qp);
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
         [q](const ibv_send_wr& in, SendWr& out, std::size_t i) {
@@ -156,9 +168,15 @@ int to_recv_wr(const ibv_recv_wr& in, RecvWr& out, std::size_t) noexcept {
 }
 
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
-  DQp* q = DQp::from(qp);
+  ibv_recv_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DQp* q = DQp::from(qp);
     const int err = post_list<ibv_recv_wr, RecvWr>(
         wr, bad, to_recv_wr, [q](std::span<const RecvWr> b) { return q->impl->post_recv(b); });
     settle();
@@ -170,9 +188,15 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
 }
 
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
-  DSrq* s = DSrq::from(srq);
+  ibv_recv_wr* ignored = nullptr;
+  if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
+    if (check(srq, Kind::srq) != 0) [[unlikely]] {
+      *bad = wr;
+      return EINVAL;
+    }
+    DSrq* s = DSrq::from(srq);
     const int err = post_list<ibv_recv_wr, RecvWr>(
         wr, bad, to_recv_wr, [s](std::span<const RecvWr> b) { return s->impl->post_recv(b); });
     settle();
@@ -316,9 +340,23 @@ void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
   }
 }
 
+// The errno the ibv_wr_* builder remembers for a work request past the QP's limits (more
+// SGEs than max_send_sge, more inline data than max_inline_data): ENOSPC on rxe (librxe's
+// wr_set_sge_list and wr_set_inline_data*), ENOMEM on mlx5 and strict (providers/mlx5/qp.c).
+int builder_limit_errno() noexcept {
+  const sim::World* w = global().world.get();
+  return w != nullptr && w->config().profile == sim::Profile::rxe ? ENOSPC : ENOMEM;
+}
+
+// The count is checked before the list is read: a count past the QP's max_send_sge (however
+// large) is remembered for wr_complete, as providers do, and no entry of the list is touched.
 void set_sges(ibv_qp_ex* qp, std::size_t n, const ibv_sge* list) noexcept {
   DQp& q = bq(qp);
   if (last(qp) == nullptr) return;
+  if (n > q.max_send_sge) {
+    q.batch_error = builder_limit_errno();
+    return;
+  }
   try {
     DQp::Pending& p = q.batch.back();
     p.sge_begin = q.sges.size();
@@ -339,18 +377,27 @@ void wr_set_sge(ibv_qp_ex* qp, std::uint32_t lkey, std::uint64_t addr, std::uint
 void wr_set_sge_list(ibv_qp_ex* qp, size_t n, const ibv_sge* list) noexcept { set_sges(qp, n, list); }
 
 // Inline data is copied now, as providers copy it into the WQE: the buffer may be reused at once.
+// The total is summed in 64 bits and checked against max_inline_data before anything is copied
+// (a sum past 4 GiB must not wrap into a small one): past it, the builder's limit errno.
 void set_inline(ibv_qp_ex* qp, std::size_t n, const ibv_data_buf* bufs) noexcept {
   DQp& q = bq(qp);
   if (last(qp) == nullptr) return;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bufs[i].length > q.max_inline_data - total) {
+      q.batch_error = builder_limit_errno();
+      return;
+    }
+    total += bufs[i].length;
+  }
   try {
     DQp::Pending& p = q.batch.back();
     p.is_inline = true;
     p.inline_begin = q.inline_bytes.size();
-    p.inline_len = 0;
+    p.inline_len = total;
     for (std::size_t i = 0; i < n; ++i) {
       const auto* b = static_cast<const std::uint8_t*>(bufs[i].addr);
       q.inline_bytes.insert(q.inline_bytes.end(), b, b + bufs[i].length);
-      p.inline_len += bufs[i].length;
     }
     p.wr.flags |= SendFlags::inline_data;
   } catch (...) {
@@ -457,9 +504,14 @@ int srq_post_recv_op(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept 
 ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   constexpr std::uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                        IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (const int err = check_context(context)) return fail_null<ibv_qp>(err);
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_PD) == 0 || attr.pd == nullptr) {
     return fail_null<ibv_qp>(EINVAL);
   }
+  // The PD, CQs and SRQ as the kernel's create_qp method looks them up (ENOENT, or EINVAL for a
+  // handle of another kind); objects of another context are not found either.
+  if (const int err = check(attr.pd, Kind::pd)) return fail_null<ibv_qp>(err);
+  if (attr.pd->context != context) return fail_null<ibv_qp>(ENOENT);
   if ((attr.comp_mask & ~kKnownMask) != 0) return fail_null<ibv_qp>(EOPNOTSUPP);
   if ((attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr.create_flags != 0) {
     return fail_null<ibv_qp>(EOPNOTSUPP);
@@ -477,6 +529,14 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   init.type = qp_type_of(attr.qp_type, err);
   if (err != 0) return fail_null<ibv_qp>(err);
   if (attr.send_cq == nullptr || attr.recv_cq == nullptr) return fail_null<ibv_qp>(EINVAL);
+  for (const ibv_cq* cq : {attr.send_cq, attr.recv_cq}) {
+    if (const int e = check(cq, Kind::cq)) return fail_null<ibv_qp>(e);
+    if (cq->context != context) return fail_null<ibv_qp>(ENOENT);
+  }
+  if (attr.srq != nullptr) {
+    if (const int e = check(attr.srq, Kind::srq)) return fail_null<ibv_qp>(e);
+    if (attr.srq->context != context) return fail_null<ibv_qp>(ENOENT);
+  }
   init.send_cq = DCq::from(attr.send_cq)->impl.get();
   init.recv_cq = DCq::from(attr.recv_cq)->impl.get();
   init.srq = attr.srq != nullptr ? DSrq::from(attr.srq)->impl.get() : nullptr;
@@ -486,6 +546,8 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   auto q = std::make_unique<DQp>();
   q->impl = DPd::from(attr.pd)->real().create_qp(init);
   attr.cap = abi::to_ibv(q->impl->cap());
+  q->max_send_sge = attr.cap.max_send_sge;
+  q->max_inline_data = attr.cap.max_inline_data;
   ibv_qp& b = q->qp_base;
   b.context = context;
   b.qp_context = attr.qp_context;
@@ -493,7 +555,7 @@ ibv_qp* make_qp(ibv_context* context, ibv_qp_init_attr_ex& attr) {
   b.send_cq = attr.send_cq;
   b.recv_cq = attr.recv_cq;
   b.srq = attr.srq;
-  b.handle = q->impl->qp_num();
+  b.handle = add_handle(q.get(), context, Kind::qp);
   b.qp_num = q->impl->qp_num();
   b.state = IBV_QPS_RESET;
   b.qp_type = attr.qp_type;
@@ -514,6 +576,7 @@ extern "C" {
 
 ibv_qp* ibv_create_qp_1_1(ibv_pd* pd, ibv_qp_init_attr* init) {
   return with_null<ibv_qp>("ibv_create_qp", [&]() -> ibv_qp* {
+    if (pd == nullptr || init == nullptr) return fail_null<ibv_qp>(EINVAL);
     ibv_qp_init_attr_ex ex{};
     ex.qp_context = init->qp_context;
     ex.send_cq = init->send_cq;
@@ -533,16 +596,27 @@ VERBSIM_DEFAULT_1_1(ibv_create_qp);
 VERBSIM_SAME_TYPE(ibv_create_qp);
 
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  auto held = lock();
+  if (check(qp, Kind::qp) != 0) return nullptr;
   DQp* q = DQp::from(qp);
   return q->extended ? q : nullptr;
 }
 
 // 0, or EINVAL for a transition the QP state table does not allow or a mask with missing or
-// disallowed attributes (the QP is then unchanged).
+// disallowed attributes (the QP is then unchanged); EOPNOTSUPP for unknown mask bits.
 int ibv_modify_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   return with_errno("ibv_modify_qp", [&] {
+    // Bits past IBV_QP_DEST_QPN (IB_QP_ATTR_STANDARD_BITS) are refused before the QP is looked
+    // up, as uverbs' modify_qp commands do.
+    constexpr int kStandardBits = (1 << 21) - 1;
+    if ((mask & ~kStandardBits) != 0) return EOPNOTSUPP;
+    if (const int err = as_write_cmd(check(qp, Kind::qp))) return err;
     DQp* q = DQp::from(qp);
-    q->impl->modify(abi::from_ibv(*attr), static_cast<QpAttrMask>(mask));
+    // Only the masked fields are read (libibverbs' copy_modify_qp_fields): no mask, no attr
+    // needed; a mask without attributes is EINVAL here (libibverbs would dereference NULL).
+    if (attr == nullptr && mask != 0) return EINVAL;
+    q->impl->modify(attr != nullptr ? abi::from_ibv(*attr) : QpAttr{},
+                    static_cast<QpAttrMask>(mask));
     if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
     settle();
     return 0;
@@ -553,6 +627,8 @@ VERBSIM_SAME_TYPE(ibv_modify_qp);
 
 int ibv_query_qp_1_1(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
   return with_errno("ibv_query_qp", [&] {
+    if (const int err = as_write_cmd(check(qp, Kind::qp))) return err;
+    if (attr == nullptr) return EINVAL;
     DQp* q = DQp::from(qp);
     const QpAttr a = q->impl->query(static_cast<QpAttrMask>(mask));
     *attr = abi::to_ibv(a);
@@ -577,8 +653,10 @@ VERBSIM_SAME_TYPE(ibv_query_qp);
 // 0, or an errno.
 int ibv_destroy_qp_1_1(ibv_qp* qp) {
   return with_errno("ibv_destroy_qp", [&] {
+    if (const int err = check(qp, Kind::qp)) return err;
     DQp* q = DQp::from(qp);
     q->impl->destroy();
+    drop_handle(qp->handle);
     forget(q->impl.get());
     destroy_sync(qp->mutex, qp->cond);
     delete q;

@@ -600,7 +600,11 @@ int rdma_connect(rdma_cm_id* id, rdma_conn_param* conn_param) {
   });
 }
 
+// A backlog of 0 or less, or past the maximum, is the kernel's maximum (ucma_listen:
+// net.rdma_ucm.max_backlog, 1024 by default).
 int rdma_listen(rdma_cm_id* id, int backlog) {
+  constexpr int kMaxBacklog = 1024;
+  if (backlog <= 0 || backlog > kMaxBacklog) backlog = kMaxBacklog;
   return call("rdma_listen", [&] {
     auto* d = DCmId::from(id);
     d->impl->listen(backlog);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -210,6 +211,75 @@ int errno_of_current_exception(const char* verb) noexcept {
     std::fprintf(stderr, "verbsim drop-in: %s: unexpected error\n", verb);
     return EIO;
   }
+}
+
+std::uint32_t add_handle(const void* object, const ibv_context* context, Kind kind) {
+  Global& g = global();
+  std::uint32_t h = 0;
+  if (!g.free_handles.empty()) {
+    h = g.free_handles.back();
+    g.free_handles.pop_back();
+  } else {
+    h = static_cast<std::uint32_t>(g.handles.size());
+    g.handles.emplace_back();
+  }
+  g.handles[h] = HandleEntry{object, context, kind};
+  return h;
+}
+
+void drop_handle(std::uint32_t handle) noexcept {
+  Global& g = global();
+  if (handle >= g.handles.size() || g.handles[handle].object == nullptr) return;
+  g.handles[handle] = HandleEntry{};
+  try {
+    g.free_handles.push_back(handle);
+  } catch (...) {
+    // The handle is not reused.
+  }
+}
+
+void add_imported(std::uint32_t handle, const void* object, const ibv_context* context, Kind kind) {
+  global().imported.emplace_back(handle, HandleEntry{object, context, kind});
+}
+
+void drop_imported(const void* object) noexcept {
+  std::erase_if(global().imported, [object](const auto& e) { return e.second.object == object; });
+}
+
+void drop_handles_of(const ibv_context* context) noexcept {
+  Global& g = global();
+  for (std::uint32_t h = 0; h < g.handles.size(); ++h) {
+    if (g.handles[h].object != nullptr && g.handles[h].context == context) drop_handle(h);
+  }
+  std::erase_if(g.imported, [context](const auto& e) { return e.second.context == context; });
+}
+
+int find_handle_slow(const void* object, std::uint32_t handle, const ibv_context* context,
+                     Kind kind) noexcept {
+  const Global& g = global();
+  for (const auto& [h, e] : g.imported) {
+    if (h == handle && e.object == object && e.context == context && e.kind == kind) return 0;
+  }
+  if (handle < g.handles.size()) {
+    const HandleEntry& e = g.handles[handle];
+    if (e.object != nullptr && e.context == context && e.kind != kind) return EINVAL;
+  }
+  return ENOENT;
+}
+
+int check_context(const ibv_context* context) noexcept {
+  if (context == nullptr) return EINVAL;
+  for (const void* p : global().contexts) {
+    if (static_cast<const DContext*>(p)->ibv() == context) return 0;
+  }
+  return EINVAL;
+}
+
+int check_channel(const ibv_comp_channel* channel, int err) noexcept {
+  if (channel == nullptr) return err;
+  const auto& live = global().channels;
+  if (std::find(live.begin(), live.end(), channel) == live.end()) return err;
+  return check_context(channel->context) == 0 ? 0 : err;
 }
 
 void remember(const void* core, void* wrapper) { global().wrappers[core] = wrapper; }

@@ -39,6 +39,17 @@ namespace verbsim::dropin {
 struct DDevice;
 struct SysfsTree;
 
+// The kinds of object a program names by handle (ibv_pd::handle, ibv_cq::handle, ...).
+enum class Kind : std::uint8_t { none, pd, mr, mw, ah, cq, qp, srq };
+
+// One live object under its handle: what the kernel's per-file handle table (uverbs' idr)
+// holds. The object is the very pointer handed out, so a copy of the struct is not it.
+struct HandleEntry {
+  const void* object = nullptr;
+  const ibv_context* context = nullptr;
+  Kind kind = Kind::none;
+};
+
 struct Global {
   std::recursive_mutex mu;
   std::unique_ptr<sim::World> world;
@@ -55,7 +66,12 @@ struct Global {
   std::vector<void*> contexts;
   std::unordered_map<std::uint32_t, void*> pds;
   std::unordered_map<std::uint32_t, void*> mrs;
-  std::uint32_t next_handle = 1;
+  // Every live PD, MR, MW, AH, CQ, QP and SRQ by its handle (handles[h]; freed handles are
+  // reused), and the PDs and MRs imported under their owner's handle into another context.
+  std::vector<HandleEntry> handles;
+  std::vector<std::uint32_t> free_handles;
+  std::vector<std::pair<std::uint32_t, HandleEntry>> imported;
+  std::vector<const void*> channels;  // live completion channels (no handle: the fd)
   bool trace = false;  // VERBSIM_DROPIN_TRACE=1: print why each verb failed
 
   SysfsTree* sysfs = nullptr;  // the process's sysfs tree (sysfs.hpp), never freed
@@ -113,17 +129,24 @@ int errno_of_current_exception(const char* verb) noexcept;
 
 // Runs `body` (returning 0 or an errno) under the lock; exceptions become their errno. The
 // counter files are then current, unless `refresh` is Refresh::no (the data path's verbs that
-// come this way: ibv_req_notify_cq, ibv_bind_mw).
+// come this way: ibv_req_notify_cq, ibv_bind_mw). A control verb's failure is also left in
+// errno, as the failed ioctl or write to the uverbs device leaves it under libibverbs (whose
+// wrappers return the provider's result: ibv_dealloc_pd's EBUSY is in errno too); the data
+// path's verbs run in the provider and leave errno alone.
 template <Refresh refresh = Refresh::yes, class F>
 int with_errno(const char* verb, F&& body) noexcept {
+  int err = 0;
   try {
     auto held = lock();
-    const int err = body();
+    err = body();
     if constexpr (refresh == Refresh::yes) refresh_sysfs();
-    return err;
   } catch (...) {
-    return errno_of_current_exception(verb);
+    err = errno_of_current_exception(verb);
   }
+  if constexpr (refresh == Refresh::yes) {
+    if (err != 0) errno = err;
+  }
+  return err;
 }
 
 // Runs `body` (returning a pointer) under the lock; on failure returns NULL with errno set.
@@ -148,6 +171,48 @@ T* fail_null(int err) noexcept {
   errno = err;
   return nullptr;
 }
+
+// Handles. Every verb that takes an object checks, under the lock and before it reads past the
+// libibverbs struct, that the object is the one registered under its `handle` for its
+// `context`, as the kernel looks a handle up in the calling file's table: a copy of the struct,
+// a changed handle or context, or an object already destroyed fail there instead of being
+// trusted (and freed twice).
+std::uint32_t add_handle(const void* object, const ibv_context* context, Kind kind);
+void drop_handle(std::uint32_t handle) noexcept;
+void add_imported(std::uint32_t handle, const void* object, const ibv_context* context, Kind kind);
+void drop_imported(const void* object) noexcept;
+// A closed context's objects are no longer found (ibv_close_device).
+void drop_handles_of(const ibv_context* context) noexcept;
+int find_handle_slow(const void* object, std::uint32_t handle, const ibv_context* context,
+                     Kind kind) noexcept;
+// 0 when `object` is registered under `handle` for `context`; else what the kernel's lookup
+// answers: ENOENT (nothing of this context under the handle, or another object: a copy),
+// EINVAL (an object of another kind under it). One bounds check and three compares when the
+// object is genuine (the data path asks this on every post and poll).
+inline int find_handle(const void* object, std::uint32_t handle, const ibv_context* context,
+                       Kind kind) noexcept {
+  const std::vector<HandleEntry>& t = global().handles;
+  if (handle < t.size()) [[likely]] {
+    const HandleEntry& e = t[handle];
+    if (e.object == object && e.context == context && e.kind == kind) [[likely]] return 0;
+  }
+  return find_handle_slow(object, handle, context, kind);
+}
+// The same for an ibv_* struct with `handle` and `context` members; EINVAL for NULL.
+template <class T>
+int check(const T* object, Kind kind) noexcept {
+  if (object == nullptr) [[unlikely]] return EINVAL;
+  return find_handle(object, object->handle, object->context, kind);
+}
+// A verb the kernel runs as a write() command looks its objects up with uobj_get_obj_read,
+// and every failed lookup is EINVAL there (uverbs_cmd.c); ioctl methods (the destroys,
+// create_qp, create_cq) return the lookup's own errno.
+inline int as_write_cmd(int err) noexcept { return err != 0 ? EINVAL : 0; }
+// 0 when `context` is a context open in this process (not a copy of one), else EINVAL.
+int check_context(const ibv_context* context) noexcept;
+// 0 when `channel` is a live completion channel (not a copy of one) of an open context, else
+// `err` (ibv_create_cq: EBADF, the kernel's answer to an fd that is no channel).
+int check_channel(const ibv_comp_channel* channel, int err) noexcept;
 
 // Registers / forgets the ibv object wrapping a core resource.
 void remember(const void* core, void* wrapper);

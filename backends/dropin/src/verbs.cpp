@@ -42,6 +42,11 @@ int mr_access(unsigned access, Access& out) noexcept {
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsigned access) {
   return with_null<ibv_mr>("ibv_reg_mr", [&]() -> ibv_mr* {
+    if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_mr>(err);
+    // A range past the end of the address space is EINVAL before anything else looks at it
+    // (the kernel's ib_umem_get).
+    const auto start = reinterpret_cast<std::uintptr_t>(addr);
+    if (length > UINTPTR_MAX - start) return fail_null<ibv_mr>(EINVAL);
     Access a{};
     if (const int err = mr_access(access, a)) return fail_null<ibv_mr>(err);
     // The simulator addresses remote memory by virtual address: an I/O virtual address other
@@ -56,8 +61,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsign
     mr->length = length;
     mr->lkey = mr->impl->lkey();
     mr->rkey = mr->impl->rkey();
-    mr->handle = global().next_handle++;
     mr->access = access;
+    mr->handle = add_handle(mr.get(), pd->context, Kind::mr);
     global().mrs[mr->handle] = mr.get();
     return mr.release();
   });
@@ -72,10 +77,11 @@ extern "C" {
 
 ibv_pd* ibv_alloc_pd_1_1(ibv_context* context) {
   return with_null<ibv_pd>("ibv_alloc_pd", [&]() -> ibv_pd* {
+    if (const int err = check_context(context)) return fail_null<ibv_pd>(err);
     auto pd = std::make_unique<DPd>();
     pd->impl = DContext::from(context)->impl->alloc_pd();
     pd->context = context;
-    pd->handle = global().next_handle++;
+    pd->handle = add_handle(pd.get(), context, Kind::pd);
     global().pds[pd->handle] = pd.get();
     return pd.release();
   });
@@ -83,12 +89,19 @@ ibv_pd* ibv_alloc_pd_1_1(ibv_context* context) {
 VERBSIM_DEFAULT_1_1(ibv_alloc_pd);
 VERBSIM_SAME_TYPE(ibv_alloc_pd);
 
-// 0, or EBUSY while MRs, QPs, SRQs or AHs still use the PD.
+// 0, or EBUSY while MRs, QPs, SRQs or AHs still use the PD; ENOENT (EINVAL) for a PD that is
+// not the one under its handle in its context (another kind's handle).
 int ibv_dealloc_pd_1_1(ibv_pd* pd) {
   return with_errno("ibv_dealloc_pd", [&] {
+    if (const int err = check(pd, Kind::pd)) return err;
     DPd* p = DPd::from(pd);
     if (p->parent == nullptr) p->impl->destroy();
-    if (!p->imported) global().pds.erase(p->handle);
+    if (p->imported) {
+      drop_imported(p);
+    } else {
+      global().pds.erase(p->handle);
+      drop_handle(p->handle);
+    }
     delete p;
     return 0;
   });
@@ -122,9 +135,15 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, std::uint64_t, size_t, std::uint64_t, int, in
 
 int ibv_dereg_mr_1_1(ibv_mr* mr) {
   return with_errno("ibv_dereg_mr", [&] {
+    if (const int err = check(mr, Kind::mr)) return err;
     DMr* m = DMr::from(mr);
     m->impl->destroy();
-    if (!m->imported) global().mrs.erase(m->handle);
+    if (m->imported) {
+      drop_imported(m);
+    } else {
+      global().mrs.erase(m->handle);
+      drop_handle(m->handle);
+    }
     delete m;
     return 0;
   });
@@ -142,6 +161,12 @@ int ibv_rereg_mr_1_1(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t lengt
     return IBV_REREG_MR_ERR_INPUT;
   }
   const int err = with_errno("ibv_rereg_mr", [&] {
+    // The MR as uverbs' rereg_mr looks it up (uobj_get_write: ENOENT), the new PD as a write
+    // command does (EINVAL).
+    if (const int e = check(mr, Kind::mr)) return e;
+    if ((flags & IBV_REREG_MR_CHANGE_PD) != 0) {
+      if (const int e = as_write_cmd(check(pd, Kind::pd))) return e;
+    }
     DMr* m = DMr::from(mr);
     MrChange r;
     if (flags & IBV_REREG_MR_CHANGE_PD) r.pd = &DPd::from(pd)->real();
@@ -179,6 +204,7 @@ VERBSIM_SAME_TYPE(ibv_rereg_mr);
 // stays with its owner. NULL with errno EINVAL for a handle no related context has.
 ibv_pd* ibv_import_pd(ibv_context* context, std::uint32_t handle) {
   return with_null<ibv_pd>("ibv_import_pd", [&]() -> ibv_pd* {
+    if (const int err = check_context(context)) return fail_null<ibv_pd>(err);
     const auto it = global().pds.find(handle);
     if (it == global().pds.end()) return fail_null<ibv_pd>(EINVAL);
     DPd* orig = static_cast<DPd*>(it->second);
@@ -190,18 +216,23 @@ ibv_pd* ibv_import_pd(ibv_context* context, std::uint32_t handle) {
     pd->context = context;
     pd->handle = handle;
     pd->imported = true;
+    add_imported(handle, pd.get(), context, Kind::pd);
     return pd.release();
   });
 }
 
 void ibv_unimport_pd(ibv_pd* pd) {
   auto held = lock();
+  if (check(pd, Kind::pd) != 0) return;
   DPd* p = DPd::from(pd);
-  if (p->imported) delete p;
+  if (!p->imported) return;
+  drop_imported(p);
+  delete p;
 }
 
 ibv_mr* ibv_import_mr(ibv_pd* pd, std::uint32_t handle) {
   return with_null<ibv_mr>("ibv_import_mr", [&]() -> ibv_mr* {
+    if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_mr>(err);
     const auto it = global().mrs.find(handle);
     if (it == global().mrs.end()) return fail_null<ibv_mr>(EINVAL);
     DMr* orig = static_cast<DMr*>(it->second);
@@ -217,14 +248,18 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, std::uint32_t handle) {
     mr->handle = handle;
     mr->access = orig->access;
     mr->imported = true;
+    add_imported(handle, mr.get(), pd->context, Kind::mr);
     return mr.release();
   });
 }
 
 void ibv_unimport_mr(ibv_mr* mr) {
   auto held = lock();
+  if (check(mr, Kind::mr) != 0) return;
   DMr* m = DMr::from(mr);
-  if (m->imported) delete m;
+  if (!m->imported) return;
+  drop_imported(m);
+  delete m;
 }
 
 // Device memory is not modelled.
@@ -236,10 +271,13 @@ void ibv_unimport_dm(ibv_dm*) {}
 
 ibv_ah* ibv_create_ah_1_1(ibv_pd* pd, ibv_ah_attr* attr) {
   return with_null<ibv_ah>("ibv_create_ah", [&]() -> ibv_ah* {
+    if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_ah>(err);
+    if (attr == nullptr) return fail_null<ibv_ah>(EINVAL);
     auto ah = std::make_unique<DAh>();
     ah->impl = DPd::from(pd)->real().create_ah(abi::from_ibv(*attr));
     ah->context = pd->context;
     ah->pd = pd;
+    ah->handle = add_handle(ah.get(), pd->context, Kind::ah);
     return ah.release();
   });
 }
@@ -248,8 +286,10 @@ VERBSIM_SAME_TYPE(ibv_create_ah);
 
 int ibv_destroy_ah_1_1(ibv_ah* ah) {
   return with_errno("ibv_destroy_ah", [&] {
+    if (const int err = check(ah, Kind::ah)) return err;
     DAh* a = DAh::from(ah);
     a->impl->destroy();
+    drop_handle(a->handle);
     delete a;
     return 0;
   });
@@ -263,7 +303,7 @@ VERBSIM_SAME_TYPE(ibv_destroy_ah);
 // is not in the port's table).
 int ibv_init_ah_from_wc(ibv_context* context, std::uint8_t port, ibv_wc* wc, ibv_grh* grh,
                         ibv_ah_attr* ah_attr) {
-  if ((wc->wc_flags & IBV_WC_GRH) == 0 || grh == nullptr) {
+  if (wc == nullptr || ah_attr == nullptr || (wc->wc_flags & IBV_WC_GRH) == 0 || grh == nullptr) {
     errno = EINVAL;
     return -1;
   }
@@ -293,6 +333,7 @@ int ibv_init_ah_from_wc(ibv_context* context, std::uint8_t port, ibv_wc* wc, ibv
   }
   int index = -1;
   const int err = with_errno("ibv_init_ah_from_wc", [&] {
+    if (const int e = check_context(context)) return e;
     for (std::uint32_t i = 0; i < 256; ++i) {
       ibv_gid_entry e{};
       const int r = query_gid_impl(context, port, i, e);
@@ -323,6 +364,7 @@ int ibv_init_ah_from_wc(ibv_context* context, std::uint8_t port, ibv_wc* wc, ibv
 }
 
 ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, std::uint8_t port) {
+  if (pd == nullptr) return fail_null<ibv_ah>(EINVAL);
   ibv_ah_attr attr{};
   if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &attr) != 0) return nullptr;
   return ibv_create_ah_1_1(pd, &attr);
@@ -341,22 +383,26 @@ VERBSIM_SAME_TYPE(ibv_detach_mcast);
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   return with_null<ibv_comp_channel>("ibv_create_comp_channel", [&]() -> ibv_comp_channel* {
+    if (const int err = check_context(context)) return fail_null<ibv_comp_channel>(err);
     auto ch = std::make_unique<DChannel>();
     ch->impl = DContext::from(context)->impl->create_comp_channel();
     ch->context = context;
     ch->fd = ch->impl->fd();
     ch->refcnt = 0;
     make_blocking(ch->fd);
+    global().channels.push_back(ch.get());
     return ch.release();
   });
 }
 
-// 0, or EBUSY while CQs use the channel.
+// 0, or EBUSY while CQs use the channel; EINVAL for a pointer that is no live channel.
 int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return with_errno("ibv_destroy_comp_channel", [&] {
+    if (const int err = check_channel(channel, EINVAL)) return err;
     DChannel* c = DChannel::from(channel);
     if (c->refcnt > 0) return EBUSY;
     c->impl->destroy();
+    std::erase(global().channels, static_cast<const void*>(c));
     delete c;
     return 0;
   });
@@ -367,6 +413,8 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
   return with_null<ibv_srq>("ibv_create_srq", [&]() -> ibv_srq* {
+    if (const int err = as_write_cmd(check(pd, Kind::pd))) return fail_null<ibv_srq>(err);
+    if (init == nullptr) return fail_null<ibv_srq>(EINVAL);
     auto srq = std::make_unique<DSrq>();
     SrqInitAttr a;
     a.max_wr = init->attr.max_wr;
@@ -382,6 +430,7 @@ ibv_srq* ibv_create_srq_1_1(ibv_pd* pd, ibv_srq_init_attr* init) {
     srq->srq_context = init->srq_context;
     srq->pd = pd;
     init_sync(srq->mutex, srq->cond);
+    srq->handle = add_handle(srq.get(), pd->context, Kind::srq);
     remember(srq->impl.get(), srq.get());
     return srq.release();
   });
@@ -393,6 +442,8 @@ VERBSIM_SAME_TYPE(ibv_create_srq);
 // rxe: sim::resize_srq); the core API itself refuses it.
 int ibv_modify_srq_1_1(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   return with_errno("ibv_modify_srq", [&] {
+    if (const int err = as_write_cmd(check(srq, Kind::srq))) return err;
+    if (attr == nullptr) return EINVAL;
     SharedReceiveQueue& impl = *DSrq::from(srq)->impl;
     if ((mask & IBV_SRQ_MAX_WR) != 0) sim::resize_srq(impl, attr->max_wr);
     SrqAttr a;
@@ -407,6 +458,8 @@ VERBSIM_SAME_TYPE(ibv_modify_srq);
 
 int ibv_query_srq_1_1(ibv_srq* srq, ibv_srq_attr* attr) {
   return with_errno("ibv_query_srq", [&] {
+    if (const int err = as_write_cmd(check(srq, Kind::srq))) return err;
+    if (attr == nullptr) return EINVAL;
     const SrqAttr a = DSrq::from(srq)->impl->query();
     attr->max_wr = a.max_wr;
     attr->max_sge = a.max_sge;
@@ -420,8 +473,10 @@ VERBSIM_SAME_TYPE(ibv_query_srq);
 // 0, or EBUSY while QPs use the SRQ.
 int ibv_destroy_srq_1_1(ibv_srq* srq) {
   return with_errno("ibv_destroy_srq", [&] {
+    if (const int err = check(srq, Kind::srq)) return err;
     DSrq* s = DSrq::from(srq);
     s->impl->destroy();
+    drop_handle(s->handle);
     forget(s->impl.get());
     destroy_sync(s->mutex, s->cond);
     delete s;
