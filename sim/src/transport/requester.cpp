@@ -56,10 +56,13 @@ template <QpType Type>
       return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
-  // Atomics and the memory window operations come after every other opcode: one test here.
+  // Atomics, the memory window operations and values that are no opcode come after every
+  // other opcode: one test here.
   static_assert(WrOpcode::atomic_fetch_and_add > WrOpcode::rdma_read &&
-                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add);
+                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add &&
+                WrOpcode::send_with_inv > WrOpcode::bind_mw);
   if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
+    if (wr.opcode > WrOpcode::send_with_inv) return refuse(EINVAL, "unknown opcode");
     if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
                                  (wr.remote_addr & 7u) != 0)) {
       return refuse(EINVAL,

@@ -1,0 +1,82 @@
+// Hostile input to the simulator (issue 22): whatever a program passes, the simulator answers
+// with the errno a real provider returns, or behaves as hardware would; it never crashes and
+// never writes where the program did not ask.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "../support/sim_checks.hpp"
+
+namespace verbsim {
+namespace {
+
+using sim::Profile;
+using testing::Ledger;
+using testing::PairOptions;
+using testing::ProfileTest;
+using testing::rdma_wr;
+using testing::send_wr;
+using testing::SimPair;
+
+const auto kAllProfiles = ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5);
+
+class Hardening : public ProfileTest {};
+
+// Addresses `wr`, a UD send of p.a, to p.b's QP; the handle must outlive the post.
+std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
+  AhAttr attr;
+  attr.is_global = true;
+  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
+  attr.grh.sgid_index = 1;
+  attr.port_num = 1;
+  std::unique_ptr<AddressHandle> ah = p.a.pd->create_ah(attr);
+  wr.ah = ah.get();
+  wr.remote_qpn = p.b.qp->qp_num();
+  wr.remote_qkey = 0x11111111;
+  return ah;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opcodes
+
+// A value that is no WrOpcode is refused at post on every QP type and profile, the WR and those
+// after it not posted, and nothing reaches the peer.
+TEST_P(Hardening, UnknownOpcodeIsEinvalAtPost) {
+  for (const QpType t : {QpType::rc, QpType::uc, QpType::ud}) {
+    for (const int op : {10, 77, 255}) {
+      SCOPED_TRACE(std::string(to_string(t)) + " opcode " + std::to_string(op));
+      PairOptions o;
+      o.type = t;
+      o.connect_options.qkey = 0x11111111;
+      SimPair p(config(), o);
+      Ledger led;
+      const Sge ls = p.a.sge(0, 8);
+      SendWr wrs[2] = {send_wr(1, ls), rdma_wr(2, static_cast<WrOpcode>(op), ls, *p.b.mr, 0)};
+      const auto ah0 = t == QpType::ud ? address_to_b(p, wrs[0]) : nullptr;
+      const auto ah1 = t == QpType::ud ? address_to_b(p, wrs[1]) : nullptr;
+      const Sge rs = p.b.sge(0, 256);
+      ASSERT_TRUE(led.post_recv(*p.b.qp, testing::recv_wr(201, rs)));
+      const PostResult r = led.post_send(*p.a.qp, wrs);
+      EXPECT_EQ(r.error(), errno_code(EINVAL)) << r.reason;
+      EXPECT_EQ(r.posted, 1u);
+      EXPECT_NE(std::string(r.reason).find("opcode"), std::string::npos) << r.reason;
+      const auto wcs = led.poll_n(p.world, *p.a.cq, 2);
+      ASSERT_EQ(wcs.size(), 1u);
+      EXPECT_EQ(wcs[0].wr_id, 1u);
+      EXPECT_EQ(wcs[0].status, WcStatus::success);
+      EXPECT_EQ(p.a.qp->state(), QpState::rts);
+      const auto recv = led.drain(p.world, *p.b.cq);
+      ASSERT_EQ(recv.size(), 1u) << "only the SEND reaches the peer";
+      EXPECT_EQ(recv[0].status, WcStatus::success);
+      EXPECT_TRUE(led.balanced());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, Hardening, kAllProfiles, testing::profile_name);
+
+}  // namespace
+}  // namespace verbsim
