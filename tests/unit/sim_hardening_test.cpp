@@ -19,6 +19,7 @@ using testing::PairOptions;
 using testing::ProfileTest;
 using testing::rdma_wr;
 using testing::send_wr;
+using testing::endpoint_of;
 using testing::SimPair;
 
 const auto kAllProfiles = ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5);
@@ -74,6 +75,89 @@ TEST_P(Hardening, UnknownOpcodeIsEinvalAtPost) {
       EXPECT_TRUE(led.balanced());
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modify and address handles
+
+// RESET -> INIT -> RTR of p.a.qp with `av`'s port and `dest_qpn` given as they are.
+void to_rtr(SimPair& p, std::uint8_t av_port, std::uint32_t dest_qpn) {
+  modify_to_init(*p.a.qp);
+  QpAttr a;
+  const QpAttrMask mask = rtr_attr(QpType::rc, endpoint_of(p.b, 200), {}, a);
+  a.ah_attr.port_num = av_port;
+  a.dest_qp_num = dest_qpn;
+  p.a.qp->modify(a, mask);
+}
+
+// ib_uverbs' modify_qp refuses an AV whose port is not one of the device's (port 0 included).
+TEST_P(Hardening, RtrWithAvPortZeroIsEinval) {
+  for (const std::uint8_t port : {0, 2}) {
+    SCOPED_TRACE("port " + std::to_string(port));
+    PairOptions o;
+    o.connect = false;
+    SimPair p(config(), o);
+    std::string what;
+    EXPECT_TRUE(testing::throws_verb_error([&] { to_rtr(p, port, p.b.qp->qp_num()); },
+                                           "ibv_modify_qp", EINVAL, &what));
+    EXPECT_NE(what.find("port_num"), std::string::npos) << what;
+    EXPECT_EQ(p.a.qp->state(), QpState::init);
+  }
+}
+
+// A QP number has 24 bits: a wider dest_qp_num is refused, not truncated onto another QP.
+TEST_P(Hardening, DestQpnAbove24BitsIsEinval) {
+  PairOptions o;
+  o.connect = false;
+  SimPair p(config(), o);
+  const std::uint32_t qpn = p.b.qp->qp_num();
+  std::string what;
+  EXPECT_TRUE(testing::throws_verb_error([&] { to_rtr(p, 1, qpn | 0x1000000); }, "ibv_modify_qp",
+                                         EINVAL, &what));
+  EXPECT_NE(what.find("dest_qp_num"), std::string::npos) << what;
+  EXPECT_EQ(p.a.qp->state(), QpState::init);
+  to_rtr(p, 1, qpn);
+  EXPECT_EQ(p.a.qp->query(QpAttrMask::dest_qpn).dest_qp_num, qpn);
+}
+
+// A UD send through an AH of another PD than the QP's: rxe finds no address vector for it
+// (rxe_get_av) and fails the WR with LOC_QP_OP_ERR, the QP to ERR; the strict profile does the
+// same. mlx5 copies the AV into the WQE and sends it.
+TEST_P(Hardening, UdSendThroughAnAhOfAnotherPd) {
+  PairOptions o;
+  o.type = QpType::ud;
+  o.connect_options.qkey = 0x11111111;
+  SimPair p(config(), o);
+  const std::unique_ptr<ProtectionDomain> other = p.a.ctx->alloc_pd();
+  AhAttr attr;
+  attr.is_global = true;
+  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
+  attr.grh.sgid_index = 1;
+  const std::unique_ptr<AddressHandle> ah = other->create_ah(attr);
+  Ledger led;
+  const Sge rs = p.b.sge(0, 256);
+  ASSERT_TRUE(led.post_recv(*p.b.qp, testing::recv_wr(201, rs)));
+  const Sge ls = p.a.sge(0, 8);
+  SendWr wr = send_wr(1, ls);
+  wr.ah = ah.get();
+  wr.remote_qpn = p.b.qp->qp_num();
+  wr.remote_qkey = 0x11111111;
+  ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+  const auto wcs = led.poll_n(p.world, *p.a.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  const auto recv = led.drain(p.world, *p.b.cq);
+  if (is(Profile::mlx5)) {
+    EXPECT_EQ(wcs[0].status, WcStatus::success);
+    EXPECT_EQ(recv.size(), 1u);
+  } else {
+    EXPECT_EQ(wcs[0].status, WcStatus::loc_qp_op_err) << to_string(wcs[0].status);
+    EXPECT_EQ(p.a.qp->state(), QpState::err);
+    EXPECT_TRUE(recv.empty()) << "nothing reaches the peer";
+    // The receive stays posted: flush it so the ledger balances.
+    testing::move_to(*p.b.qp, QpState::err);
+    led.drain(p.world, *p.b.cq);
+  }
+  EXPECT_TRUE(led.balanced());
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Hardening, kAllProfiles, testing::profile_name);

@@ -15,6 +15,7 @@ constexpr ProfileTraits kStrict{
     .pow2_minus_one_depths = false,
     .post_checks_opcode = true,
     .ud_oversize_refused = true,
+    .ud_ah_pd_checked = true,
     .create_reports_requested = false,
     .retire_on_poll = true,
     .cq_overrun_is_error = true,
@@ -67,6 +68,7 @@ constexpr ProfileTraits kRxe{
     .pow2_minus_one_depths = true,
     .post_checks_opcode = false,   // librxe validates SGEs, inline and atomics only
     .ud_oversize_refused = false,  // rxe_requester drops it and reports success
+    .ud_ah_pd_checked = true,      // rxe_get_av: "PDs don't match for AH and QP"
     .create_reports_requested = true,
     .retire_on_poll = false,
     .cq_overrun_is_error = false,
@@ -119,6 +121,7 @@ constexpr ProfileTraits kMlx5 = [] {
   ProfileTraits t = kStrict;
   t.profile = Profile::mlx5;
   t.post_send_needs_rts = false;
+  t.ud_ah_pd_checked = false;  // the AV is copied into the WQE; nothing names a PD
   return t;
 }();
 

@@ -30,6 +30,9 @@ struct ProfileTraits {
   bool post_checks_opcode;        // false on rxe: an opcode the QP type lacks fails later, in
                                   // its completion (LOC_QP_OP_ERR)
   bool ud_oversize_refused;       // false on rxe: a UD send above the MTU completes unsent
+  bool ud_ah_pd_checked;          // a UD send whose AH is of another PD than the QP fails
+                                  // with LOC_QP_OP_ERR (rxe_get_av); mlx5 copies the AV into
+                                  // the WQE and sends it
   bool create_reports_requested;  // rxe: create_qp's cap and create_srq's attributes echo
                                   // the request; query tells the truth
   bool retire_on_poll;            // send slot frees when its completion is polled (hardware)

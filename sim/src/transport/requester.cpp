@@ -15,6 +15,10 @@ namespace verbsim::sim {
 
 namespace {
 
+// A UD WQE's dst_dev when its AH belongs to another PD than the QP (ProfileTraits::
+// ud_ah_pd_checked); route() gives -1 for an address no device has.
+constexpr std::int32_t kAhOfAnotherPd = -2;
+
 bool opcode_allowed(QpType type, WrOpcode op) noexcept {
   switch (type) {
     case QpType::rc: return true;
@@ -93,7 +97,9 @@ template <QpType Type>
   if constexpr (Type == QpType::ud) {
     w.ud.remote_qpn = wr.remote_qpn;
     w.ud.remote_qkey = wr.remote_qkey;
-    w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
+    const auto* ah = static_cast<const SimAh*>(wr.ah);
+    w.dst_dev = ah->pd() == pd_.get() || !traits().ud_ah_pd_checked ? ah->dst_dev()
+                                                                     : kAhOfAnotherPd;
   } else {
     w.remote_addr = wr.remote_addr;
     w.rkey = wr.rkey;
@@ -225,8 +231,9 @@ void SimQp::transmit_as() {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(hot_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
-    if (!opcode_supported(Type, wq.opcode)) {
-      // rxe accepted it at post time; its requester finds no packet opcode for it.
+    if (!opcode_supported(Type, wq.opcode) || (ud && wq.dst_dev == kAhOfAnotherPd)) {
+      // rxe accepted it at post time; its requester finds no packet opcode, or no address
+      // vector (an AH of another PD), for it.
       if (sq_done_ != sq_sent_) break;
       ++sq_sent_;
       complete_next(WcStatus::loc_qp_op_err);
