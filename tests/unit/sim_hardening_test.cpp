@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../support/sim_checks.hpp"
+#include "resources/ids.hpp"
 
 namespace verbsim {
 namespace {
@@ -158,6 +160,142 @@ TEST_P(Hardening, UdSendThroughAnAhOfAnotherPd) {
     led.drain(p.world, *p.b.cq);
   }
   EXPECT_TRUE(led.balanced());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys and QP numbers are reused
+
+// More reg/dereg cycles than the device has MR indices: each one succeeds (it failed with
+// ENOMEM "MR keys exhausted" after 2^20).
+TEST(HardeningKeys, MoreRegDeregCyclesThanMrIndices) {
+  sim::World world(testing::config_for(Profile::rxe));
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  std::vector<char> buf(64);
+  const int max_mr = ctx->query_device().max_mr;
+  for (int i = 0; i < max_mr + 1000; ++i) {
+    auto mr = pd->reg_mr(buf.data(), buf.size(), Access::local_write);
+    mr->destroy();
+  }
+}
+
+// A freed MR index comes back with another low key byte: the old MR's rkey, stale, is refused
+// with the remote access error as any unknown key; the new one works.
+TEST_P(Hardening, StaleRkeyOfAReusedMrIndexIsRefused) {
+  SimPair p(config());
+  sim::DevCore& dev = sim::device_of(*p.b.ctx);
+  auto old_mr = p.b.pd->reg_mr(p.b.buf.data(), 256, Access::local_write | Access::remote_write);
+  const std::uint32_t stale = old_mr->rkey();
+  dev.mr_indices.set_last(stale >> 8);  // no fresh index is left: the next MR takes old_mr's
+  old_mr->destroy();
+  auto mr = p.b.pd->reg_mr(p.b.buf.data(), 256, Access::local_write | Access::remote_write);
+  EXPECT_EQ(mr->rkey() >> 8, stale >> 8) << "the index is reused";
+  EXPECT_NE(mr->rkey(), stale);
+  EXPECT_EQ(mr->lkey(), mr->rkey());
+  Ledger led;
+  const Sge ls = p.a.sge(0, 8);
+  ASSERT_TRUE(led.post_send(*p.a.qp, rdma_wr(1, WrOpcode::rdma_write, ls, *mr, 0)));
+  SendWr wr = rdma_wr(2, WrOpcode::rdma_write, ls, *mr, 0);
+  wr.rkey = stale;
+  ASSERT_TRUE(led.post_send(*p.a.qp, wr));
+  const auto wcs = led.poll_n(p.world, *p.a.cq, 2);
+  testing::expect_completions(wcs, *p.a.qp,
+                              {{1, WcStatus::success}, {2, WcStatus::rem_access_err}});
+  EXPECT_TRUE(led.balanced());
+}
+
+// QP numbers start at 0x11; once every number was handed out, the freed ones come back, the
+// longest freed first.
+TEST_P(Hardening, FreedQpNumbersAreReusedInFifoOrder) {
+  sim::World world(config());
+  auto ctx = world.open("sim0");
+  auto pd = ctx->alloc_pd();
+  auto cq = ctx->create_cq(16);
+  QpInitAttr init;
+  init.send_cq = cq.get();
+  init.recv_cq = cq.get();
+  init.cap = {4, 4, 1, 1, 0};
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  for (int i = 0; i < 4; ++i) qps.push_back(pd->create_qp(init));
+  for (std::uint32_t i = 0; i < 4; ++i) EXPECT_EQ(qps[i]->qp_num(), 0x11 + i);
+  sim::device_of(*ctx).qpns.set_last(0x14);
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)pd->create_qp(init); }, "ibv_create_qp",
+                                         ENOMEM));
+  qps[2]->destroy();
+  qps[0]->destroy();
+  EXPECT_EQ(pd->create_qp(init)->qp_num(), 0x13u);
+  // The number just given back (0x13) waits behind 0x11.
+  auto again = pd->create_qp(init);
+  EXPECT_EQ(again->qp_num(), 0x11u);
+  for (int i = 0; i < 100; ++i) {
+    auto qp = pd->create_qp(init);
+    EXPECT_NE(qp->qp_num(), again->qp_num());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device limits
+
+// What query_device reports as max_qp, max_cq, max_mr, max_pd, max_srq and max_ah holds: one
+// more is refused, ENOMEM for an MR (rxe_alloc) and the provider's errno for the others (rxe:
+// EINVAL from __rxe_add_to_pool; mlx5: ENOMEM); one freed makes room again.
+TEST_P(Hardening, DeviceLimitsAreEnforced) {
+  const int full = is(Profile::rxe) ? EINVAL : ENOMEM;
+  sim::World world(config());
+  auto ctx = world.open("sim0");
+  sim::DevCore& dev = sim::device_of(*ctx);
+  dev.limits = {.max_qp = 2, .max_cq = 2, .max_mr = 2, .max_pd = 2, .max_srq = 1, .max_ah = 1};
+  const DeviceAttr a = ctx->query_device();
+  EXPECT_EQ(a.max_qp, 2);
+  EXPECT_EQ(a.max_cq, 2);
+  EXPECT_EQ(a.max_mr, 2);
+  EXPECT_EQ(a.max_pd, 2);
+  EXPECT_EQ(a.max_srq, 1);
+  EXPECT_EQ(a.max_ah, 1);
+
+  auto pd = ctx->alloc_pd();
+  auto pd2 = ctx->alloc_pd();
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)ctx->alloc_pd(); }, "ibv_alloc_pd", full));
+  pd2->destroy();
+  pd2 = ctx->alloc_pd();
+
+  auto cq = ctx->create_cq(16);
+  auto cq2 = ctx->create_cq(16);
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)ctx->create_cq(16); }, "ibv_create_cq", full));
+
+  std::vector<char> buf(64);
+  auto mr = pd->reg_mr(buf.data(), buf.size(), Access::local_write);
+  auto mr2 = pd->reg_mr(buf.data(), buf.size(), Access::local_write);
+  EXPECT_TRUE(testing::throws_verb_error(
+      [&] { (void)pd->reg_mr(buf.data(), buf.size(), Access::local_write); }, "ibv_reg_mr",
+      ENOMEM));
+  mr2->destroy();
+  mr2 = pd->reg_mr(buf.data(), buf.size(), Access::local_write);
+
+  QpInitAttr init;
+  init.send_cq = cq.get();
+  init.recv_cq = cq.get();
+  init.cap = {4, 4, 1, 1, 0};
+  auto qp = pd->create_qp(init);
+  auto qp2 = pd->create_qp(init);
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)pd->create_qp(init); }, "ibv_create_qp", full));
+  qp2->destroy();
+  qp2 = pd->create_qp(init);
+
+  SrqInitAttr sa;
+  sa.max_wr = 4;
+  sa.max_sge = 1;
+  auto srq = pd->create_srq(sa);
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)pd->create_srq(sa); }, "ibv_create_srq", full));
+
+  AhAttr ah;
+  ah.is_global = true;
+  ah.grh.dgid = ctx->query_gid(1, 1);
+  ah.grh.sgid_index = 1;
+  auto h = pd->create_ah(ah);
+  EXPECT_TRUE(testing::throws_verb_error([&] { (void)pd->create_ah(ah); }, "ibv_create_ah", full));
+  h->destroy();
+  h = pd->create_ah(ah);
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, Hardening, kAllProfiles, testing::profile_name);

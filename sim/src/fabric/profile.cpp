@@ -50,6 +50,7 @@ constexpr ProfileTraits kStrict{
     .type2_window_pins_qp = false,
     .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
+    .pool_full_errno = ENOMEM,
     .send_limit_errno = ENOMEM,
     .limits = {
         .max_qp_wr = 32768,
@@ -104,6 +105,7 @@ constexpr ProfileTraits kRxe{
                                          // refcount_t underflow (the random verb test)
     .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
+    .pool_full_errno = EINVAL,   // __rxe_add_to_pool
     .send_limit_errno = EINVAL,  // librxe validate_send_wr
     .limits = {
         .max_qp_wr = 1048576,

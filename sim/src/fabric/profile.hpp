@@ -82,6 +82,9 @@ struct ProfileTraits {
                                       // fails the WR and warns
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
+  int pool_full_errno;   // a QP, CQ, PD, SRQ or AH past the device's max_*: EINVAL on rxe
+                         // (__rxe_add_to_pool), ENOMEM on mlx5 (firmware out of resources);
+                         // an MR past max_mr is ENOMEM everywhere
   int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
   DeviceLimits limits;
 

@@ -61,8 +61,14 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
   if (const int err = w.verb_fault(Verb::create_qp, 0, &dev)) {
     throw_verb_error("ibv_create_qp", err, "injected by the fault plan");
   }
-  if (dev.next_qpn > 0xffffff) throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
-  const std::uint32_t qpn = dev.next_qpn++;
+  if (dev.live_qps >= dev.limits.max_qp) {
+    throw_verb_error("ibv_create_qp", w.traits().pool_full_errno,
+                     "the device holds " + str(dev.limits.max_qp) + " QPs already (its max)");
+  }
+  if (!dev.qpns.fresh_left() && !dev.qpns.freed_left()) {
+    throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
+  }
+  const std::uint32_t qpn = dev.qpns.fresh_left() ? dev.qpns.take_fresh() : dev.qpns.take_freed();
   if (w.faults().targets(Verb::post_send) ||
       w.faults().targets(Verb::post_recv)) {
     return std::make_unique<FaultyQp>(core_, init, qpn);
@@ -149,6 +155,7 @@ void SimQp::destroy() {
   world().acct().discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
+  dev_->qpns.give_back(qpn_);
   --dev_->live_qps;
   --scq_->users;
   scq_->qps.remove(qpn_);
