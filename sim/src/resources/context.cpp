@@ -1,8 +1,11 @@
 // Context, protection domain, memory region, address handle and completion channel.
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +40,36 @@ void warn_leak(const char* verb, const char* what, int users) {
 }
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
+
+// Why the kernel would refuse to pin [addr, addr + length) for an MR (ib_umem_get), as an errno
+// and a reason; 0 when it would pin it. Asks mincore(2) page range by page range, touching no
+// page: ENOMEM from it means a page is not mapped.
+int pin_refusal(const void* addr, std::size_t length, std::string& why) {
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::uintptr_t end = 0;
+  if (__builtin_add_overflow(start, length, &end) || end > UINTPTR_MAX - page) {
+    why = "the range wraps around the address space";
+    return EINVAL;
+  }
+  const std::uintptr_t first = start & ~(page - 1);
+  const std::uintptr_t last = (end + page - 1) & ~(page - 1);
+  if ((last - first) / page > UINT32_MAX) {
+    why = "more pages than the kernel pins for one MR";
+    return EINVAL;
+  }
+  constexpr std::uintptr_t kChunk = 4096;  // pages per mincore call
+  unsigned char vec[kChunk];
+  for (std::uintptr_t p = first; p < last;) {
+    const std::uintptr_t n = std::min<std::uintptr_t>((last - p) / page, kChunk);
+    if (::mincore(reinterpret_cast<void*>(p), n * page, vec) != 0) {
+      why = "the range is not all mapped (the pin fails)";
+      return EFAULT;
+    }
+    p += n * page;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -269,6 +302,8 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   if (any(access, ~known)) throw_verb_error("ibv_reg_mr", EINVAL, "unknown access flags");
   // The core API refuses an empty range on every backend (kernels differ on length 0).
   if (addr == nullptr || length == 0) throw_verb_error("ibv_reg_mr", EINVAL, "null address or empty range");
+  std::string why;
+  if (const int err = pin_refusal(addr, length, why)) throw_verb_error("ibv_reg_mr", err, why);
   DevCore& dev = *core_->ctx->dev;
   check_room("ibv_reg_mr", "MRs", dev.live_mrs, dev.limits.max_mr, ENOMEM);  // rxe_alloc: NULL
   if (!dev.mr_indices.fresh_left() && !dev.mr_indices.freed_left()) {
@@ -362,6 +397,10 @@ void SimMr::rereg(const MrChange& change) {
   if (change.addr != nullptr || change.length != 0) {
     if (change.addr == nullptr || change.length == 0) {
       throw_verb_error("ibv_rereg_mr", EINVAL, "null address or empty range");
+    }
+    std::string why;
+    if (const int err = pin_refusal(change.addr, change.length, why)) {
+      throw_verb_error("ibv_rereg_mr", err, why);
     }
   }
   const Access access = change.access.value_or(core.access);
