@@ -21,7 +21,8 @@ class QueuePair : public Resource {
   // full, there are more SGEs than max_send_sge, or inline data exceeds max_inline_data (rxe
   // says EINVAL for these two);
   // EINVAL for a QP in RESET, INIT or RTR on providers that check (rxe), a bad opcode for the
-  // QP type, or a missing address handle on UD.
+  // QP type, a value that is no WrOpcode (every QP type and provider), or a missing address
+  // handle on UD.
   virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
 
   // ibv_post_recv. Errors: ENOMEM when the receive queue is full, EINVAL for too many SGEs,

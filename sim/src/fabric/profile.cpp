@@ -15,6 +15,7 @@ constexpr ProfileTraits kStrict{
     .pow2_minus_one_depths = false,
     .post_checks_opcode = true,
     .ud_oversize_refused = true,
+    .ud_ah_pd_checked = true,
     .create_reports_requested = false,
     .retire_on_poll = true,
     .cq_overrun_is_error = true,
@@ -49,6 +50,7 @@ constexpr ProfileTraits kStrict{
     .type2_window_pins_qp = false,
     .free_type2_invalidate_oopses = false,
     .bad_lkey_status = WcStatus::loc_prot_err,
+    .pool_full_errno = ENOMEM,
     .send_limit_errno = ENOMEM,
     .limits = {
         .max_qp_wr = 32768,
@@ -67,6 +69,7 @@ constexpr ProfileTraits kRxe{
     .pow2_minus_one_depths = true,
     .post_checks_opcode = false,   // librxe validates SGEs, inline and atomics only
     .ud_oversize_refused = false,  // rxe_requester drops it and reports success
+    .ud_ah_pd_checked = true,      // rxe_get_av: "PDs don't match for AH and QP"
     .create_reports_requested = true,
     .retire_on_poll = false,
     .cq_overrun_is_error = false,
@@ -102,6 +105,7 @@ constexpr ProfileTraits kRxe{
                                          // refcount_t underflow (the random verb test)
     .free_type2_invalidate_oopses = true,        // seen: the random verb test (docs/FIDELITY.md)
     .bad_lkey_status = WcStatus::loc_qp_op_err,  // copy_data: no MR for the key is -EINVAL
+    .pool_full_errno = EINVAL,   // __rxe_add_to_pool
     .send_limit_errno = EINVAL,  // librxe validate_send_wr
     .limits = {
         .max_qp_wr = 1048576,
@@ -119,6 +123,7 @@ constexpr ProfileTraits kMlx5 = [] {
   ProfileTraits t = kStrict;
   t.profile = Profile::mlx5;
   t.post_send_needs_rts = false;
+  t.ud_ah_pd_checked = false;  // the AV is copied into the WQE; nothing names a PD
   return t;
 }();
 

@@ -30,6 +30,9 @@ struct ProfileTraits {
   bool post_checks_opcode;        // false on rxe: an opcode the QP type lacks fails later, in
                                   // its completion (LOC_QP_OP_ERR)
   bool ud_oversize_refused;       // false on rxe: a UD send above the MTU completes unsent
+  bool ud_ah_pd_checked;          // a UD send whose AH is of another PD than the QP fails
+                                  // with LOC_QP_OP_ERR (rxe_get_av); mlx5 copies the AV into
+                                  // the WQE and sends it
   bool create_reports_requested;  // rxe: create_qp's cap and create_srq's attributes echo
                                   // the request; query tells the truth
   bool retire_on_poll;            // send slot frees when its completion is polled (hardware)
@@ -79,6 +82,9 @@ struct ProfileTraits {
                                       // fails the WR and warns
   WcStatus bad_lkey_status;       // a send SGE whose lkey is unknown or of another PD
                                   // (rxe: LOC_QP_OP_ERR; bounds are LOC_PROT_ERR everywhere)
+  int pool_full_errno;   // a QP, CQ, PD, SRQ or AH past the device's max_*: EINVAL on rxe
+                         // (__rxe_add_to_pool), ENOMEM on mlx5 (firmware out of resources);
+                         // an MR past max_mr is ENOMEM everywhere
   int send_limit_errno;  // too many SGEs or inline too large: ENOMEM (mlx5), EINVAL (rxe)
   DeviceLimits limits;
 

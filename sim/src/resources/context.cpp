@@ -1,8 +1,11 @@
 // Context, protection domain, memory region, address handle and completion channel.
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +40,49 @@ void warn_leak(const char* verb, const char* what, int users) {
 }
 
 std::string str(std::uint64_t v) { return std::to_string(v); }
+
+// Why the kernel would refuse to pin [addr, addr + length) for an MR (ib_umem_get), as an errno
+// and a reason; 0 when it would pin it. Asks mincore(2) page range by page range, touching no
+// page: ENOMEM from it means a page is not mapped.
+int pin_refusal(const void* addr, std::size_t length, std::string& why) {
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::uintptr_t end = 0;
+  if (__builtin_add_overflow(start, length, &end) || end > UINTPTR_MAX - page) {
+    why = "the range wraps around the address space";
+    return EINVAL;
+  }
+  const std::uintptr_t first = start & ~(page - 1);
+  const std::uintptr_t last = (end + page - 1) & ~(page - 1);
+  if ((last - first) / page > UINT32_MAX) {
+    why = "more pages than the kernel pins for one MR";
+    return EINVAL;
+  }
+  constexpr std::uintptr_t kChunk = 4096;  // pages per mincore call
+  unsigned char vec[kChunk];
+  for (std::uintptr_t p = first; p < last;) {
+    const std::uintptr_t n = std::min<std::uintptr_t>((last - p) / page, kChunk);
+    if (::mincore(reinterpret_cast<void*>(p), n * page, vec) != 0) {
+      why = "the range is not all mapped (the pin fails)";
+      return EFAULT;
+    }
+    p += n * page;
+  }
+  return 0;
+}
+
+}  // namespace
+
+DevCore& device_of(Context& ctx) { return *dynamic_cast<SimContext&>(ctx).core()->dev; }
+
+namespace {
+
+// Refuses the object `verb` makes when the device holds `max` of its kind already.
+void check_room(const char* verb, const char* what, int live, int max, int err) {
+  if (live < max) return;
+  throw_verb_error(verb, err, "the device holds " + std::to_string(max) + " " + what +
+                                  " already (its max)");
+}
 
 }  // namespace
 
@@ -97,20 +143,21 @@ DeviceAttr SimContext::query_device() const {
   a.page_size_cap = 0xfffff000;
   a.vendor_id = 0xffffff;  // none: a simulated device
   a.vendor_part_id = static_cast<std::uint32_t>(t.profile);
-  a.max_qp = 1 << 20;
+  const ObjectLimits& lim = core_->dev->limits;
+  a.max_qp = lim.max_qp;
   a.max_qp_wr = static_cast<int>(t.limits.max_qp_wr);
   a.max_sge = static_cast<int>(t.limits.max_sge);
   a.max_sge_rd = static_cast<int>(t.limits.max_sge);
-  a.max_cq = 1 << 20;
+  a.max_cq = lim.max_cq;
   a.max_cqe = static_cast<int>(t.limits.max_cqe);
-  a.max_mr = 1 << 20;
-  a.max_pd = 1 << 20;
+  a.max_mr = lim.max_mr;
+  a.max_pd = lim.max_pd;
   a.max_qp_rd_atom = 128;
   a.max_qp_init_rd_atom = 128;
-  a.max_srq = 1 << 18;
+  a.max_srq = lim.max_srq;
   a.max_srq_wr = static_cast<int>(t.limits.max_qp_wr);
   a.max_srq_sge = static_cast<int>(t.limits.max_sge);
-  a.max_ah = 1 << 20;
+  a.max_ah = lim.max_ah;
   a.max_pkeys = 1;
   a.phys_port_cnt = static_cast<std::uint8_t>(core_->dev->ports.size());
   a.atomics = true;
@@ -144,6 +191,10 @@ std::unique_ptr<ProtectionDomain> SimContext::alloc_pd() {
   if (const int err = core_->world->verb_fault(Verb::alloc_pd, 0, core_->dev)) {
     throw_verb_error("ibv_alloc_pd", err, "injected by the fault plan");
   }
+  DevCore& dev = *core_->dev;
+  check_room("ibv_alloc_pd", "PDs", dev.live_pds, dev.limits.max_pd,
+             core_->world->traits().pool_full_errno);
+  ++dev.live_pds;
   auto pd = std::make_shared<PdCore>();
   pd->ctx = core_;
   pd->id = core_->dev->next_pd_id++;
@@ -178,6 +229,8 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {
     throw_verb_error("ibv_create_cq", err, "injected by the fault plan");
   }
+  check_room("ibv_create_cq", "CQs", core_->dev->live_cqs, core_->dev->limits.max_cq,
+             w.traits().pool_full_errno);
   auto cq = std::make_shared<CqCore>();
   cq->ctx = core_;
   cq->world = &w;
@@ -222,7 +275,9 @@ std::error_code SimContext::get_async_event(AsyncEvent& event, Wait wait) {
 // Protection domain
 
 SimPd::~SimPd() {
-  if (!destroyed_ && core_->users > 0) warn_leak("ibv_dealloc_pd", "PD", core_->users);
+  if (destroyed_) return;
+  if (core_->users > 0) warn_leak("ibv_dealloc_pd", "PD", core_->users);
+  --core_->ctx->dev->live_pds;
 }
 
 void SimPd::destroy() {
@@ -230,6 +285,7 @@ void SimPd::destroy() {
     throw_verb_error("ibv_dealloc_pd", EBUSY,
          std::to_string(core_->users) + " MRs, QPs, SRQs or AHs still use the PD");
   }
+  if (!destroyed_) --core_->ctx->dev->live_pds;
   destroyed_ = true;
 }
 
@@ -246,17 +302,28 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   if (any(access, ~known)) throw_verb_error("ibv_reg_mr", EINVAL, "unknown access flags");
   // The core API refuses an empty range on every backend (kernels differ on length 0).
   if (addr == nullptr || length == 0) throw_verb_error("ibv_reg_mr", EINVAL, "null address or empty range");
+  std::string why;
+  if (const int err = pin_refusal(addr, length, why)) throw_verb_error("ibv_reg_mr", err, why);
   DevCore& dev = *core_->ctx->dev;
-  if (dev.next_mr_index >= kFirstMwIndex) throw_verb_error("ibv_reg_mr", ENOMEM, "MR keys exhausted");
+  check_room("ibv_reg_mr", "MRs", dev.live_mrs, dev.limits.max_mr, ENOMEM);  // rxe_alloc: NULL
+  if (!dev.mr_indices.fresh_left() && !dev.mr_indices.freed_left()) {
+    throw_verb_error("ibv_reg_mr", ENOMEM, "MR keys exhausted");
+  }
   MrCore mr;
   mr.pd = core_;
   mr.dev = &dev;
   mr.addr = static_cast<char*>(addr);
   mr.length = length;
   mr.access = access;
-  const std::uint32_t index = dev.next_mr_index++;
-  const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng().next() & 0xff);
-  mr.key = (index << 8) | key_byte;
+  if (dev.mr_indices.fresh_left()) {
+    const std::uint32_t index = dev.mr_indices.take_fresh();
+    const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng().next() & 0xff);
+    mr.key = (index << 8) | key_byte;
+  } else {
+    // A freed index again, with the next low byte: the old MR's keys do not name this one.
+    const std::uint32_t old = dev.mr_indices.take_freed();
+    mr.key = (old & ~0xffu) | ((old + 1) & 0xffu);
+  }
   return std::make_unique<SimMr>(std::move(mr));
 }
 
@@ -274,6 +341,9 @@ std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
   if (attr.grh.sgid_index >= dev.ports[attr.port_num - 1u].gids.size()) {
     throw_verb_error("ibv_create_ah", EINVAL, "sgid_index " + str(attr.grh.sgid_index) + " out of range");
   }
+  check_room("ibv_create_ah", "AHs", dev.live_ahs, dev.limits.max_ah,
+             core_->ctx->world->traits().pool_full_errno);
+  ++core_->ctx->dev->live_ahs;
   ++core_->users;
   return std::make_unique<SimAh>(core_, attr, core_->ctx->world->route(attr.grh.dgid));
 }
@@ -283,6 +353,7 @@ std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
 
 SimMr::SimMr(MrCore core) : core_(std::move(core)) {
   ++core_.pd->users;
+  ++core_.dev->live_mrs;
   core_.dev->mrs.insert(core_.key >> 8, &core_);
 }
 
@@ -327,6 +398,10 @@ void SimMr::rereg(const MrChange& change) {
     if (change.addr == nullptr || change.length == 0) {
       throw_verb_error("ibv_rereg_mr", EINVAL, "null address or empty range");
     }
+    std::string why;
+    if (const int err = pin_refusal(change.addr, change.length, why)) {
+      throw_verb_error("ibv_rereg_mr", err, why);
+    }
   }
   const Access access = change.access.value_or(core.access);
   if (any(access, Access::remote_write | Access::remote_atomic) &&
@@ -350,6 +425,8 @@ void SimMr::rereg(const MrChange& change) {
 // their MR's key no longer resolves.
 void SimMr::release() noexcept {
   core_.dev->mrs.erase(core_.key >> 8);
+  --core_.dev->live_mrs;
+  core_.dev->mr_indices.give_back(core_.key);
   mr_changed(*core_.dev, core_.key);
   --core_.pd->users;
   destroyed_ = true;
@@ -362,6 +439,7 @@ SimAh::~SimAh() {
 void SimAh::destroy() {
   if (destroyed_) return;
   --pd_->users;
+  --pd_->ctx->dev->live_ahs;
   destroyed_ = true;
 }
 

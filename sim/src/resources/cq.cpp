@@ -322,6 +322,12 @@ std::unique_ptr<SharedReceiveQueue> SimPd::create_srq(const SrqInitAttr& attr) {
     throw_verb_error("ibv_create_srq", err, "injected by the fault plan");
   }
   const std::uint32_t depth = srq_depth("ibv_create_srq", attr.max_wr, t);
+  const DevCore& dev = *core_->ctx->dev;
+  if (dev.srqs.size() >= static_cast<std::size_t>(dev.limits.max_srq)) {
+    throw_verb_error("ibv_create_srq", t.pool_full_errno,
+                     "the device holds " + std::to_string(dev.limits.max_srq) +
+                         " SRQs already (its max)");
+  }
   if (attr.max_sge < 1 || attr.max_sge > t.limits.max_sge) {
     throw_verb_error("ibv_create_srq", EINVAL, "max_sge=" + std::to_string(attr.max_sge) + " out of range");
   }

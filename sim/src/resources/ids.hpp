@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,42 @@ class IdTable {
   std::vector<T*> slots_;
 };
 
+// Numbers from `first` to `last` (QPNs, MR indices): handed out in sequence and, once all have
+// been, the freed ones again, longest freed first (rxe's pools allocate cyclically), so a number
+// just freed is not at once reused. What is given back may carry more than the number (a memory
+// key: its index and the low byte it had).
+class NumberPool {
+ public:
+  NumberPool(std::uint32_t first, std::uint32_t last) : next_(first), last_(last) {}
+  bool fresh_left() const noexcept { return next_ <= last_; }
+  std::uint32_t take_fresh() noexcept { return next_++; }
+  bool freed_left() const noexcept { return !freed_.empty(); }
+  std::uint32_t take_freed() noexcept {
+    const std::uint32_t v = freed_.front();
+    freed_.pop_front();
+    return v;
+  }
+  void give_back(std::uint32_t value) { freed_.push_back(value); }
+  // Tests: a number space small enough to run through.
+  void set_last(std::uint32_t last) noexcept { last_ = last; }
+
+ private:
+  std::uint32_t next_;
+  std::uint32_t last_;  // < UINT32_MAX
+  std::deque<std::uint32_t> freed_;
+};
+
+// How many objects of each kind a device holds at most: what ibv_query_device reports, and
+// enforced (per device, as the kernel's pools are).
+struct ObjectLimits {
+  int max_qp = 1 << 20;
+  int max_cq = 1 << 20;
+  int max_mr = 1 << 20;  // = the MR index space, 1 .. kFirstMwIndex - 1
+  int max_pd = 1 << 20;
+  int max_srq = 1 << 18;
+  int max_ah = 1 << 20;
+};
+
 struct DevCore {
   int index = 0;
   std::string name;
@@ -76,8 +113,8 @@ struct DevCore {
   IdTable<MwCore> mws{kFirstMwIndex};  // memory windows, by key >> 8 likewise
   std::vector<CtxCore*> contexts;  // for device and port async events
   std::vector<SrqCore*> srqs;      // for the srq_limit fault
-  std::uint32_t next_qpn = 0x11;
-  std::uint32_t next_mr_index = 1;
+  NumberPool qpns{0x11, 0xffffff};
+  NumberPool mr_indices{1, kFirstMwIndex - 1};  // gives back keys
   std::uint32_t next_mw_index = kFirstMwIndex;
   int live_mws = 0;
   // The MR or memory window whose key is `key` (index and random byte), or nullptr.
@@ -88,9 +125,16 @@ struct DevCore {
   std::uint64_t mr_generation = 1;
   std::uint32_t next_pd_id = 1;
   std::uint32_t next_cq_id = 1;  // CQs by number, for observers
+  ObjectLimits limits;
   int live_qps = 0;
   int live_cqs = 0;
+  int live_mrs = 0;
+  int live_pds = 0;
+  int live_ahs = 0;
 };
+
+// The device of a simulator context, for tests that shrink its limits or number spaces.
+DevCore& device_of(Context& ctx);
 
 
 }  // namespace verbsim::sim

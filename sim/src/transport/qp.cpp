@@ -61,8 +61,14 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
   if (const int err = w.verb_fault(Verb::create_qp, 0, &dev)) {
     throw_verb_error("ibv_create_qp", err, "injected by the fault plan");
   }
-  if (dev.next_qpn > 0xffffff) throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
-  const std::uint32_t qpn = dev.next_qpn++;
+  if (dev.live_qps >= dev.limits.max_qp) {
+    throw_verb_error("ibv_create_qp", w.traits().pool_full_errno,
+                     "the device holds " + str(dev.limits.max_qp) + " QPs already (its max)");
+  }
+  if (!dev.qpns.fresh_left() && !dev.qpns.freed_left()) {
+    throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
+  }
+  const std::uint32_t qpn = dev.qpns.fresh_left() ? dev.qpns.take_fresh() : dev.qpns.take_freed();
   if (w.faults().targets(Verb::post_send) ||
       w.faults().targets(Verb::post_recv)) {
     return std::make_unique<FaultyQp>(core_, init, qpn);
@@ -149,6 +155,7 @@ void SimQp::destroy() {
   world().acct().discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
+  dev_->qpns.give_back(qpn_);
   --dev_->live_qps;
   --scq_->users;
   scq_->qps.remove(qpn_);
@@ -320,8 +327,9 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
     bad("path_mtu above the port's max_mtu");
   }
   if (any(mask, QpAttrMask::av)) {
-    const std::uint8_t port = attr.ah_attr.port_num != 0 ? attr.ah_attr.port_num : 1;
-    if (port > dev.ports.size()) bad("ah_attr.port_num does not exist");
+    // ib_uverbs' modify_qp checks the AV's port as any port (rdma_is_port_valid).
+    const std::uint8_t port = attr.ah_attr.port_num;
+    if (port < 1 || port > dev.ports.size()) bad("ah_attr.port_num " + str(port) + " does not exist");
     if (!attr.ah_attr.is_global) bad("RoCE needs a GRH in the address vector (is_global)");
     const PortCore& p = dev.ports[port - 1u];
     if (attr.ah_attr.grh.sgid_index >= p.attr.gid_tbl_len) {
@@ -332,6 +340,9 @@ void SimQp::modify(const QpAttr& attr, QpAttrMask mask) {
       throw_verb_error("ibv_modify_qp", ENODATA,
            "sgid_index " + str(attr.ah_attr.grh.sgid_index) + " names an empty GID entry");
     }
+  }
+  if (any(mask, QpAttrMask::dest_qpn) && attr.dest_qp_num > 0xffffff) {
+    bad("dest_qp_num " + str(attr.dest_qp_num) + " above 24 bits");
   }
   if (any(mask, QpAttrMask::timeout) && attr.timeout > 31) bad("timeout above 31");
   if (any(mask, QpAttrMask::retry_cnt) && attr.retry_cnt > 7) bad("retry_cnt above 7");
@@ -394,10 +405,7 @@ void SimQp::apply(const QpAttr& a, QpAttrMask m) {
   if (any(m, QpAttrMask::pkey_index)) attr_.pkey_index = a.pkey_index;
   if (any(m, QpAttrMask::port)) hot_.port_num = a.port_num;
   if (any(m, QpAttrMask::qkey)) attr_.qkey = a.qkey;
-  if (any(m, QpAttrMask::av)) {
-    attr_.ah_attr = a.ah_attr;
-    if (attr_.ah_attr.port_num == 0) attr_.ah_attr.port_num = 1;
-  }
+  if (any(m, QpAttrMask::av)) attr_.ah_attr = a.ah_attr;
   if (any(m, QpAttrMask::path_mtu)) attr_.path_mtu = a.path_mtu;
   if (any(m, QpAttrMask::timeout)) hot_.timeout = a.timeout;
   if (any(m, QpAttrMask::retry_cnt)) {
@@ -416,7 +424,7 @@ void SimQp::apply(const QpAttr& a, QpAttrMask m) {
     attr_.sq_psn = hot_.sq_psn;  // what query() reports: hot_.sq_psn moves past local ops
   }
   if (any(m, QpAttrMask::max_dest_rd_atomic)) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
-  if (any(m, QpAttrMask::dest_qpn)) hot_.dest_qp_num = a.dest_qp_num & 0xffffff;
+  if (any(m, QpAttrMask::dest_qpn)) hot_.dest_qp_num = a.dest_qp_num;
 }
 
 QpAttr SimQp::query(QpAttrMask) const {

@@ -15,6 +15,10 @@ namespace verbsim::sim {
 
 namespace {
 
+// A UD WQE's dst_dev when its AH belongs to another PD than the QP (ProfileTraits::
+// ud_ah_pd_checked); route() gives -1 for an address no device has.
+constexpr std::int32_t kAhOfAnotherPd = -2;
+
 bool opcode_allowed(QpType type, WrOpcode op) noexcept {
   switch (type) {
     case QpType::rc: return true;
@@ -56,10 +60,13 @@ template <QpType Type>
       return refuse(EINVAL, "inline is only for SEND and RDMA WRITE");
     }
   }
-  // Atomics and the memory window operations come after every other opcode: one test here.
+  // Atomics, the memory window operations and values that are no opcode come after every
+  // other opcode: one test here.
   static_assert(WrOpcode::atomic_fetch_and_add > WrOpcode::rdma_read &&
-                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add);
+                WrOpcode::local_inv > WrOpcode::atomic_fetch_and_add &&
+                WrOpcode::send_with_inv > WrOpcode::bind_mw);
   if (wr.opcode >= WrOpcode::atomic_cmp_and_swp) [[unlikely]] {
+    if (wr.opcode > WrOpcode::send_with_inv) return refuse(EINVAL, "unknown opcode");
     if (is_atomic(wr.opcode) && ((t.atomic_takes_longer_buffer ? length < 8 : length != 8) ||
                                  (wr.remote_addr & 7u) != 0)) {
       return refuse(EINVAL,
@@ -90,7 +97,9 @@ template <QpType Type>
   if constexpr (Type == QpType::ud) {
     w.ud.remote_qpn = wr.remote_qpn;
     w.ud.remote_qkey = wr.remote_qkey;
-    w.dst_dev = static_cast<const SimAh*>(wr.ah)->dst_dev();
+    const auto* ah = static_cast<const SimAh*>(wr.ah);
+    w.dst_dev = ah->pd() == pd_.get() || !traits().ud_ah_pd_checked ? ah->dst_dev()
+                                                                     : kAhOfAnotherPd;
   } else {
     w.remote_addr = wr.remote_addr;
     w.rkey = wr.rkey;
@@ -222,8 +231,9 @@ void SimQp::transmit_as() {
       if (rd && rd_atomic_outstanding_ >= std::max<std::uint32_t>(hot_.max_rd_atomic, 1)) break;
       if (any(wq.flags, SendFlags::fence) && rd_atomic_outstanding_ > 0) break;
     }
-    if (!opcode_supported(Type, wq.opcode)) {
-      // rxe accepted it at post time; its requester finds no packet opcode for it.
+    if (!opcode_supported(Type, wq.opcode) || (ud && wq.dst_dev == kAhOfAnotherPd)) {
+      // rxe accepted it at post time; its requester finds no packet opcode, or no address
+      // vector (an AH of another PD), for it.
       if (sq_done_ != sq_sent_) break;
       ++sq_sent_;
       complete_next(WcStatus::loc_qp_op_err);
