@@ -223,7 +223,7 @@ PollResult AdaptivePoller::do_next(std::span<WorkCompletion> out, const std::sto
     // caller's own work in between is part of the gap: completions arrive meanwhile).
     const std::uint64_t since = last_return_ == kNever ? t0 : last_return_;
     std::uint64_t idle_since = t0;
-    std::uint64_t window = idle_ns();
+    const std::uint64_t window = idle_ns();  // learn() runs only after the wait
     std::uint64_t last = t0;
     std::uint32_t still = 0;
     for (;;) {
@@ -238,7 +238,6 @@ PollResult AdaptivePoller::do_next(std::span<WorkCompletion> out, const std::sto
         r = arm_and_sleep(out, Wait::blocking);
         if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
         idle_since = last = clock_.now_ns();
-        window = idle_ns();
         still = 0;
       }
       r = poll_after_wake(out);
