@@ -8,6 +8,10 @@
  *                ibv_post_srq_recv); ibv_wr_set_sge_list: ENOSPC from ibv_wr_complete.
  *   inline_sizes ibv_wr_set_inline_data(_list) past max_inline_data, also by a total past 4 GiB
  *                or one that wraps size_t: ENOSPC from ibv_wr_complete, nothing copied.
+ *   batch_whole  ibv_wr_complete of a batch one WR longer than the send queue: ENOSPC and none
+ *                of it runs; one WR shorter: taken whole, completions in posting order.
+ *   unmapped_after_reg  a WRITE into and a READ from an MR whose memory the program unmapped:
+ *                both SUCCESS, the READ gives back what the WRITE put there (pinned pages).
  *   modify_null  ibv_modify_qp(qp, NULL, 0) is 0 (only masked fields are read); NULL with a
  *                mask is EINVAL.
  *   destroy_cq_waits  ibv_destroy_cq with a completion event taken and not acknowledged waits
@@ -234,6 +238,97 @@ static void inline_sizes(void) {
   struct ibv_wc wc;
   CHECK(ibv_poll_cq(cq, 1, &wc) == 0, "a refused WR completed");
   CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+}
+
+/* ibv_wr_complete posts the whole batch or none of it (rxe's builders check the send queue as
+ * each WR is built, mlx5's too): a batch one WR longer than the send queue is ENOSPC and none of
+ * it runs; the same batch one shorter is taken whole, in order. */
+static void batch_whole(void) {
+  struct ibv_qp *qp = qp_with_sges(1, 1, 1);
+  struct ibv_qp_attr a;
+  struct ibv_qp_init_attr i;
+  CHECK(ibv_query_qp(qp, &a, IBV_QP_CAP, &i) == 0, "ibv_query_qp");
+  const uint32_t depth = a.cap.max_send_wr;
+  CHECK(depth <= a.cap.max_recv_wr && 2 * depth <= 64, "queue depths %u/%u", depth,
+        a.cap.max_recv_wr);
+  for (uint32_t k = 0; k < depth; ++k) {
+    struct ibv_recv_wr r = {.wr_id = 200 + k};
+    struct ibv_recv_wr *bad = NULL;
+    CHECK(ibv_post_recv(qp, &r, &bad) == 0, "ibv_post_recv");
+  }
+  struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+  CHECK(qx, "ibv_qp_to_qp_ex");
+  for (int whole = 0; whole < 2; ++whole) {
+    const uint32_t n = whole ? depth : depth + 1;
+    ibv_wr_start(qx);
+    for (uint32_t k = 0; k < n; ++k) {
+      qx->wr_id = 100 + k;
+      qx->wr_flags = IBV_SEND_SIGNALED;
+      ibv_wr_send(qx);
+      ibv_wr_set_sge_list(qx, 0, NULL);
+    }
+    const int r = ibv_wr_complete(qx);
+    CHECK(r == (whole ? 0 : ENOSPC), "ibv_wr_complete of %u WRs, %u slots: %d", n, depth, r);
+  }
+  /* The first batch ran nothing: exactly depth sends (100, 101, ...) and depth receives. */
+  struct ibv_wc wc[64];
+  int got = 0;
+  for (long spins = 0; got < (int)(2 * depth) && spins < 1000000; ++spins) {
+    const int n = ibv_poll_cq(cq, 64 - got, wc + got);
+    CHECK(n >= 0, "ibv_poll_cq %d", n);
+    got += n;
+  }
+  CHECK(got == (int)(2 * depth), "%d completions, want %u", got, 2 * depth);
+  uint64_t next_send = 100;
+  for (int k = 0; k < got; ++k) {
+    CHECK(wc[k].status == IBV_WC_SUCCESS, "completion %d: %s", k, ibv_wc_status_str(wc[k].status));
+    if (wc[k].opcode == IBV_WC_SEND) {
+      CHECK(wc[k].wr_id == next_send, "send wr_id %llu, want %llu",
+            (unsigned long long)wc[k].wr_id, (unsigned long long)next_send);
+      ++next_send;
+    }
+  }
+  CHECK(ibv_poll_cq(cq, 1, wc) == 0, "a WR of the refused batch completed");
+  CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+}
+
+/* A buffer unmapped while registered: hardware pinned its pages, so transfers into and out of
+ * it complete and the program does not crash. A WRITE lands in the stand-in page and a READ of
+ * the same bytes gives them back; the world warns once on stderr, naming the MR. */
+static void unmapped_after_reg(void) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char *gone = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(gone != MAP_FAILED, "mmap");
+  struct ibv_mr *m = ibv_reg_mr(pd, gone, page,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ);
+  CHECK(m, "ibv_reg_mr");
+  CHECK(munmap(gone, page) == 0, "munmap");
+  struct ibv_qp *qp = rc_qp(pd, cq, NULL);
+  rc_connect(qp, qp->qp_num, &gid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 0, 12);
+  memset(buf, 0x42, 64);
+  memset(buf + 64, 0, 64);
+  struct ibv_sge out = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
+  struct ibv_sge in = {.addr = (uintptr_t)(buf + 64), .length = 64, .lkey = mr->lkey};
+  struct ibv_send_wr read = {.wr_id = 78, .sg_list = &in, .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+                             .wr.rdma = {.remote_addr = (uintptr_t)gone, .rkey = m->rkey}};
+  struct ibv_send_wr write = {.wr_id = 77, .sg_list = &out, .num_sge = 1, .next = &read,
+                              .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+                              .wr.rdma = {.remote_addr = (uintptr_t)gone, .rkey = m->rkey}};
+  struct ibv_send_wr *bad = NULL;
+  CHECK(ibv_post_send(qp, &write, &bad) == 0, "ibv_post_send");
+  struct ibv_wc wc[2];
+  int got = 0;
+  for (long spins = 0; got < 2 && spins < 1000000; ++spins) got += ibv_poll_cq(cq, 2 - got, wc + got);
+  CHECK(got == 2, "%d completions", got);
+  for (int k = 0; k < 2; ++k) {
+    CHECK(wc[k].status == IBV_WC_SUCCESS && wc[k].wr_id == (uint64_t)(77 + k), "wr_id %llu: %s",
+          (unsigned long long)wc[k].wr_id, ibv_wc_status_str(wc[k].status));
+  }
+  CHECK(memcmp(buf, buf + 64, 64) == 0, "the READ gives back what the WRITE put there");
+  CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+  CHECK(ibv_dereg_mr(m) == 0, "ibv_dereg_mr");
 }
 
 static void modify_null(void) {
@@ -649,6 +744,8 @@ int main(void) {
   if (only == NULL || strcmp(only, #name) == 0) name()
   RUN(sge_counts);
   RUN(inline_sizes);
+  RUN(batch_whole);
+  RUN(unmapped_after_reg);
   RUN(modify_null);
   RUN(destroy_cq_waits);
   RUN(busy_errno);

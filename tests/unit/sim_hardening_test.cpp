@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -365,7 +367,108 @@ TEST_P(Hardening, RegMrOfMemoryThatIsNotThere) {
   EXPECT_EQ(mr->length(), h.page) << "a refused rereg leaves the MR as it was";
 }
 
+// A program that unmaps a registered buffer does not crash on hardware: the NIC pinned its
+// pages. Here every transfer that touches it completes as before: a WRITE, a SEND and an atomic
+// into it land where the program no longer looks, a READ of bytes nothing wrote gives zeros
+// (and the atomic's original value is 0), and the world says so once, naming the MR.
+TEST_P(Hardening, MemoryUnmappedAfterRegistrationActsPinned) {
+  SimPair p(config());
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  auto* gone = static_cast<char*>(
+      ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(gone, MAP_FAILED);
+  std::memset(gone, 0x5a, 2 * page);
+  std::unique_ptr<MemoryRegion> mr =
+      p.b.pd->reg_mr(gone, 2 * page,
+                     Access::local_write | Access::remote_write | Access::remote_read |
+                         Access::remote_atomic);
+  ASSERT_EQ(::munmap(gone, 2 * page), 0);
+
+  std::memset(p.a.buf.data(), 0x11, 256);
+  std::memset(p.a.buf.data() + 256, 0x77, 256);  // the READ's target: must become zeros
+  const Sge out = p.a.sge(0, 256);
+  const Sge in = p.a.sge(256, 256);
+  const Sge word = p.a.sge(512, 8);
+  std::memset(p.a.buf.data() + 512, 0x33, 8);
+  const Sge there = mr->sge(page, 256);
+  ::testing::internal::CaptureStderr();
+  const RecvWr recv = testing::recv_wr(9, there);
+  ASSERT_TRUE(p.b.qp->post_recv(std::span(&recv, 1)));
+  SendWr atomic = testing::send_wr(4, word, WrOpcode::atomic_fetch_and_add);
+  atomic.remote_addr = mr->address(512);
+  atomic.rkey = mr->rkey();
+  atomic.compare_add = 5;
+  const SendWr wrs[] = {testing::rdma_wr(1, WrOpcode::rdma_write, out, *mr, 0),
+                        testing::send_wr(2, out),
+                        testing::rdma_wr(3, WrOpcode::rdma_read, in, *mr, 1024), atomic};
+  ASSERT_TRUE(p.a.qp->post_send(wrs));
+  const auto sent = testing::poll_n(p.world, *p.a.cq, 4);
+  const auto received = testing::poll_n(p.world, *p.b.cq, 1);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(sent.size(), 4u);
+  for (const WorkCompletion& wc : sent) EXPECT_EQ(wc.status, WcStatus::success) << wc.wr_id;
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].status, WcStatus::success);
+  EXPECT_EQ(received[0].byte_len, 256u);
+  EXPECT_EQ(std::vector<char>(p.a.buf.begin() + 256, p.a.buf.begin() + 512),
+            std::vector<char>(256, 0))
+      << "a READ of unmapped memory gives zeros, not what the program had there";
+  std::uint64_t original = 1;
+  std::memcpy(&original, p.a.buf.data() + 512, 8);
+  EXPECT_EQ(original, 0u) << "the atomic's original value, read from the zero page";
+  char key[16];
+  std::snprintf(key, sizeof key, "%#x", mr->lkey());
+  const std::string named = std::string("MR lkey ") + key;
+  const std::size_t first = said.find(named);
+  EXPECT_NE(first, std::string::npos) << said;
+  EXPECT_EQ(said.find(named, first + 1), std::string::npos) << "warned once per MR: " << said;
+  EXPECT_NE(said.find("unmapped its memory"), std::string::npos) << said;
+}
+
 INSTANTIATE_TEST_SUITE_P(Profiles, Hardening, kAllProfiles, testing::profile_name);
+
+// ---------------------------------------------------------------------------------------------
+// Objects that outlive their world
+
+#if !defined(NDEBUG) || defined(VERBSIM_ASSERTS)
+constexpr bool kChecked = true;  // Debug and sanitizer builds
+#else
+constexpr bool kChecked = false;
+#endif
+
+// A world destroyed while a context, or an object made from one, is alive says so; Debug and
+// sanitizer builds abort there, before anything can use the freed world.
+TEST(HardeningLifetime, WorldDestroyedBeforeItsObjects) {
+  auto outlive = [] {
+    auto world = std::make_unique<sim::World>(sim::Config{});
+    std::unique_ptr<Context> ctx = world->open("");
+    std::unique_ptr<ProtectionDomain> pd = ctx->alloc_pd();
+    ctx.reset();  // the PD keeps the context's core alive
+    world.reset();
+    return pd;
+  };
+  const char* said = "World \\(seed [0-9]+\\) destroyed while 1 of its contexts, or objects made";
+  if (kChecked) {
+    EXPECT_DEATH(outlive(), std::string(said) + ".*Aborting \\(Debug and sanitizer builds\\)");
+  } else {
+    ::testing::internal::CaptureStderr();
+    std::unique_ptr<ProtectionDomain> pd = outlive();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(::testing::internal::RE::PartialMatch(err, said)) << err;
+    (void)pd.release();  // its world is gone: destroying it would use freed memory
+  }
+}
+
+// Objects destroyed before their world: nothing said.
+TEST(HardeningLifetime, ObjectsBeforeTheirWorldIsQuiet) {
+  ::testing::internal::CaptureStderr();
+  {
+    sim::World world{sim::Config{}};
+    std::unique_ptr<Context> ctx = world.open("");
+    std::unique_ptr<ProtectionDomain> pd = ctx->alloc_pd();
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
 
 }  // namespace
 }  // namespace verbsim

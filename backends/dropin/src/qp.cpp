@@ -12,6 +12,7 @@
 #include "state.hpp"
 #include "symver.hpp"
 #include "verbsim/abi/translate.hpp"
+#include "verbsim/sim/extensions.hpp"
 
 using namespace verbsim;
 using namespace verbsim::dropin;
@@ -447,7 +448,11 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
       if (p.wr.opcode == WrOpcode::bind_mw) p.wr.bind_mw = &p.bind;
       q.flat.push_back(p.wr);
     }
-    const PostResult r = q.impl->post_send(q.flat);
+    // All of the batch or none of it, as rxe and mlx5, whose builders check each WR as it is
+    // built (a full send queue: ENOSPC on rxe, ENOMEM on mlx5).
+    PostResult r = sim::check_post_send(*q.impl, q.flat);
+    if (r.err == ENOMEM) r.err = builder_limit_errno();
+    if (r.err == 0) r = q.impl->post_send(q.flat);
     q.batch.clear();
     settle();
     return r.err;

@@ -7,10 +7,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "fabric/assert.hpp"
 #include "fibers/wait.hpp"
 #include "observe/pcap.hpp"
 #include "observe/timeline.hpp"
 #include "transport/qp.hpp"
+#include "transport/user_memory.hpp"
 #include "verbsim/error.hpp"
 #include "verbsim/sim/observe.hpp"
 
@@ -198,6 +200,8 @@ World::Impl::Impl(Config c)
   if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
   if (e.kind == EvKind::deliver) [[likely]] {  // one per message: most events
     qp->on_deliver(e);
+    // It touched MR memory the program had unmapped (transport/user_memory.hpp).
+    if (user_memory::faulted()) [[unlikely]] report_unmapped();
     return;
   }
   switch (e.kind) {
@@ -420,6 +424,45 @@ Config with_env_overrides(Config c) {
 }
 }  // namespace
 
+void World::Impl::report_unmapped() {
+  std::uintptr_t at[8];
+  const std::size_t n = user_memory::take_faults(at, std::size(at));
+  for (std::size_t i = 0; i < n; ++i) {
+    const MrCore* found = nullptr;
+    const DevCore* on = nullptr;
+    for (const auto& d : devs_) {
+      d->mrs.for_each([&](const MrCore& mr) {
+        const auto base = reinterpret_cast<std::uintptr_t>(mr.addr);
+        if (found == nullptr && at[i] >= base && at[i] - base < mr.length) {
+          found = &mr;
+          on = d.get();
+        }
+      });
+    }
+    if (found == nullptr) {
+      std::fprintf(stderr,
+                   "verbsim: internal error: the simulator touched unmapped memory at %#lx, "
+                   "which no MR covers (seed %llu)\n",
+                   static_cast<unsigned long>(at[i]),
+                   static_cast<unsigned long long>(config_.seed));
+      std::abort();
+    }
+    if (std::find(unmapped_warned_.begin(), unmapped_warned_.end(), found->key) !=
+        unmapped_warned_.end()) {
+      continue;
+    }
+    unmapped_warned_.push_back(found->key);
+    std::fprintf(stderr,
+                 "verbsim: MR lkey %#x (addr %p, length %zu) of %s: the program unmapped its "
+                 "memory at %#lx while it was registered. A NIC pins registered pages; here a "
+                 "zero page now stands in for it: what arrives there lands where the program "
+                 "no longer looks, reads of it give zeros. Deregister memory before freeing "
+                 "it.\n",
+                 found->key, static_cast<const void*>(found->addr), found->length,
+                 on->name.c_str(), static_cast<unsigned long>(at[i]));
+  }
+}
+
 void notify_created(World& w);
 void notify_destroyed(World& w);
 
@@ -434,9 +477,18 @@ World::~World() {
   }
   impl_->finish_observers();
   notify_destroyed(*this);
-  if (impl_->open_contexts() != 0) {
-    std::fprintf(stderr, "verbsim: sim::World destroyed with %d contexts still open\n",
-                 impl_->open_contexts());
+  // A context's core lives while the context or any object made from it does.
+  std::size_t alive = 0;
+  for (const auto& d : impl_->devices()) alive += d->contexts.size();
+  if (alive != 0) {
+    std::fprintf(stderr,
+                 "verbsim: sim::World (seed %llu) destroyed while %zu of its contexts, or objects "
+                 "made from them, are alive: any later call on them, their destruction too, "
+                 "uses the freed world. Destroy every object before its world (declare the "
+                 "world first, so that it goes last).%s\n",
+                 static_cast<unsigned long long>(impl_->config().seed), alive,
+                 VERBSIM_ASSERTS_ON ? " Aborting (Debug and sanitizer builds)." : "");
+    if (VERBSIM_ASSERTS_ON) std::abort();
   }
 }
 

@@ -89,8 +89,6 @@ struct World::Impl {
   const FiberState& fibers() const noexcept { return fibers_; }
   // The connection manager's ids and messages (cm/), made by the first create_cm_channel.
   std::shared_ptr<CmFabric>& cm() noexcept { return cm_; }
-  // Contexts opened and not yet destroyed (they must go before the world).
-  int& open_contexts() noexcept { return open_contexts_; }
 
   // ---- Clock and events
   std::uint64_t now() const noexcept { return now_; }
@@ -123,6 +121,9 @@ struct World::Impl {
   bool budget_exceeded() const noexcept { return !budget_report_.empty(); }
   // Progress a stall budget cannot see in the accounting: a CM event or message.
   void note_progress() noexcept { ++progress_marks_; }
+  // After the simulator touched MR memory the program had unmapped (transport/user_memory.hpp):
+  // warns once per MR, naming it; aborts if no MR covers the address (a simulator bug).
+  [[gnu::noinline, gnu::cold]] void report_unmapped();
   const std::string& budget_report() const noexcept { return budget_report_; }
   void set_poll_horizon(std::uint64_t ns) noexcept {
     poll_horizon_ = ns;
@@ -272,7 +273,7 @@ struct World::Impl {
   FaultInjector faults_;
   Accounting acct_;
   FiberState fibers_;
-  int open_contexts_ = 0;
+  std::vector<std::uint32_t> unmapped_warned_;  // keys of MRs report_unmapped named
   std::shared_ptr<CmFabric> cm_;
   bool observing_ = false;
   bool counting_ = false;                       // count_port_traffic()

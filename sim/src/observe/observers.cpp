@@ -7,6 +7,7 @@
 
 #include "fabric/world_impl.hpp"
 #include "transport/qp.hpp"
+#include "transport/user_memory.hpp"
 #include "transport/wire.hpp"
 
 namespace verbsim::sim {
@@ -98,9 +99,11 @@ void World::Impl::observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore
 
 namespace {
 
-// Copies the bytes an SGE list names (already checked by the requester) into `out`.
+// Copies the bytes an SGE list names (already checked by the requester) into `out`; pages the
+// program unmapped meanwhile read as zeros (transport/user_memory.hpp).
 void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
             std::uint64_t len) {
+  const user_memory::Touching touching;
   out.clear();
   for (std::uint32_t i = 0; i < n && out.size() < len; ++i) {
     const std::uint64_t k = std::min<std::uint64_t>(sges[i].length, len - out.size());
@@ -193,6 +196,7 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
     r.dst_port = to != nullptr && to->port_num() != 0 ? to->port_num() : 1;
     r.dst_gid = roce_gid(dst, r.dst_port);
   }
+  if (user_memory::faulted()) [[unlikely]] report_unmapped();
   r.payload = payload_;
   for (Observer* o : observers_) o->packet(r);
 }

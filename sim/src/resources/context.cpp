@@ -11,6 +11,7 @@
 
 #include "faults/faulty.hpp"
 #include "transport/qp.hpp"
+#include "transport/user_memory.hpp"
 #include "fibers/wait.hpp"
 #include "verbsim/error.hpp"
 
@@ -121,17 +122,12 @@ SimContext::SimContext(World::Impl& world, DevCore& dev)
   core_->info = {"sim", dev.name, dev.guid};
   core_->async_efd = make_eventfd();
   dev.contexts.push_back(core_.get());
-  ++world.open_contexts();
 }
 
-SimContext::~SimContext() {
-  if (!destroyed_) --core_->world->open_contexts();
-}
+SimContext::~SimContext() = default;
 
-void SimContext::destroy() {
-  if (!destroyed_) --core_->world->open_contexts();
-  destroyed_ = true;
-}
+// The context's core goes with the last object made from it (the world warns of any left).
+void SimContext::destroy() {}
 
 DeviceAttr SimContext::query_device() const {
   const ProfileTraits& t = core_->world->traits();
@@ -304,6 +300,7 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   if (addr == nullptr || length == 0) throw_verb_error("ibv_reg_mr", EINVAL, "null address or empty range");
   std::string why;
   if (const int err = pin_refusal(addr, length, why)) throw_verb_error("ibv_reg_mr", err, why);
+  user_memory::install();  // the pages stay "pinned" if the program unmaps them
   DevCore& dev = *core_->ctx->dev;
   check_room("ibv_reg_mr", "MRs", dev.live_mrs, dev.limits.max_mr, ENOMEM);  // rxe_alloc: NULL
   if (!dev.mr_indices.fresh_left() && !dev.mr_indices.freed_left()) {

@@ -18,6 +18,12 @@ bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept {
   return true;
 }
 
+PostResult check_post_send(QueuePair& qp, std::span<const SendWr> wrs) noexcept {
+  const auto* q = dynamic_cast<const SimQp*>(&unlogged(qp));
+  if (q == nullptr) return {0, EINVAL, "not a QP of the simulator"};
+  return q->check_posts(wrs);
+}
+
 void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
   auto* s = dynamic_cast<SimSrq*>(&unlogged(srq));
   if (s == nullptr) throw_verb_error("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");

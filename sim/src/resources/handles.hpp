@@ -52,7 +52,6 @@ class SimContext final : public Context {
  private:
   std::shared_ptr<CtxCore> core_;
   WorldClock clock_;
-  bool destroyed_ = false;
 };
 
 class SimPd final : public ProtectionDomain {

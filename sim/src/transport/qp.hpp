@@ -29,6 +29,9 @@ class alignas(64) SimQp : public QueuePair {
   const QpCap& cap() const noexcept override { return reported_cap_; }
   const QpCap& requested_cap() const noexcept override { return requested_cap_; }
   PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+  // What post_send(wrs) would refuse, without posting anything: {wrs.size(), 0} or the first
+  // WR refused, with its errno and reason (sim::check_post_send).
+  PostResult check_posts(std::span<const SendWr> wrs) const noexcept;
   PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
   PostResult bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept override;
   void modify(const QpAttr& attr, QpAttrMask mask) override;
@@ -154,8 +157,12 @@ class alignas(64) SimQp : public QueuePair {
   template <QpType Type>
   PostResult post_send_as(std::span<const SendWr> wrs) noexcept;
   // Why `wr` cannot be posted: 0, or an errno with `reason` set; `length` is its byte count.
+  // `ahead`: WRs of the same batch that would be in the send queue before it.
   template <QpType Type>
-  int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason) const noexcept;
+  int check_send(const SendWr& wr, std::uint64_t& length, const char*& reason,
+                 std::uint32_t ahead = 0) const noexcept;
+  template <QpType Type>
+  PostResult check_posts_as(std::span<const SendWr> wrs) const noexcept;
   template <QpType Type>
   void enqueue_send(const SendWr& wr, std::uint32_t length) noexcept;
   void observe_posts(std::span<const SendWr> wrs);

@@ -40,13 +40,14 @@ bool opcode_allowed(QpType type, WrOpcode op) noexcept {
 
 template <QpType Type>
 [[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
-                                                 const char*& reason) const noexcept {
+                                                 const char*& reason,
+                                                 std::uint32_t ahead) const noexcept {
   const ProfileTraits& t = traits();
   auto refuse = [&reason](int err, const char* why) {
     reason = why;
     return err;
   };
-  if (sq_post_ - sq_retired_ >= sq_depth_) return refuse(ENOMEM, "send queue full");
+  if (sq_post_ + ahead - sq_retired_ >= sq_depth_) return refuse(ENOMEM, "send queue full");
   if (!opcode_allowed(Type, wr.opcode) && t.post_checks_opcode) {
     return refuse(EINVAL, "opcode not supported on this QP type");
   }
@@ -179,6 +180,29 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
 }
 
+PostResult SimQp::check_posts(std::span<const SendWr> wrs) const noexcept {
+  switch (type_) {
+    case QpType::uc: return check_posts_as<QpType::uc>(wrs);
+    case QpType::ud: return check_posts_as<QpType::ud>(wrs);
+    case QpType::rc: break;
+  }
+  return check_posts_as<QpType::rc>(wrs);
+}
+
+template <QpType Type>
+PostResult SimQp::check_posts_as(std::span<const SendWr> wrs) const noexcept {
+  // In ERR each WR is flushed as it is posted; where the slot frees on completion (rxe) the
+  // queue does not fill.
+  const bool fills = hot_.qp_state != QpState::err || traits().retire_on_poll;
+  for (std::uint32_t i = 0; i < wrs.size(); ++i) {
+    std::uint64_t length = 0;
+    const char* reason = "";
+    if (const int err = check_send<Type>(wrs[i], length, reason, fills ? i : 0); err != 0) {
+      return {i, err, reason};
+    }
+  }
+  return {static_cast<std::uint32_t>(wrs.size()), 0, ""};
+}
 
 // Tells the world's observers of the send WRs `wrs`, just taken.
 [[gnu::noinline]] void SimQp::observe_posts(std::span<const SendWr> wrs) {

@@ -10,6 +10,7 @@
 #include "transport/completions.hpp"
 #include "transport/memory_keys.hpp"
 #include "transport/qp.hpp"
+#include "transport/user_memory.hpp"
 #include "transport/wire.hpp"
 
 namespace verbsim::sim {
@@ -369,12 +370,16 @@ bool SimQp::execute_atomic(const Event& e, SimQp& req) {
     return false;
   }
   auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
-  const std::uint64_t original = *target;
-  const AtomicOperands& op = req.sq_atomic(e.index);
-  if (wq.opcode == WrOpcode::atomic_cmp_and_swp) {
-    if (original == op.compare_add) *target = op.swap;
-  } else {
-    *target = original + op.compare_add;
+  std::uint64_t original;
+  {
+    const user_memory::Touching touching;  // MR memory (wire.hpp, copy_mr)
+    original = *target;
+    const AtomicOperands& op = req.sq_atomic(e.index);
+    if (wq.opcode == WrOpcode::atomic_cmp_and_swp) {
+      if (original == op.compare_add) *target = op.swap;
+    } else {
+      *target = original + op.compare_add;
+    }
   }
   scatter(req.sq_sge(e.index), wq.num_sge, reinterpret_cast<const std::uint8_t*>(&original), 8);
   return true;

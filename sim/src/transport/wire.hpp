@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "transport/send_wqe.hpp"
+#include "transport/user_memory.hpp"
 #include "verbsim/queue_pair.hpp"
 #include "verbsim/types.hpp"
 
@@ -49,12 +50,20 @@ inline bool is_local_op(WrOpcode op) noexcept {
 }
 
 
+// memcpy where `dst` or `src` is memory of an MR, which the program may have unmapped while it
+// was registered: a page gone reads as zeros and takes writes, as pinned memory would
+// (user_memory.hpp); World::Impl::dispatch names the MR after the delivery.
+[[gnu::always_inline]] inline void copy_mr(void* dst, const void* src, std::size_t n) noexcept {
+  const user_memory::Touching touching;
+  std::memcpy(dst, src, n);
+}
+
 // Scatters `len` bytes from `src` into the SGE list.
 inline void scatter(const Sge* dst, std::uint32_t n, const std::uint8_t* src,
                     std::uint64_t len) noexcept {
   for (std::uint32_t i = 0; i < n && len > 0; ++i) {
     const std::uint64_t k = std::min<std::uint64_t>(dst[i].length, len);
-    std::memcpy(reinterpret_cast<void*>(dst[i].addr), src, k);
+    copy_mr(reinterpret_cast<void*>(dst[i].addr), src, k);
     src += k;
     len -= k;
   }
@@ -70,7 +79,7 @@ inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src,
     std::uint64_t left = src[si].length;
     while (left > 0 && di < nd) {
       const std::uint64_t k = std::min<std::uint64_t>(left, dst[di].length - doff);
-      std::memcpy(reinterpret_cast<std::uint8_t*>(dst[di].addr) + doff, s, k);
+      copy_mr(reinterpret_cast<std::uint8_t*>(dst[di].addr) + doff, s, k);
       s += k;
       left -= k;
       doff += k;
@@ -87,8 +96,8 @@ inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src,
                                            std::uint32_t ns) noexcept {
   if (nd != 1 || ns != 1) return sg_copy_lists(dst, nd, src, ns);
   if (src->length == 0) return;  // its address may be anything
-  std::memcpy(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr),
-              src->length);
+  copy_mr(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr),
+          src->length);
 }
 
 // The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
@@ -129,7 +138,7 @@ inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid,
 // Gathers from an SGE list into a plain buffer (for the GRH-prefixed UD receive path).
 inline void gather_to(std::uint8_t* dst, const Sge* src, std::uint32_t ns) noexcept {
   for (std::uint32_t i = 0; i < ns; ++i) {
-    std::memcpy(dst, reinterpret_cast<const void*>(src[i].addr), src[i].length);
+    copy_mr(dst, reinterpret_cast<const void*>(src[i].addr), src[i].length);
     dst += src[i].length;
   }
 }

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "verbsim/memory_window.hpp"
+#include "verbsim/queue_pair.hpp"
 #include "verbsim/shared_receive_queue.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/verb_log.hpp"
@@ -17,6 +19,12 @@ namespace verbsim::sim {
 // in ibv_mw.rkey, which a type 2 bind (IBV_WR_BIND_MW) does not update. False for a window
 // that is not the simulator's.
 bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept;
+
+// What qp.post_send(wrs) would refuse, checked without posting anything: {wrs.size(), 0}, or
+// the first WR it would refuse with its errno and reason. ibv_wr_complete posts a batch whole
+// or not at all (rxe and mlx5 check each WR as it is built): the drop-in checks the batch first.
+// {0, EINVAL} for a QP that is not the simulator's.
+PostResult check_post_send(QueuePair& qp, std::span<const SendWr> wrs) noexcept;
 
 // ibv_modify_srq with IBV_SRQ_MAX_WR: the SRQ holds `max_wr` receives from now on (rounded as at
 // creation), keeping those posted, on the rxe profile (rxe has IBV_DEVICE_SRQ_RESIZE). EINVAL
