@@ -164,31 +164,36 @@ PollResult EventPoller::do_next(std::span<WorkCompletion> out, const std::stop_t
   return r;
 }
 
+PollResult ChannelPoller::spin_then_sleep(std::span<WorkCompletion> out,
+                                          const std::stop_token& stop, std::uint64_t window,
+                                          std::uint64_t& idle_since, std::uint64_t t0) {
+  std::uint64_t last = t0;
+  std::uint32_t still = 0;
+  PollResult r;
+  for (;;) {
+    if (stop.stop_requested()) return canceled();
+    const std::uint64_t now = clock_.now_ns();
+    still = now == last ? still + 1 : 0;
+    last = now;
+    if (now - idle_since >= window || still >= kStillClockPolls) {
+      // Idle for long enough: sleep until the next completion, then poll again.
+      r = arm_and_sleep(out, Wait::blocking);
+      if (r.count > 0 || (r.error() && !no_event(r.error()))) return r;
+      idle_since = last = clock_.now_ns();
+      still = 0;
+    }
+    r = poll_after_wake(out);
+    if (r.err != 0 || r.count > 0) return r;
+  }
+}
+
 PollResult HybridPoller::do_next(std::span<WorkCompletion> out, const std::stop_token& stop) {
   const std::uint64_t t0 = clock_.now_ns();
   const std::uint64_t slept0 = stats_.sleeping_ns;
   // The idle period runs from the last completion or wake-up, across calls that end in an error.
   if (idle_since_ == kNotIdle) idle_since_ = t0;
-  std::uint64_t last = t0;
-  std::uint32_t still = 0;
-  PollResult r;
-  for (;;) {
-    r = poll_after_wake(out);
-    if (r.err != 0 || r.count > 0) break;
-    if (stop.stop_requested()) {
-      r = canceled();
-      break;
-    }
-    const std::uint64_t now = clock_.now_ns();
-    still = now == last ? still + 1 : 0;
-    last = now;
-    if (now - idle_since_ < idle_ns_ && still < kStillClockPolls) continue;
-    // Idle for long enough: sleep until the next completion, then poll again.
-    r = arm_and_sleep(out, Wait::blocking);
-    if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
-    idle_since_ = last = clock_.now_ns();
-    still = 0;
-  }
+  PollResult r = poll_after_wake(out);
+  if (r.err == 0 && r.count == 0) r = spin_then_sleep(out, stop, idle_ns_, idle_since_, t0);
   if (r.count > 0) idle_since_ = kNotIdle;
   stats_.polling_ns += (clock_.now_ns() - t0) - (stats_.sleeping_ns - slept0);
   return r;
@@ -223,26 +228,7 @@ PollResult AdaptivePoller::do_next(std::span<WorkCompletion> out, const std::sto
     // caller's own work in between is part of the gap: completions arrive meanwhile).
     const std::uint64_t since = last_return_ == kNever ? t0 : last_return_;
     std::uint64_t idle_since = t0;
-    const std::uint64_t window = idle_ns();  // learn() runs only after the wait
-    std::uint64_t last = t0;
-    std::uint32_t still = 0;
-    for (;;) {
-      if (stop.stop_requested()) {
-        r = canceled();
-        break;
-      }
-      const std::uint64_t now = clock_.now_ns();
-      still = now == last ? still + 1 : 0;
-      last = now;
-      if (now - idle_since >= window || still >= kStillClockPolls) {
-        r = arm_and_sleep(out, Wait::blocking);
-        if (r.count > 0 || (r.error() && !no_event(r.error()))) break;
-        idle_since = last = clock_.now_ns();
-        still = 0;
-      }
-      r = poll_after_wake(out);
-      if (r.err != 0 || r.count > 0) break;
-    }
+    r = spin_then_sleep(out, stop, idle_ns(), idle_since, t0);  // learn() runs after the wait
     if (r.count > 0 && last_return_ != kNever) learn(clock_.now_ns() - since);
   }
   if (r.count > 0) last_return_ = clock_.now_ns();

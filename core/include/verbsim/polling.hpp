@@ -126,6 +126,13 @@ class ChannelPoller : public CompletionPoller {
   PollResult arm_and_sleep(std::span<WorkCompletion> out, Wait wait);
   // poll_once, counting an empty result right after a wake-up in empty_wakeups.
   PollResult poll_after_wake(std::span<WorkCompletion> out) noexcept;
+  // The hybrid and adaptive wait, after a poll that found the CQ empty: polls until a
+  // completion, an error or `stop`; once the CQ has been empty for `window` ns since
+  // `idle_since` (or the clock stood still over many polls), sleeps on the channel, and polls
+  // on with the window restarted at the wake-up (`idle_since` follows it). `t0`: when the
+  // caller's poll ran.
+  PollResult spin_then_sleep(std::span<WorkCompletion> out, const std::stop_token& stop,
+                             std::uint64_t window, std::uint64_t& idle_since, std::uint64_t t0);
 
   CompletionChannel& channel_;
   bool solicited_only_;
