@@ -17,6 +17,8 @@ packages=(
   strace  # copied into the rxe VM: the verb log's kernel crossings against it (rxe_kernel_crossings)
   tcpdump  # copied into the rxe VM: rxe's packets against the simulator's capture (rxe_wire_compare)
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz/run.sh): clang and its fuzzer runtime
+  libxml2-utils  # xmllint validates verbsim-swarm's JUnit files (swarm_junit)
+  slurm-wlm munge  # a one-node Slurm cluster for scripts/slurm-swarm.sh (swarm_slurm, label cluster)
 )
 
 missing=()

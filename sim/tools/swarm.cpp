@@ -1,29 +1,47 @@
 // verbsim-swarm: runs a test binary under many seeds (optionally with a fault plan drawn from
-// each seed), in parallel, and prints the seeds that fail with the command that reproduces each.
+// each seed), in parallel, and prints the seeds that fail, grouped by what failed, with the
+// command that reproduces each group. A campaign can be cut into shards run anywhere, each
+// writing JUnit XML, and merged (docs/CAMPAIGNS.md).
 //
-//   verbsim-swarm [--seeds N] [--first S] [--jobs J] [--timeout SEC]
+//   verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J] [--timeout SEC]
 //                 [--fault-probability P] [--verb-faults] [--faults PLAN] [--quiet]
-//                 -- <binary> [args...]
+//                 [--junit FILE] [--progress SEC] -- <binary> [args...]
+//   verbsim-swarm merge [--junit FILE] <junit files...>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
+#include <ctime>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "../src/fabric/rng.hpp"
+#include "swarm/campaign.hpp"
+#include "swarm/junit.hpp"
+#include "swarm/progress.hpp"
+#include "swarm/signature.hpp"
+#include "swarm/summary.hpp"
 
 namespace {
+
+using verbsim::swarm::Campaign;
+using verbsim::swarm::SeedResult;
 
 struct Options {
   std::uint64_t seeds = 32;
   std::uint64_t first = 1;
+  verbsim::swarm::Shard shard;
+  std::string junit;
+  double progress_s = 30;
   int jobs = 2;
   int timeout_s = 300;
   double fault_probability = 0;
@@ -36,9 +54,11 @@ struct Options {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "verbsim-swarm: %s\n"
-               "usage: verbsim-swarm [--seeds N] [--first S] [--jobs J] [--timeout SEC]\n"
-               "                     [--fault-probability P] [--verb-faults] [--faults PLAN]\n"
-               "                     [--quiet] -- <binary> [args...]\n",
+               "usage: verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J]\n"
+               "                     [--timeout SEC] [--fault-probability P] [--verb-faults]\n"
+               "                     [--faults PLAN] [--quiet] [--junit FILE] [--progress SEC]\n"
+               "                     -- <binary> [args...]\n"
+               "       verbsim-swarm merge [--junit FILE] <junit files...>\n",
                why);
   std::exit(2);
 }
@@ -72,6 +92,18 @@ Options parse(int argc, char** argv) {
       o.faults = value("--faults");
     } else if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--shard") {
+      const char* v = value("--shard");
+      char end = 0;
+      if (std::sscanf(v, "%" SCNu64 "/%" SCNu64 "%c", &o.shard.index, &o.shard.count, &end) != 2 ||
+          o.shard.count == 0 || o.shard.count > UINT32_MAX || o.shard.index == 0 ||
+          o.shard.index > o.shard.count) {
+        usage("--shard is K/N with 1 <= K <= N < 2^32");
+      }
+    } else if (a == "--junit") {
+      o.junit = value("--junit");
+    } else if (a == "--progress") {
+      o.progress_s = std::strtod(value("--progress"), nullptr);
     } else {
       usage(("unknown option " + a).c_str());
     }
@@ -123,15 +155,107 @@ struct Run {
   std::chrono::steady_clock::time_point started;
 };
 
-}  // namespace
+std::string command_line(const Options& o) {
+  std::string cmd;
+  for (const auto& a : o.command) {
+    if (!cmd.empty()) cmd += ' ';
+    cmd += quote(a);
+  }
+  return cmd;
+}
 
-int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+std::string reproducer(const Options& o, const Run& r) {
+  std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
+  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
+  if (!r.faults.empty()) {
+    cmd += " VERBSIM_FAULTS=";
+    cmd += quote(r.faults);
+  }
+  cmd += ' ';
+  cmd += command_line(o);
+  return cmd;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string range_text(std::uint64_t first, std::uint64_t count) {
+  return std::to_string(first) + " to " + std::to_string(first + count - 1);
+}
+
+void save_junit(const std::string& path, const Campaign& c) {
+  if (path.empty()) return;
+  try {
+    verbsim::swarm::write_junit(path, c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "verbsim-swarm: %s\n", e.what());
+    std::exit(2);
+  }
+}
+
+// verbsim-swarm merge [--junit FILE] <files...>: the shards' JUnit files as one campaign.
+int merge(int argc, char** argv) {
+  std::string junit;
+  std::vector<Campaign> shards;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--junit") {
+      if (++i == argc) usage("--junit needs a value");
+      junit = argv[i];
+      continue;
+    }
+    try {
+      shards.push_back(verbsim::swarm::read_junit(a));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "verbsim-swarm merge: %s\n", e.what());
+      return 2;
+    }
+  }
+  if (shards.empty()) usage("merge: no JUnit files");
+  std::vector<std::string> problems;
+  const Campaign all = verbsim::swarm::merge(shards, problems);
+  verbsim::swarm::print_summary(stdout, all,
+                                " (merged from " + std::to_string(shards.size()) +
+                                    " files; a campaign of " +
+                                    std::to_string(shards.front().shard.count) + " shards, seeds " +
+                                    range_text(all.range.first, all.range.count) + ")");
+  for (const std::string& p : problems) std::printf("swarm merge: %s\n", p.c_str());
+  save_junit(junit, all);
+  if (!problems.empty()) return 2;
+  return std::any_of(all.results.begin(), all.results.end(),
+                     [](const SeedResult& r) { return r.failed; })
+             ? 1
+             : 0;
+}
+
+int run(const Options& o) {
+  const verbsim::swarm::SeedRange slice = verbsim::swarm::slice({o.first, o.seeds}, o.shard);
+  Campaign campaign;
+  campaign.name = o.command.front().substr(o.command.front().rfind('/') + 1);
+  campaign.command = command_line(o);
+  campaign.range = {o.first, o.seeds};
+  campaign.shard = o.shard;
+  campaign.timestamp = utc_now();
+  campaign.hostname = host_name();
+  const auto started = std::chrono::steady_clock::now();
+
   std::vector<Run> running;
-  std::vector<std::pair<Run, std::string>> failures;
-  std::uint64_t next = o.first;
-  const std::uint64_t end = o.first + o.seeds;
-  std::uint64_t finished = 0;
+  std::uint64_t next = slice.first;
+  const std::uint64_t end = slice.first + slice.count;
+  std::uint64_t failed = 0;
+  verbsim::swarm::Progress progress(slice.count, o.progress_s);
 
   auto launch = [&](std::uint64_t seed) {
     int fds[2];
@@ -172,9 +296,9 @@ int main(int argc, char** argv) {
       while ((n = ::read(r.out_fd, buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
       int status = 0;
       const pid_t done = ::waitpid(r.pid, &status, WNOHANG);
-      const auto age = std::chrono::steady_clock::now() - r.started;
+      const auto now = std::chrono::steady_clock::now();
       std::string why;
-      if (done == 0 && age > std::chrono::seconds(o.timeout_s)) {
+      if (done == 0 && now - r.started > std::chrono::seconds(o.timeout_s)) {
         ::kill(r.pid, SIGKILL);
         ::waitpid(r.pid, &status, 0);
         why = "timed out after " + std::to_string(o.timeout_s) + " s";
@@ -188,35 +312,53 @@ int main(int argc, char** argv) {
       }
       while ((n = ::read(r.out_fd, buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
       ::close(r.out_fd);
-      ++finished;
+      SeedResult result;
+      result.seed = r.seed;
+      result.seconds = std::chrono::duration<double>(now - r.started).count();
+      progress.clear();
       if (!why.empty()) {
+        ++failed;
         std::printf("FAIL seed %llu (%s)\n", static_cast<unsigned long long>(r.seed), why.c_str());
-        failures.emplace_back(std::move(r), why);
+        result.failed = true;
+        result.signature = verbsim::swarm::signature(r.output, why);
+        result.reproducer = reproducer(o, r);
+        // The last 3000 bytes or so, from the start of a line.
+        std::size_t from = r.output.size() > 3000 ? r.output.size() - 3000 : 0;
+        const std::size_t line = from > 0 ? r.output.find('\n', from - 1) : std::string::npos;
+        if (line != std::string::npos) from = line + 1;
+        result.output = r.output.substr(from);
+        result.why = std::move(why);
       } else if (!o.quiet) {
         std::printf("ok   seed %llu\n", static_cast<unsigned long long>(r.seed));
       }
       std::fflush(stdout);
+      campaign.results.push_back(std::move(result));
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
     }
+    progress.update(campaign.results.size(), failed);
   }
+  progress.clear();
 
-  for (const auto& [r, why] : failures) {
-    std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
-    // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
-    if (!r.faults.empty()) {
-      cmd += " VERBSIM_FAULTS=";
-      cmd += quote(r.faults);
-    }
-    for (const auto& a : o.command) {
-      cmd += ' ';
-      cmd += quote(a);
-    }
-    std::printf("\n--- seed %llu failed (%s); reproduce with:\n%s\n--- last output:\n",
-                static_cast<unsigned long long>(r.seed), why.c_str(), cmd.c_str());
-    const std::size_t keep = 3000;
-    std::fputs(r.output.size() > keep ? r.output.c_str() + r.output.size() - keep : r.output.c_str(), stdout);
+  campaign.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::sort(campaign.results.begin(), campaign.results.end(),
+            [](const SeedResult& a, const SeedResult& b) { return a.seed < b.seed; });
+  std::string scope;
+  if (o.shard.count > 1) {
+    scope = " (shard " + std::to_string(o.shard.index) + "/" + std::to_string(o.shard.count) +
+            ": " +
+            (slice.count == 0 ? std::string("no seeds")
+                              : "seeds " + range_text(slice.first, slice.count)) +
+            " of " + range_text(o.first, o.seeds) + ")";
   }
-  std::printf("\nswarm: %llu seeds, %zu failed\n", static_cast<unsigned long long>(finished),
-              failures.size());
-  return failures.empty() ? 0 : 1;
+  verbsim::swarm::print_summary(stdout, campaign, scope);
+  save_junit(o.junit, campaign);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "merge") == 0) return merge(argc - 1, argv + 1);
+  return run(parse(argc, argv));
 }
