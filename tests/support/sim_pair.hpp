@@ -60,6 +60,29 @@ inline Side make_side(sim::World& world, const char* dev, const PairOptions& o) 
   return s;
 }
 
+// Work requests of one SGE.
+inline SendWr send_wr(std::uint64_t wr_id, const Sge& sge, WrOpcode op = WrOpcode::send,
+                      SendFlags flags = SendFlags::signaled) {
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.flags = flags;
+  wr.sg_list = {&sge, 1};
+  return wr;
+}
+
+// An RDMA WRITE/READ of `local` to/from `remote_offset` in `remote`'s MR.
+inline SendWr rdma_wr(std::uint64_t wr_id, WrOpcode op, const Sge& local,
+                      const MemoryRegion& remote, std::size_t remote_offset,
+                      SendFlags flags = SendFlags::signaled) {
+  SendWr wr = send_wr(wr_id, local, op, flags);
+  wr.remote_addr = remote.address(remote_offset);
+  wr.rkey = remote.rkey();
+  return wr;
+}
+
+inline RecvWr recv_wr(std::uint64_t wr_id, const Sge& sge) { return {wr_id, {&sge, 1}}; }
+
 inline Endpoint endpoint_of(const Side& s, std::uint32_t psn) {
   return {s.ctx->query_gid(1, 1), s.qp->qp_num(), psn};
 }

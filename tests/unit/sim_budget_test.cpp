@@ -38,15 +38,6 @@ void send_without_receive(SimPair& p) {
   ASSERT_FALSE(p.a.qp->post_send(wr).error());
 }
 
-SendWr send_wr(const Sge& s, std::uint64_t id) {
-  SendWr wr;
-  wr.wr_id = id;
-  wr.opcode = WrOpcode::send;
-  wr.flags = SendFlags::signaled;
-  wr.sg_list = {&s, 1};
-  return wr;
-}
-
 // The lines of the report that say what each QP of the pair waits for.
 std::string client_line(const SimPair& p, int rnr_naks) {
   return "sim0 qp " + std::to_string(p.a.qp->qp_num()) +
@@ -285,14 +276,14 @@ TEST(Budget, AStallBudgetLetsAProgressingRunGoOnAndStopsAStalledOne) {
   // 40 messages, 1 ms of virtual time apart: 40 ms in all, never 10 ms without progress.
   for (std::uint64_t i = 0; i < 40; ++i) {
     ASSERT_FALSE(p.b.qp->post_recv(RecvWr{i, {&rs, 1}}).error());
-    ASSERT_FALSE(p.a.qp->post_send(send_wr(ss, i)).error());
+    ASSERT_FALSE(p.a.qp->post_send(testing::send_wr(i, ss)).error());
     p.world.run_until(p.world.now() + 1'000'000);
     ASSERT_EQ(p.a.cq->poll(wc).count, 1u) << "message " << i;
     ASSERT_EQ(p.b.cq->poll(wc).count, 1u) << "message " << i;
   }
   EXPECT_GE(p.world.now(), 40'000'000u);  // four times the stall limit
   const std::uint64_t last_progress = p.world.now();
-  ASSERT_FALSE(p.a.qp->post_send(send_wr(ss, 99)).error());  // no receive for this one
+  ASSERT_FALSE(p.a.qp->post_send(testing::send_wr(99, ss)).error());  // no receive for this one
   try {
     p.world.run_until_idle();
     FAIL() << "the stalled run was not stopped";

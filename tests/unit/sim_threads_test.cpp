@@ -27,15 +27,6 @@ class Trap final : public sim::Observer {
   std::atomic<bool> inside{false};
 };
 
-SendWr signaled_send(const Sge& sge, std::uint64_t id) {
-  SendWr wr;
-  wr.wr_id = id;
-  wr.opcode = WrOpcode::send;
-  wr.flags = SendFlags::signaled;
-  wr.sg_list = {&sge, 1};
-  return wr;
-}
-
 // Thread "host-a" runs the world and stays inside it (Trap); then the calling thread, named
 // "host-b", does `enter`.
 template <class Enter>
@@ -46,7 +37,7 @@ void second_thread_enters(Enter enter) {
   const Sge rs = p.b.sge(0, 64);
   const Sge ss = p.a.sge(0, 8);
   (void)p.b.qp->post_recv(RecvWr{1, {&rs, 1}});
-  (void)p.a.qp->post_send(signaled_send(ss, 2));
+  (void)p.a.qp->post_send(testing::send_wr(2, ss));
   std::thread a([&] {
     pthread_setname_np(pthread_self(), "host-a");
     p.world.run_until_idle();
@@ -72,7 +63,7 @@ TEST(ThreadsDeathTest, ASecondThreadPostingAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(second_thread_enters([](SimPair& p) {
                  const Sge ss = p.a.sge(0, 8);
-                 (void)p.a.qp->post_send(signaled_send(ss, 3));
+                 (void)p.a.qp->post_send(testing::send_wr(3, ss));
                }),
                kReport);
 }
@@ -106,7 +97,8 @@ TEST(Threads, ThreadsThatTakeTurnsUnderALockAreFine) {
   for (int i = 0; i < kMessages; ++i) {
     {
       const std::lock_guard lock(mu);
-      ASSERT_FALSE(p.a.qp->post_send(signaled_send(ss, static_cast<std::uint64_t>(i))).error());
+      const auto id = static_cast<std::uint64_t>(i);
+      ASSERT_FALSE(p.a.qp->post_send(testing::send_wr(id, ss)).error());
     }
     for (;;) {
       const std::lock_guard lock(mu);
