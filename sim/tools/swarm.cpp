@@ -6,6 +6,7 @@
 //   verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J] [--timeout SEC]
 //                 [--fault-probability P] [--verb-faults] [--faults PLAN] [--quiet]
 //                 [--junit FILE] [--progress SEC] -- <binary> [args...]
+//   verbsim-swarm --shrink SEED [--steps N] [the campaign's options] -- <binary> [args...]
 //   verbsim-swarm merge [--junit FILE] <junit files...>
 #include <fcntl.h>
 #include <poll.h>
@@ -28,6 +29,7 @@
 #include "swarm/campaign.hpp"
 #include "swarm/junit.hpp"
 #include "swarm/progress.hpp"
+#include "swarm/shrink.hpp"
 #include "swarm/signature.hpp"
 #include "swarm/summary.hpp"
 
@@ -48,6 +50,8 @@ struct Options {
   bool verb_faults = false;
   bool quiet = false;
   std::string faults;
+  std::uint64_t shrink = 0;  // --shrink: the seed; 0: a campaign
+  int steps = 0;             // --steps: the test's step count, which VERBSIM_STEPS lowers
   std::vector<std::string> command;
 };
 
@@ -57,6 +61,9 @@ struct Options {
                "usage: verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J]\n"
                "                     [--timeout SEC] [--fault-probability P] [--verb-faults]\n"
                "                     [--faults PLAN] [--quiet] [--junit FILE] [--progress SEC]\n"
+               "                     -- <binary> [args...]\n"
+               "       verbsim-swarm --shrink SEED [--steps N] [--timeout SEC]\n"
+               "                     [--fault-probability P] [--verb-faults] [--faults PLAN]\n"
                "                     -- <binary> [args...]\n"
                "       verbsim-swarm merge [--junit FILE] <junit files...>\n",
                why);
@@ -90,6 +97,12 @@ Options parse(int argc, char** argv) {
       o.verb_faults = true;
     } else if (a == "--faults") {
       o.faults = value("--faults");
+    } else if (a == "--shrink") {
+      o.shrink = std::strtoull(value("--shrink"), nullptr, 0);
+      if (o.shrink == 0) usage("--shrink takes a seed (at least 1)");
+    } else if (a == "--steps") {
+      o.steps = std::atoi(value("--steps"));
+      if (o.steps < 1) usage("--steps is at least 1");
     } else if (a == "--quiet") {
       o.quiet = true;
     } else if (a == "--shard") {
@@ -112,6 +125,7 @@ Options parse(int argc, char** argv) {
   if (o.command.empty()) usage("no command after --");
   if (o.jobs < 1) o.jobs = 1;
   if (o.fault_probability < 0 || o.fault_probability > 1) usage("--fault-probability is in [0, 1]");
+  if (o.steps != 0 && o.shrink == 0) usage("--steps goes with --shrink");
   return o;
 }
 
@@ -164,8 +178,9 @@ std::string command_line(const Options& o) {
   return cmd;
 }
 
-std::string reproducer(const Options& o, const Run& r) {
+std::string reproducer(const Options& o, const Run& r, int steps = 0) {
   std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
+  if (steps > 0) cmd += " VERBSIM_STEPS=" + std::to_string(steps);
   // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
   if (!r.faults.empty()) {
     cmd += " VERBSIM_FAULTS=";
@@ -238,6 +253,105 @@ int merge(int argc, char** argv) {
                      [](const SeedResult& r) { return r.failed; })
              ? 1
              : 0;
+}
+
+// Runs the command once for `seed` as `t` says, to its end or the timeout: the failure's
+// signature, or an empty string if it passed.
+std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    std::perror("verbsim-swarm: pipe");
+    std::exit(2);
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::setenv("VERBSIM_SEED", std::to_string(seed).c_str(), 1);
+    ::setenv("VERBSIM_FAULTS", t.faults.c_str(), 1);
+    if (t.steps > 0) {
+      ::setenv("VERBSIM_STEPS", std::to_string(t.steps).c_str(), 1);
+    } else {
+      ::unsetenv("VERBSIM_STEPS");
+    }
+    if (!t.firings.empty()) {
+      ::setenv("VERBSIM_FAULT_FIRINGS", t.firings.c_str(), 1);
+    } else {
+      ::unsetenv("VERBSIM_FAULT_FIRINGS");
+    }
+    std::vector<char*> args;
+    for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "verbsim-swarm: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+  std::string output;
+  std::string why;
+  int status = 0;
+  for (;;) {
+    pollfd pfd{fds[0], POLLIN, 0};
+    ::poll(&pfd, 1, 100);
+    char buf[4096];
+    const ssize_t n = pfd.revents != 0 ? ::read(fds[0], buf, sizeof buf) : -1;
+    if (n > 0) {
+      output.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n == 0) break;  // every writer is gone
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      why = "timed out after " + std::to_string(o.timeout_s) + " s";
+      break;
+    }
+  }
+  ::close(fds[0]);
+  ::waitpid(pid, &status, 0);
+  if (why.empty() && WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    why = "exit status " + std::to_string(WEXITSTATUS(status));
+  } else if (why.empty() && WIFSIGNALED(status)) {
+    why = std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  }
+  return why.empty() ? std::string() : verbsim::swarm::signature(output, why);
+}
+
+// --shrink SEED: the seed's run with its plan (drawn as the campaign draws it), shrunk.
+int shrink(const Options& o) {
+  char firings[] = "/tmp/verbsim-firings-XXXXXX";
+  if (const int fd = ::mkstemp(firings); fd >= 0) {
+    ::close(fd);
+  } else {
+    std::perror("verbsim-swarm: mkstemp");
+    return 2;
+  }
+  const Run before{o.shrink, draw_faults(o, o.shrink), 0, -1, {}, {}};
+  const verbsim::swarm::Shrunk s = verbsim::swarm::shrink(
+      before.faults, o.steps, firings,
+      [&](const verbsim::swarm::Trial& t) { return run_once(o, o.shrink, t); }, stdout);
+  std::remove(firings);
+  if (s.signature.empty()) {
+    std::printf("swarm shrink: seed %llu did not fail; nothing to shrink\n",
+                static_cast<unsigned long long>(o.shrink));
+    return 0;
+  }
+  Run after = before;
+  after.faults = s.faults;
+  auto size = [](const std::string& faults, int steps) {
+    const std::size_t n = verbsim::swarm::rules_of(faults).size();
+    std::string text = std::to_string(n) + (n == 1 ? " fault rule" : " fault rules");
+    if (steps > 0) text += ", " + std::to_string(steps) + " steps";
+    return text;
+  };
+  std::printf("--- before: %s\n%s\n--- after: %s, the same failure:\n%s\n"
+              "swarm shrink: seed %llu, %d runs, fails with: %s\n",
+              size(before.faults, o.steps).c_str(), reproducer(o, before).c_str(),
+              size(after.faults, s.steps).c_str(), reproducer(o, after, s.steps).c_str(),
+              static_cast<unsigned long long>(o.shrink), s.runs, s.signature.c_str());
+  return 1;
 }
 
 int run(const Options& o) {
@@ -360,5 +474,6 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "merge") == 0) return merge(argc - 1, argv + 1);
-  return run(parse(argc, argv));
+  const Options o = parse(argc, argv);
+  return o.shrink != 0 ? shrink(o) : run(o);
 }

@@ -33,8 +33,9 @@
 // - once every QP is in ERR, the world runs dry and every CQ drains.
 // The test main also checks the world's own accounting when the world goes away. Every choice
 // comes from the run's seed, so VERBSIM_SEED=<seed> replays a failing run (on the simulator
-// exactly; on a device the same choices meet other timing), and VERBSIM_TRACE=1 prints every
-// step as it happens.
+// exactly; on a device the same choices meet other timing), VERBSIM_TRACE=1 prints every
+// step as it happens, and VERBSIM_STEPS=<n> stops each run after its first n steps (at most
+// kSteps; `verbsim-swarm --shrink --steps 400` looks for the shortest run that still fails).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,6 +68,11 @@ using testing::QpKey;
 using testing::WrChecker;
 
 constexpr int kSteps = 400;
+// kSteps, or fewer if VERBSIM_STEPS says so.
+int steps() {
+  const char* v = std::getenv("VERBSIM_STEPS");
+  return v != nullptr ? std::clamp(std::atoi(v), 0, kSteps) : kSteps;
+}
 constexpr int kSeedsPerProfile = 20;
 constexpr int kSeedsOnDevice = 5;  // each ends with two quiet seconds
 // Each host's buffer: a source region that never changes (what sends and writes read, and what
@@ -318,7 +324,8 @@ class Scenario {
   // Runs the steps and the final drain.
   Outcome go() {
     const int failures_before = failures();
-    for (int step = 0; step < kSteps && !::testing::Test::HasFatalFailure(); ++step) {
+    const int last = steps();
+    for (int step = 0; step < last && !::testing::Test::HasFatalFailure(); ++step) {
       const std::uint32_t roll = dice_.below(100);
       Qp& q = qps_[dice_.below(static_cast<std::uint32_t>(qps_.size()))];
       const QpState state = q.qp->state();

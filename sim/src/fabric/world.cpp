@@ -1,6 +1,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -466,7 +467,17 @@ void World::Impl::report_unmapped() {
 void notify_created(World& w);
 void notify_destroyed(World& w);
 
-World::World(Config config) : impl_(std::make_unique<Impl>(with_env_overrides(std::move(config)))) {
+World::World(Config config) {
+  // Where VERBSIM_FAULTS' rules begin in the plan (verb, packet, cm rules): after the config's.
+  std::array<std::size_t, 3> env_rules{};
+  if (config.env_faults) {
+    env_rules = {config.faults.verbs.size(), config.faults.packets.size(),
+                 config.faults.cm.size()};
+  }
+  impl_ = std::make_unique<Impl>(with_env_overrides(std::move(config)));
+  if (const char* f = std::getenv("VERBSIM_FAULT_FIRINGS"); f != nullptr && *f != '\0') {
+    impl_->faults().report_firings(f, env_rules);
+  }
   impl_->set_owner(this);
   notify_created(*this);
 }

@@ -1,7 +1,9 @@
 #include "faults/injector.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <stdexcept>
+#include <system_error>
 #include <string>
 #include <utility>
 
@@ -106,6 +108,24 @@ std::string FaultInjector::unnamed_rules() const {
   return out;
 }
 
+void FaultInjector::report_firings(const std::string& path,
+                                   const std::array<std::size_t, 3>& first) {
+  firings_.reset(std::fopen(path.c_str(), "a"));
+  if (firings_ == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "VERBSIM_FAULT_FIRINGS: " + path);
+  }
+  first_env_rule_ = first;
+}
+
+void FaultInjector::note_firing(FaultTag kind, const RuleCheck& r) {
+  const std::size_t k = kind == FaultTag::verb ? 0 : kind == FaultTag::packet ? 1 : 2;
+  if (r.index < first_env_rule_[k]) return;  // the program's own rule
+  static constexpr const char* kKindNames[] = {"verb", "packet", "cm"};
+  std::fprintf(firings_.get(), "%s %zu nth=%llu\n", kKindNames[k], r.index - first_env_rule_[k],
+               static_cast<unsigned long long>(r.matches));
+  std::fflush(firings_.get());  // the run may end in abort() or _exit()
+}
+
 PacketFaults FaultInjector::act_on_packet(std::size_t fired, std::uint32_t psn, std::uint32_t from,
                                         std::uint32_t to, int sender) {
   // Rule `fired` and every later one that fires on the packet act, in plan order (a reorder
@@ -116,6 +136,7 @@ PacketFaults FaultInjector::act_on_packet(std::size_t fired, std::uint32_t psn, 
     if (i != fired && !r.fires_on_packet(psn, from, to, sender, rng_)) continue;
     const PacketFault& f = plan_.packets[r.index];
     digest_.add(static_cast<std::uint64_t>(FaultTag::packet) | r.index);
+    if (firings_ != nullptr) [[unlikely]] note_firing(FaultTag::packet, r);
     switch (f.action) {
       case PacketAction::drop: fate.drop = true; break;
       case PacketAction::delay: fate.delay_ns += f.by_ns; break;
@@ -136,6 +157,7 @@ bool FaultInjector::cm_message(CmMessage kind, std::uint32_t from_qpn, std::uint
     if ((want == CmMessage::any || want == kind) && r.matches_where(from_qpn, to_qpn, dev) &&
         r.fires(rng_)) {
       digest_.add(static_cast<std::uint64_t>(FaultTag::cm_message) | r.index);
+      if (firings_ != nullptr) [[unlikely]] note_firing(FaultTag::cm_message, r);
       return true;
     }
   }

@@ -4,7 +4,9 @@
 // is recorded in the run's digest under a tag naming its kind.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -48,6 +50,7 @@ class FaultInjector {
     for (RuleCheck& r : verb_rules_[static_cast<std::size_t>(verb)]) {
       if (!r.matches_where(qpn, qpn, device) || !r.fires(rng_)) continue;
       digest_.add(static_cast<std::uint64_t>(FaultTag::verb) | r.index);
+      if (firings_ != nullptr) [[unlikely]] note_firing(FaultTag::verb, r);
       const int err = plan_.verbs[r.index].err;
       if (on_verb_fault_ != nullptr) on_verb_fault_(listener_, verb, qpn, dev, err);
       return err;
@@ -95,7 +98,20 @@ class FaultInjector {
   // The rules that name a QP no QP was given, one line each ("" if none).
   std::string unnamed_rules() const;
 
+  // VERBSIM_FAULT_FIRINGS: from now on, each time a rule of VERBSIM_FAULTS fires, append a line
+  // `verb|packet|cm <i> nth=<n>` to the file `path`: the i-th rule of that kind in
+  // VERBSIM_FAULTS fired on its n-th match. `first` is the index of VERBSIM_FAULTS' first rule of
+  // each kind in the plan (verb, packet, cm): the rules before it are the program's own. Rules
+  // that fire cost a branch more; the data path's checks are unchanged. Throws
+  // std::system_error if the file cannot be opened.
+  void report_firings(const std::string& path, const std::array<std::size_t, 3>& first);
+
  private:
+  void note_firing(FaultTag kind, const RuleCheck& r);
+  struct CloseFile {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+  };
+
   const FaultPlan& plan_;
   Rng& rng_;
   Digest& digest_;
@@ -108,6 +124,8 @@ class FaultInjector {
   VerbFaultListener on_verb_fault_ = nullptr;
   void* listener_ = nullptr;
   std::vector<std::tuple<std::string, std::uint32_t, int>> names_;  // World::name's
+  std::unique_ptr<std::FILE, CloseFile> firings_;  // report_firings's file, or none
+  std::array<std::size_t, 3> first_env_rule_{};   // report_firings's `first`
 };
 
 }  // namespace verbsim::sim
