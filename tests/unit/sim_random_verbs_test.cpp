@@ -657,8 +657,8 @@ class Scenario {
          " wr_id ", wrs.front().wr_id, "..", wrs.back().wr_id, ": posted ", r.posted, " err ",
          r.err, " ", r.reason);
     check_post("post_recv", r, n);
-    if (q.on_srq && !to_srq) {  // (or the fault plan's ENOMEM, which comes first)
-      EXPECT_TRUE(r.err == EINVAL || (faults_ && r.err == ENOMEM)) << r.err;
+    if (q.on_srq && !to_srq) {  // (or the fault plan's refusal, which comes first)
+      EXPECT_TRUE(r.err == EINVAL || (injected(r) && !provider_errnos_only())) << r.err;
       EXPECT_EQ(r.posted, 0u) << "a QP on an SRQ took a receive of its own";
     }
     // rxe never completes a receive posted to a QP in ERR (SEMANTICS.md row g); an SRQ's wait
@@ -732,9 +732,26 @@ class Scenario {
       EXPECT_EQ(r.posted, n);
       return;
     }
+    EXPECT_NE(std::string_view(r.reason), "") << "an error without a reason";
+    if (injected(r) && !provider_errnos_only()) {
+      EXPECT_EQ(r.posted, 0u) << "an injected refusal takes nothing";  // any errno the plan says
+      return;
+    }
     EXPECT_TRUE(r.err == ENOMEM || r.err == EINVAL) << r.error().message();
     EXPECT_LT(r.posted, n);
-    EXPECT_NE(std::string_view(r.reason), "") << "an error without a reason";
+  }
+
+  static bool injected(const PostResult& r) {
+    return std::string_view(r.reason) == "injected by the fault plan";
+  }
+
+  // VERBSIM_RANDOM_VERBS_PROVIDER_ERRNOS=1 brings back the check this test had until a campaign
+  // with verb faults found it wrong: an injected refusal, too, had to say ENOMEM or EINVAL, so
+  // `post_send ... errno=EAGAIN` failed the run. tests/swarm/shrink.sh shrinks that known
+  // failure.
+  static bool provider_errnos_only() {
+    static const bool on = std::getenv("VERBSIM_RANDOM_VERBS_PROVIDER_ERRNOS") != nullptr;
+    return on;
   }
 
   std::uint32_t poll(const Host& host, CompletionQueue& cq, std::uint32_t n) {
