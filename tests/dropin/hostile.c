@@ -24,7 +24,8 @@
  *                ibv_create_qp max_send_wr / max_inline_data huge, opcodes out of range,
  *                modify_qp to invalid states and with unknown mask bits, ports 0 and 255,
  *                GID indexes huge and negative, an AH on port 0, NULL attributes; ibv_reg_mr
- *                with NULL, SIZE_MAX and a wrapping range (only: NULL and errno set).
+ *                with NULL, SIZE_MAX and a wrapping range (only: NULL and errno set);
+ *                ibv_req_notify_cq on a CQ without a channel (0).
  * Exit status 0 when every check passed. */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -623,6 +624,10 @@ static void hostile_args(void) {
     struct ibv_mr *m = ibv_reg_mr(pd, regs[k].addr, regs[k].length, IBV_ACCESS_LOCAL_WRITE);
     CHECK(m == NULL && errno != 0, "ibv_reg_mr case %zu: %p, errno %d", k, (void *)m, errno);
   }
+
+  /* A CQ without a completion channel is armed (rxe and mlx5 return 0). */
+  CHECK(ibv_req_notify_cq(cq, 0) == 0 && ibv_req_notify_cq(cq, 1) == 0,
+        "ibv_req_notify_cq without a channel");
 
   /* SRQs */
   ERRNO_IS(ibv_create_srq(pd, NULL) == NULL, EINVAL, "create_srq NULL");

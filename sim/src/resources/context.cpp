@@ -483,8 +483,8 @@ std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
 }
 
 void CqCore::notify() {
+  arm = Arm::none;  // used up, with a channel to tell or not
   if (!channel || handle == nullptr) return;
-  arm = Arm::none;
   channel->events.push_back(handle);
   signal_fd(channel->efd);
   notify_all(channel->waiters);
