@@ -22,7 +22,8 @@ class Memory : public Conformance {
   std::unique_ptr<MemoryRegion> zero_length_region() {
     return pd().reg_mr(page_boundary() + 8, 0, kAllAccess);
   }
-  static constexpr Access kAllAccess = Access::local_write | Access::remote_write | Access::remote_read;
+  static constexpr Access kAllAccess =
+      Access::local_write | Access::remote_write | Access::remote_read;
 };
 class CqCreate : public Conformance {};
 class QpCreate : public Conformance {};
@@ -111,7 +112,9 @@ TEST_P(Memory, RemoteAtomicNeedsLocalWrite) {
 // page 0 fails the pin (EFAULT). The region holds no byte and has keys like any other.
 TEST_P(Memory, ZeroLengthRegion) {
   char* boundary = page_boundary();
-  const auto reg = [&](void* addr) { return verb_errno([&] { (void)pd().reg_mr(addr, 0, kAllAccess); }); };
+  const auto reg = [&](void* addr) {
+    return verb_errno([&] { (void)pd().reg_mr(addr, 0, kAllAccess); });
+  };
   CHECK_ERR("at_page_boundary", reg(boundary), EINVAL);
   CHECK_ERR("null", reg(nullptr), EINVAL);
   CHECK_ERR("inside_page_zero", reg(reinterpret_cast<void*>(8)), EFAULT);
@@ -162,32 +165,40 @@ TEST_P(Memory, OneByteIsOutsideAZeroLengthRegion) {
     const Sge r = sge(4096, 64);
     ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
     CHECK_ERR("send_post", p.a->post_send(send_wr(1, &z1)).error(), 0);
-    CHECK_OBS("send", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::send, 1));
+    CHECK_OBS("send", describe(poll_n(*p.cq_a, 1)),
+              err_wc(WcStatus::loc_prot_err, WcOpcode::send, 1));
     CHECK_OBS("sender", wait_state(*p.a, QpState::err), QpState::err);
   }
   {
     Pair p = make_pair();
     ASSERT_FALSE(p.b->post_recv(recv_wr(2, &z1)).error());
     CHECK_ERR("recv_post", p.a->post_send(send_wr(1, &one)).error(), 0);
-    CHECK_OBS("recv_sender", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_op_err, WcOpcode::send, 1));
+    CHECK_OBS("recv_sender", describe(poll_n(*p.cq_a, 1)),
+              err_wc(WcStatus::rem_op_err, WcOpcode::send, 1));
     CHECK_OBS("recv_receiver", describe(poll_n(*p.cq_b, 1)),
               err_wc(expect().recv_no_local_write, WcOpcode::recv, 0));
   }
   {
     Pair p = make_pair();
-    CHECK_ERR("write_post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_write, &one, z->address(0), z->rkey())).error(), 0);
-    CHECK_OBS("write", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 1));
+    const SendWr write = rdma_wr(1, WrOpcode::rdma_write, &one, z->address(0), z->rkey());
+    CHECK_ERR("write_post", p.a->post_send(write).error(), 0);
+    CHECK_OBS("write", describe(poll_n(*p.cq_a, 1)),
+              err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 1));
     CHECK_OBS("write_responder", wait_state(*p.b, QpState::err), QpState::err);
   }
   {
     Pair p = make_pair();
-    CHECK_ERR("read_post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &one, z->address(0), z->rkey())).error(), 0);
-    CHECK_OBS("read", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::rem_access_err, WcOpcode::rdma_read, 1));
+    const SendWr read = rdma_wr(1, WrOpcode::rdma_read, &one, z->address(0), z->rkey());
+    CHECK_ERR("read_post", p.a->post_send(read).error(), 0);
+    CHECK_OBS("read", describe(poll_n(*p.cq_a, 1)),
+              err_wc(WcStatus::rem_access_err, WcOpcode::rdma_read, 1));
   }
   {
     Pair p = make_pair();
-    CHECK_ERR("read_into_post", p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &z1, mr().address(0), mr().rkey())).error(), 0);
-    CHECK_OBS("read_into", describe(poll_n(*p.cq_a, 1)), err_wc(WcStatus::loc_prot_err, WcOpcode::rdma_read, 1));
+    const SendWr read = rdma_wr(1, WrOpcode::rdma_read, &z1, mr().address(0), mr().rkey());
+    CHECK_ERR("read_into_post", p.a->post_send(read).error(), 0);
+    CHECK_OBS("read_into", describe(poll_n(*p.cq_a, 1)),
+              err_wc(WcStatus::loc_prot_err, WcOpcode::rdma_read, 1));
   }
 }
 
