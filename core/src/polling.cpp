@@ -101,6 +101,9 @@ PollResult ChannelPoller::poll_after_wake(std::span<WorkCompletion> out) noexcep
 }
 
 PollResult ChannelPoller::arm_and_sleep(std::span<WorkCompletion> out, Wait wait) {
+  // A CQ of another channel, or of none, is armed all the same (as rxe and mlx5 arm it) but
+  // its event never comes here: refuse rather than sleep forever.
+  if (cq_.channel() != &channel_) return {0, EINVAL};
   // Arm first, then poll once more: a completion that arrived after the caller's last poll but
   // before the arm raises no event, and would otherwise sit in the CQ while we sleep.
   if (const std::error_code e = cq_.req_notify(solicited_only_)) return {0, e.value()};

@@ -28,7 +28,9 @@
  *                ibv_create_qp max_send_wr / max_inline_data huge, opcodes out of range,
  *                modify_qp to invalid states and with unknown mask bits, ports 0 and 255,
  *                GID indexes huge and negative, an AH on port 0, NULL attributes; ibv_reg_mr
- *                with NULL, SIZE_MAX and a wrapping range (only: NULL and errno set).
+ *                with NULL (EFAULT), SIZE_MAX and a wrapping range (EINVAL), of length 0 at
+ *                a page boundary or NULL (EINVAL) and inside a page (an MR of length 0);
+ *                ibv_req_notify_cq on a CQ without a channel (0).
  * Exit status 0 when every check passed. */
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -708,16 +710,35 @@ static void hostile_args(void) {
   ERRNO_IS(ibv_create_ah(pd, &aa) == NULL, EINVAL, "create_ah port 255");
   ERRNO_IS(ibv_create_ah(pd, NULL) == NULL, EINVAL, "create_ah NULL");
 
-  /* MRs: the simulator's checks are another change's; here only: refused, errno set. */
+  /* MRs: NULL cannot be pinned (EFAULT), a wrapping range is EINVAL. Length 0 (rxe, kernel
+   * 6.1): the pages the range touches are pinned, none at a page boundary (EINVAL, NULL too),
+   * the one it is in otherwise, which gives an MR of length 0. */
+  char *page = aligned_alloc(4096, 4096);
   struct {
     void *addr;
     size_t length;
-  } regs[] = {{NULL, 4096}, {buf, SIZE_MAX}, {(void *)(UINTPTR_MAX - 4095), 8192}};
+    int err;
+  } regs[] = {{NULL, 4096, EFAULT},
+              {buf, SIZE_MAX, EINVAL},
+              {(void *)(UINTPTR_MAX - 4095), 8192, EINVAL},
+              {NULL, 0, EINVAL},
+              {page, 0, EINVAL},
+              {(void *)8, 0, EFAULT}};
   for (size_t k = 0; k < sizeof regs / sizeof regs[0]; ++k) {
     errno = 0;
     struct ibv_mr *m = ibv_reg_mr(pd, regs[k].addr, regs[k].length, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(m == NULL && errno != 0, "ibv_reg_mr case %zu: %p, errno %d", k, (void *)m, errno);
+    CHECK(m == NULL && errno == regs[k].err, "ibv_reg_mr case %zu: %p, errno %d, want %d", k,
+          (void *)m, errno, regs[k].err);
   }
+  struct ibv_mr *empty = ibv_reg_mr(pd, page + 8, 0, IBV_ACCESS_LOCAL_WRITE);
+  CHECK(empty != NULL && empty->length == 0 && empty->addr == page + 8,
+        "ibv_reg_mr of length 0 inside a page: %p, errno %d", (void *)empty, errno);
+  if (empty != NULL) CHECK(ibv_dereg_mr(empty) == 0, "ibv_dereg_mr of length 0");
+  free(page);
+
+  /* A CQ without a completion channel is armed (rxe and mlx5 return 0). */
+  CHECK(ibv_req_notify_cq(cq, 0) == 0 && ibv_req_notify_cq(cq, 1) == 0,
+        "ibv_req_notify_cq without a channel");
 
   /* SRQs */
   ERRNO_IS(ibv_create_srq(pd, NULL) == NULL, EINVAL, "create_srq NULL");

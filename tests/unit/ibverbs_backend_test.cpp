@@ -168,7 +168,7 @@ TEST(IbverbsBackend, SmokeOnARealDevice) {
   auto cq = ctx->create_cq(16);
   EXPECT_EQ(cq->requested_cqe(), 16);
   EXPECT_GE(cq->cqe(), 16);
-  EXPECT_EQ(cq->req_notify().value(), EINVAL);  // no channel
+  EXPECT_FALSE(cq->req_notify());  // no channel: armed all the same, as the provider does
   WorkCompletion wc[4];
   const PollResult polled = cq->poll(wc);
   EXPECT_FALSE(polled.error());

@@ -710,6 +710,18 @@ TEST(Choose, ByNameWithAChannelWhereOneIsNeeded) {
   EXPECT_EQ(static_cast<AdaptivePoller&>(*adaptive).limits().max_idle_ns, 30'000u);
 }
 
+// Arming a CQ without a channel succeeds (as on rxe and mlx5), so a poller given a channel that
+// is not its CQ's refuses to sleep on it instead of waiting for an event that cannot come.
+TEST(Choose, AChannelThatIsNotTheCqsIsEinvalWhenThePollerWouldSleep) {
+  testing::SimPair p({}, pair_options());
+  auto ch = p.a.ctx->create_comp_channel();
+  auto poller = make_poller(PollStrategy::event, *p.a.cq, ch.get(), p.a.ctx->clock());
+  WorkCompletion wc[1];
+  const PollResult r = poller->next(wc);
+  EXPECT_EQ(r.error().value(), EINVAL);
+  EXPECT_EQ(r.count, 0u);
+}
+
 TEST(Clock, IsTheWorldsVirtualTime) {
   testing::SimPair p({}, pair_options());
   const std::uint64_t t0 = p.a.ctx->clock().now_ns();

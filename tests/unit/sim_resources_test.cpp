@@ -2,7 +2,10 @@
 // determinism of whole runs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -105,8 +108,9 @@ TEST(Registration, RemoteWriteOrAtomicNeedsLocalWrite) {
     EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(buf.data(), buf.size(), bad); },
                                   "ibv_reg_mr", EINVAL));
   }
+  // Page 0 is not mapped: the pin fails (rxe: EFAULT).
   EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(nullptr, 64, Access::local_write); },
-                                "ibv_reg_mr", EINVAL));
+                                "ibv_reg_mr", EFAULT));
   auto ro = pd->reg_mr(buf.data(), buf.size(), Access::remote_read);  // read-only is fine
   EXPECT_EQ(ro->access(), Access::remote_read);
   auto rw = pd->reg_mr(buf.data(), buf.size(), Access::local_write | Access::remote_write);
@@ -117,6 +121,32 @@ TEST(Registration, RemoteWriteOrAtomicNeedsLocalWrite) {
   AhAttr no_grh;
   EXPECT_TRUE(throws_verb_error([&] { (void)pd->create_ah(no_grh); }, "ibv_create_ah", EINVAL))
       << "RoCE address handles need a GRH";
+}
+
+// Length 0, as rxe on kernel 6.1 answers (ib_umem_get pins the pages the range touches): at a
+// page boundary there is no page, EINVAL (NULL too); inside a page it pins that page and the MR
+// holds no byte; inside page 0, which is not mapped, EFAULT. Every profile: the kernel's rule.
+TEST(Registration, ZeroLengthRegionsAsTheKernelPinsThem) {
+  for (const Profile profile : {Profile::rxe, Profile::strict, Profile::mlx5}) {
+    SCOPED_TRACE(std::string(sim::to_string(profile)));
+    sim::World world(testing::config_for(profile));
+    auto ctx = world.open("sim0");
+    auto pd = ctx->alloc_pd();
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<char> buf(3 * page);
+    char* boundary = buf.data() + (page - reinterpret_cast<std::uintptr_t>(buf.data()) % page);
+    const Access all = Access::local_write | Access::remote_write | Access::remote_read;
+    EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(boundary, 0, all); }, "ibv_reg_mr", EINVAL));
+    EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(nullptr, 0, all); }, "ibv_reg_mr", EINVAL));
+    EXPECT_TRUE(throws_verb_error([&] { (void)pd->reg_mr(reinterpret_cast<void*>(8), 0, all); },
+                                  "ibv_reg_mr", EFAULT));
+    auto inside = pd->reg_mr(boundary + 8, 0, all);
+    EXPECT_EQ(inside->addr(), boundary + 8);
+    EXPECT_EQ(inside->length(), 0u);
+    EXPECT_EQ(inside->rkey(), inside->lkey());
+    auto last_byte = pd->reg_mr(boundary + page - 1, 0, Access::local_write);
+    EXPECT_NE(last_byte->lkey(), inside->lkey());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

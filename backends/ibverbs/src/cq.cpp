@@ -105,7 +105,7 @@ PollResult IbvRxeCq::poll(std::span<WorkCompletion> out) noexcept {
 }
 
 std::error_code IbvCq::req_notify(bool solicited_only) noexcept {
-  if (channel_ == nullptr) return errno_code(EINVAL);
+  // Without a channel the provider arms the CQ all the same (rxe, mlx5): no event can come.
   const int ret = ::ibv_req_notify_cq(cq_, solicited_only ? 1 : 0);
   return ret == 0 ? std::error_code{} : errno_code(returned_errno(ret));
 }

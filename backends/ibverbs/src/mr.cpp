@@ -24,10 +24,7 @@ std::string describe(const void* addr, std::size_t length, Access access) {
 
 IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access)
     : addr_(addr), length_(length), access_(access) {
-  // EINVAL as the core API documents; kernels differ on an empty registration.
-  if (addr == nullptr || length == 0) {
-    throw_verb_error("ibv_reg_mr", EINVAL, "empty range: " + describe(addr, length, access));
-  }
+  // NULL and length 0 go to the provider: the kernel decides (ib_umem_get).
   errno = 0;
   mr_ = ::ibv_reg_mr(pd, addr, length, abi::to_ibv(access));
   if (mr_ == nullptr) {

@@ -19,7 +19,9 @@ class CompletionQueue : public Resource {
   virtual PollResult poll(std::span<WorkCompletion> out) noexcept = 0;
 
   // ibv_req_notify_cq: the next completion (solicited_only: the next solicited or error one)
-  // raises one event on the CQ's channel. EINVAL if the CQ has no channel.
+  // raises one event on the CQ's channel. A CQ without a channel is armed all the same and
+  // never raises one (rxe and mlx5 return 0). Returns the provider's errno on failure (the
+  // simulator fails it only when a fault plan says so).
   [[nodiscard]] virtual std::error_code req_notify(bool solicited_only = false) noexcept = 0;
 
   // ibv_ack_cq_events: acknowledge `n` events taken from the channel for this CQ.

@@ -252,7 +252,8 @@ std::string_view to_string(PollStrategy s) noexcept;
 PollStrategy parse_poll_strategy(std::string_view name);
 
 // The poller for `strategy`. event, hybrid and adaptive need a channel (std::invalid_argument
-// otherwise). `idle_ns` is hybrid's idle period and adaptive's longest (AdaptiveIdle's others).
+// otherwise), the CQ's own: with another their next() fails with EINVAL when it would sleep.
+// `idle_ns` is hybrid's idle period and adaptive's longest (AdaptiveIdle's others).
 std::unique_ptr<CompletionPoller> make_poller(PollStrategy strategy, CompletionQueue& cq,
                                               CompletionChannel* channel, const Clock& clock,
                                               std::uint64_t idle_ns = 20'000);

@@ -17,10 +17,12 @@ class SharedReceiveQueue;
 // A protection domain (ibv_alloc_pd). Every creator throws VerbError naming the verb.
 class ProtectionDomain : public Resource {
  public:
-  // ibv_reg_mr. EINVAL for remote write/atomic access without local write, a null/empty
-  // range, or one that wraps or spans more pages than the kernel pins; EFAULT for a range not
-  // all mapped (simulator: checked with mincore, as the pin would fail); ENOMEM past the
-  // device's MR limit.
+  // ibv_reg_mr. EINVAL for remote write/atomic access without local write, a range that wraps
+  // or spans more pages than the kernel pins, or one that touches no page: length 0 at a page
+  // boundary (NULL included); EFAULT for a range not all mapped (NULL with a length: page 0;
+  // simulator: checked with mincore, as the pin would fail); ENOMEM past the device's MR limit.
+  // Length 0 inside a page registers that page's pin and gives an MR of length 0 with keys of
+  // its own, good for 0-byte transfers only (rxe, kernel 6.1).
   virtual std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) = 0;
   // ibv_create_qp. EINVAL for missing CQs or caps beyond the device limits.
   virtual std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) = 0;

@@ -44,7 +44,9 @@ std::string str(std::uint64_t v) { return std::to_string(v); }
 
 // Why the kernel would refuse to pin [addr, addr + length) for an MR (ib_umem_get), as an errno
 // and a reason; 0 when it would pin it. Asks mincore(2) page range by page range, touching no
-// page: ENOMEM from it means a page is not mapped.
+// page: ENOMEM from it means a page is not mapped. The kernel pins the pages the range touches
+// from its first page on, so an empty range at a page boundary (NULL included) has no page and
+// is EINVAL, while one inside a page pins that page (rxe, kernel 6.1: Memory.ZeroLengthRegion).
 int pin_refusal(const void* addr, std::size_t length, std::string& why) {
   const auto start = reinterpret_cast<std::uintptr_t>(addr);
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -55,6 +57,10 @@ int pin_refusal(const void* addr, std::size_t length, std::string& why) {
   }
   const std::uintptr_t first = start & ~(page - 1);
   const std::uintptr_t last = (end + page - 1) & ~(page - 1);
+  if (last == first) {
+    why = "an empty range at a page boundary touches no page to pin";
+    return EINVAL;
+  }
   if ((last - first) / page > UINT32_MAX) {
     why = "more pages than the kernel pins for one MR";
     return EINVAL;
@@ -296,8 +302,7 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   const auto known = Access::local_write | Access::remote_write | Access::remote_read |
                      Access::remote_atomic | Access::mw_bind;
   if (any(access, ~known)) throw_verb_error("ibv_reg_mr", EINVAL, "unknown access flags");
-  // The core API refuses an empty range on every backend (kernels differ on length 0).
-  if (addr == nullptr || length == 0) throw_verb_error("ibv_reg_mr", EINVAL, "null address or empty range");
+  // No check of its own for NULL or length 0: the pin decides, as in the kernel.
   std::string why;
   if (const int err = pin_refusal(addr, length, why)) throw_verb_error("ibv_reg_mr", err, why);
   user_memory::install();  // the pages stay "pinned" if the program unmaps them
@@ -393,7 +398,8 @@ void SimMr::rereg(const MrChange& change) {
   }
   if (change.addr != nullptr || change.length != 0) {
     if (change.addr == nullptr || change.length == 0) {
-      throw_verb_error("ibv_rereg_mr", EINVAL, "null address or empty range");
+      // libibverbs' ibv_rereg_mr refuses these itself (IBV_REREG_MR_ERR_INPUT, EINVAL).
+      throw_verb_error("ibv_rereg_mr", EINVAL, "a new translation needs an address and a length");
     }
     std::string why;
     if (const int err = pin_refusal(change.addr, change.length, why)) {
@@ -480,8 +486,8 @@ std::error_code SimChannel::get_cq_event(CompletionQueue*& cq, Wait wait) {
 }
 
 void CqCore::notify() {
+  arm = Arm::none;  // used up, with a channel to tell or not
   if (!channel || handle == nullptr) return;
-  arm = Arm::none;
   channel->events.push_back(handle);
   signal_fd(channel->efd);
   notify_all(channel->waiters);
