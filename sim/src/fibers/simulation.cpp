@@ -3,6 +3,8 @@
 #include "verbsim/sim/simulation.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <unordered_map>
 
 #include <boost/fiber/algo/algorithm.hpp>
 #include <boost/fiber/algo/round_robin.hpp>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "fabric/rng.hpp"
 #include "fabric/world_impl.hpp"
 #include "fibers/wait.hpp"
 
@@ -46,17 +49,38 @@ namespace {
 // Ready fibers in a vector; the next one is drawn from the world's RNG.
 class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
  public:
-  explicit VirtualTimeAlgorithm(World::Impl& world) : world_(world) {}
+  VirtualTimeAlgorithm(World::Impl& world, Schedule schedule)
+      : schedule_(std::move(schedule)), world_(world) {}
 
   void awakened(boost::fibers::context* ctx) noexcept override { ready_.push_back(ctx); }
 
   boost::fibers::context* pick_next() noexcept override {
     if (ready_.empty()) return nullptr;
-    const std::size_t i = ready_.size() == 1 ? 0 : static_cast<std::size_t>(world_.rng().below(ready_.size()));
+    std::size_t i = 0;
+    if (schedule_.mode != Schedule::Mode::random) {
+      i = pick_systematic();
+    } else if (ready_.size() > 1) {
+      i = static_cast<std::size_t>(world_.rng().below(ready_.size()));
+    }
     boost::fibers::context* ctx = ready_[i];
     ready_.erase(ready_.begin() + static_cast<std::ptrdiff_t>(i));
     return ctx;
   }
+
+  // A run under pct, replay or exhaustive begins: change points and priorities from the seed.
+  void start(boost::fibers::context* driver) {
+    driver_ = driver;
+    trace_ = {};
+    priority_.clear();
+    change_points_.clear();
+    pct_rng_ = Rng(world_.config().seed ^ 0x5043'5453'4348'4544ull);
+    if (schedule_.mode != Schedule::Mode::pct) return;
+    const auto k = static_cast<std::uint64_t>(std::max(schedule_.steps, 1));
+    for (int j = 1; j < schedule_.depth; ++j) change_points_.push_back(1 + pct_rng_.below(k));
+  }
+
+  const Schedule& schedule() const noexcept { return schedule_; }
+  const ScheduleTrace& trace() const noexcept { return trace_; }
 
   bool has_ready_fibers() const noexcept override { return !ready_.empty(); }
 
@@ -101,9 +125,78 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   void notify() noexcept override {}
 
  private:
+  // A fiber with work to do: not the driver or the dispatcher, not spinning on the world.
+  bool worker(const boost::fibers::context* c) const noexcept {
+    return c != driver_ && !c->is_context(boost::fibers::type::dispatcher_context) && !spinning(c);
+  }
+
+  // pct, replay, exhaustive: the index in ready_ of the next context. Only fibers with work are
+  // chosen between; when there is none the driver runs (it moves the world), else the first.
+  std::size_t pick_systematic() noexcept {
+    candidates_.clear();
+    for (std::size_t i = 0; i < ready_.size(); ++i) {
+      if (worker(ready_[i])) candidates_.push_back(i);
+    }
+    if (candidates_.empty()) {
+      const auto d = std::ranges::find(ready_, driver_);
+      return d == ready_.end() ? 0 : static_cast<std::size_t>(d - ready_.begin());
+    }
+    ++trace_.steps;
+    if (schedule_.mode == Schedule::Mode::pct) return candidates_[pick_pct()];
+    if (candidates_.size() == 1) return candidates_[0];
+    const std::size_t point = trace_.choices.size();
+    std::uint32_t taken = 0;
+    if (point < schedule_.choices.size() && schedule_.choices[point] < candidates_.size()) {
+      taken = schedule_.choices[point];
+    }
+    if (schedule_.mode == Schedule::Mode::exhaustive &&
+        point >= static_cast<std::size_t>(std::max(schedule_.bound, 0))) {
+      trace_.beyond_bound = true;
+    }
+    trace_.choices.push_back({taken, static_cast<std::uint32_t>(candidates_.size())});
+    return candidates_[taken];
+  }
+
+  // The candidate of highest priority; at a change point it drops below every other first.
+  std::size_t pick_pct() noexcept {
+    const auto highest = [this] {
+      std::size_t best = 0;
+      for (std::size_t j = 0; j < candidates_.size(); ++j) {
+        if (priority(ready_[candidates_[j]]) > priority(ready_[candidates_[best]])) best = j;
+      }
+      return best;
+    };
+    std::size_t best = highest();
+    for (std::size_t j = 0; j < change_points_.size(); ++j) {
+      if (change_points_[j] != trace_.steps) continue;
+      // The j-th change point: priority d - 1 - j, under every initial priority (>= d).
+      priority_[ready_[candidates_[best]]] = static_cast<std::uint64_t>(change_points_.size() - j);
+      best = highest();
+    }
+    if (candidates_.size() > 1) {
+      trace_.choices.push_back({static_cast<std::uint32_t>(best), static_cast<std::uint32_t>(candidates_.size())});
+    }
+    return best;
+  }
+
+  // A fiber's priority, drawn when it is first seen: distinct from the others (almost surely)
+  // and above every change point's.
+  std::uint64_t priority(boost::fibers::context* c) {
+    auto [it, fresh] = priority_.try_emplace(c, 0);
+    if (fresh) it->second = static_cast<std::uint64_t>(std::max(schedule_.depth, 1)) + (pct_rng_.next() >> 8);
+    return it->second;
+  }
+
+  Schedule schedule_;
   World::Impl& world_;
   std::vector<boost::fibers::context*> ready_;
   std::vector<boost::fibers::context*> spinning_;
+  boost::fibers::context* driver_ = nullptr;
+  std::vector<std::size_t> candidates_;
+  ScheduleTrace trace_;
+  Rng pct_rng_{0};
+  std::vector<std::uint64_t> change_points_;
+  std::unordered_map<boost::fibers::context*, std::uint64_t> priority_;
 };
 
 }  // namespace
@@ -128,8 +221,10 @@ namespace {
 constexpr std::uint64_t kIgnoredDeadlockAnswers = 10000;
 }  // namespace
 
-Simulation::Simulation(World& world) : world_(world), impl_(std::make_unique<Impl>()) {
-  impl_->algo = new VirtualTimeAlgorithm(world_.impl());
+Simulation::Simulation(World& world) : Simulation(world, Schedule::from_env()) {}
+
+Simulation::Simulation(World& world, Schedule schedule) : world_(world), impl_(std::make_unique<Impl>()) {
+  impl_->algo = new VirtualTimeAlgorithm(world_.impl(), std::move(schedule));
   boost::fibers::context::active()->get_scheduler()->set_algo(
       boost::fibers::algo::algorithm::ptr_t(impl_->algo));
 }
@@ -167,6 +262,7 @@ RunOutcome Simulation::run() {
   World::Impl& w = world_.impl();
   w.fibers().running = impl_.get();
   w.fibers().deadlocked = false;
+  impl_->algo->start(boost::fibers::context::active());
   impl_->deadlock.clear();
   impl_->edeadlk_answers = 0;
   std::string& deadlock = impl_->deadlock;
@@ -208,10 +304,8 @@ RunOutcome Simulation::run() {
           if (!h->done) blocked += (blocked.empty() ? "" : ", ") + h->name;
         }
         deadlock = "deadlock: every fiber is blocked (" + blocked +
-                   ") and the simulated world has nothing left to run; reproduce with "
-                   "VERBSIM_SEED=" +
-                   std::to_string(w.config().seed) +
-                   " (add VERBSIM_PCAP=<file> VERBSIM_TIMELINE=<file> to see the run)\n" +
+                   ") and the simulated world has nothing left to run; reproduce with " +
+                   reproducer() + " (add VERBSIM_PCAP=<file> VERBSIM_TIMELINE=<file> to see the run)\n" +
                    world_.report();
         for (WaitQueue* q : w.fibers().wait_queues) q->cv.notify_all();
       } else if (++grace > 10000) {
@@ -224,10 +318,159 @@ RunOutcome Simulation::run() {
   }
   w.fibers().running = nullptr;
   w.fibers().deadlocked = false;
-  if (impl_->error) std::rethrow_exception(impl_->error);
+  if (impl_->error) {
+    if (schedule().mode != Schedule::Mode::random) {
+      std::fprintf(stderr, "verbsim: fiber '%s' failed; reproduce with %s\n", impl_->error_host.c_str(),
+                   reproducer().c_str());
+    }
+    std::rethrow_exception(impl_->error);
+  }
   if (w.budget_exceeded()) throw BudgetExceeded(w.budget_report());
   if (impl_->live > 0) throw DeadlockError(deadlock);  // fibers ignored their EDEADLK
   return {!deadlock.empty(), deadlock};
+}
+
+const Schedule& Simulation::schedule() const noexcept { return impl_->algo->schedule(); }
+
+const ScheduleTrace& Simulation::trace() const noexcept { return impl_->algo->trace(); }
+
+std::string Simulation::reproducer() const {
+  std::string out = "VERBSIM_SEED=" + std::to_string(world_.impl().config().seed);
+  const Schedule& s = schedule();
+  if (s.mode == Schedule::Mode::random) return out;
+  if (s.mode == Schedule::Mode::pct) return out + " VERBSIM_SCHEDULE=" + s.to_string();
+  Schedule replay;
+  replay.mode = Schedule::Mode::replay;
+  for (const Choice& c : trace().choices) replay.choices.push_back(c.taken);
+  while (!replay.choices.empty() && replay.choices.back() == 0) replay.choices.pop_back();  // the default
+  return out + " VERBSIM_SCHEDULE=" + replay.to_string();
+}
+
+namespace {
+
+int parse_int(std::string_view spec, std::string_view v) {
+  int out = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc{} || end != v.data() + v.size() || out < 0) {
+    throw std::invalid_argument("VERBSIM_SCHEDULE '" + std::string(spec) + "': '" + std::string(v) +
+                                "' is not a number");
+  }
+  return out;
+}
+
+// Splits "a,b,c" and calls f on each non-empty part.
+template <class F>
+void each_part(std::string_view list, F f) {
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    const std::string_view part = list.substr(0, comma);
+    if (!part.empty()) f(part);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
+
+Schedule Schedule::parse(std::string_view spec) {
+  const std::size_t colon = spec.find(':');
+  const std::string_view name = spec.substr(0, colon);
+  const std::string_view args = colon == std::string_view::npos ? std::string_view{} : spec.substr(colon + 1);
+  Schedule s;
+  if (name == "random") {
+    s.mode = Mode::random;
+  } else if (name == "pct" || name == "exhaustive") {
+    s.mode = name == "pct" ? Mode::pct : Mode::exhaustive;
+    each_part(args, [&](std::string_view kv) {
+      const std::size_t eq = kv.find('=');
+      const std::string_view key = kv.substr(0, eq);
+      const int v = parse_int(spec, eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1));
+      if (s.mode == Mode::pct && key == "d") {
+        s.depth = std::max(v, 1);
+      } else if (s.mode == Mode::pct && key == "k") {
+        s.steps = std::max(v, 1);
+      } else if (s.mode == Mode::exhaustive && key == "bound") {
+        s.bound = v;
+      } else {
+        throw std::invalid_argument("VERBSIM_SCHEDULE '" + std::string(spec) + "': unknown option '" +
+                                    std::string(key) + "'");
+      }
+    });
+  } else if (name == "replay") {
+    s.mode = Mode::replay;
+    each_part(args, [&](std::string_view c) { s.choices.push_back(static_cast<std::uint32_t>(parse_int(spec, c))); });
+  } else {
+    throw std::invalid_argument("VERBSIM_SCHEDULE '" + std::string(spec) +
+                                "': expected random, pct:d=D,k=K, exhaustive:bound=N or replay:C,C,...");
+  }
+  return s;
+}
+
+Schedule Schedule::from_env() { return from_env(Schedule{}); }
+
+Schedule Schedule::from_env(Schedule fallback) {
+  const char* v = std::getenv("VERBSIM_SCHEDULE");
+  if (v == nullptr || *v == '\0') return fallback;
+  return parse(v);
+}
+
+std::string Schedule::to_string() const {
+  switch (mode) {
+    case Mode::random:
+      return "random";
+    case Mode::pct:
+      return "pct:d=" + std::to_string(depth) + ",k=" + std::to_string(steps);
+    case Mode::exhaustive:
+      return "exhaustive:bound=" + std::to_string(bound);
+    case Mode::replay: {
+      std::string out = "replay:";
+      for (std::size_t i = 0; i < choices.size(); ++i) out += (i ? "," : "") + std::to_string(choices[i]);
+      return out;
+    }
+  }
+  return "random";
+}
+
+ExploreResult explore(int bound, const std::function<ScheduleTrace(const Schedule&)>& scenario,
+                      std::uint64_t max_runs) {
+  ExploreResult r;
+  Schedule s;
+  s.mode = Schedule::Mode::exhaustive;
+  s.bound = bound;
+  bool truncated = false;
+  while (r.runs < max_runs) {
+    ++r.runs;
+    ScheduleTrace t;
+    try {
+      t = scenario(s);
+    } catch (const std::exception& e) {
+      r.failed = true;
+      r.failure = e.what();
+    } catch (...) {
+      r.failed = true;
+      r.failure = "an exception that is not a std::exception";
+    }
+    if (r.failed) {
+      // The run's trace is lost with its exception: the failing run's choices are the prefix it
+      // replayed then the first fiber at every later choice point.
+      r.failing.mode = Schedule::Mode::replay;
+      r.failing.choices = s.choices;
+      return r;
+    }
+    r.deepest = std::max(r.deepest, t.choices.size());
+    truncated = truncated || t.beyond_bound;
+    // Backtrack: the last choice point within the bound with an alternative not taken yet.
+    std::size_t n = std::min(t.choices.size(), static_cast<std::size_t>(std::max(bound, 0)));
+    while (n > 0 && t.choices[n - 1].taken + 1 >= t.choices[n - 1].of) --n;
+    if (n == 0) {
+      r.complete = !truncated;
+      return r;
+    }
+    s.choices.clear();
+    for (std::size_t i = 0; i + 1 < n; ++i) s.choices.push_back(t.choices[i].taken);
+    s.choices.push_back(t.choices[n - 1].taken + 1);
+  }
+  return r;
 }
 
 void deadlock_answer(World::Impl& world) {

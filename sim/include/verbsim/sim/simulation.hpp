@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "verbsim/sim/world.hpp"
@@ -35,10 +36,57 @@ struct RunOutcome {
   std::string report;
 };
 
+// How a Simulation picks the next fiber among those ready. Every mode is deterministic: the
+// seed (random, pct) or the choices (replay, exhaustive) fix the interleaving.
+//   random      the world's RNG picks among every ready context (the default, unchanged);
+//   pct         probabilistic concurrency testing: each fiber gets a random priority drawn from
+//               the seed, the highest-priority ready fiber runs, and at `depth - 1` change
+//               points drawn over the first `steps` scheduling steps the running fiber drops
+//               below all others (finds a bug of depth d with probability >= 1/(n k^(d-1)));
+//   replay      takes `choices[i]` at the i-th choice point (a step with more than one fiber
+//               ready to work), the first fiber after them;
+//   exhaustive  one run of a depth-first enumeration (see explore()): replays `choices`, then
+//               takes the first fiber at each later choice point, up to `bound` of them.
+// Fibers that polled an empty CQ (spinning) wait in pct, replay and exhaustive until no other
+// fiber has work or the world moves; that ordering is not explored (docs/CAMPAIGNS.md).
+struct Schedule {
+  enum class Mode { random, pct, replay, exhaustive };
+  Mode mode = Mode::random;
+  int depth = 3;                       // pct: d
+  int steps = 64;                      // pct: k, where the change points fall
+  int bound = 16;                      // exhaustive: choice points explored
+  std::vector<std::uint32_t> choices;  // replay, exhaustive: the prefix to replay
+
+  // "random", "pct", "pct:d=3,k=64", "exhaustive:bound=12", "replay:0,1,1,0". Throws
+  // std::invalid_argument naming what is wrong.
+  static Schedule parse(std::string_view spec);
+  // VERBSIM_SCHEDULE when set and not empty, else `fallback`.
+  static Schedule from_env(Schedule fallback);
+  static Schedule from_env();
+  // The spec parse() reads back.
+  std::string to_string() const;
+};
+
+// One choice point of a run: the fiber taken (0 = the first ready) of `of` ready to work.
+struct Choice {
+  std::uint32_t taken = 0;
+  std::uint32_t of = 0;
+};
+
+// What a run under pct, replay or exhaustive scheduled.
+struct ScheduleTrace {
+  std::vector<Choice> choices;  // every choice point, in order
+  std::uint64_t steps = 0;      // scheduling steps with a fiber ready to work
+  bool beyond_bound = false;    // exhaustive: a choice point past `bound` (taken as the first)
+};
+
 class Simulation {
  public:
-  // Installs the virtual-time scheduler on the calling thread (until destruction).
+  // Installs the virtual-time scheduler on the calling thread (until destruction), with the
+  // schedule VERBSIM_SCHEDULE names (random when unset).
   explicit Simulation(World& world);
+  // With `schedule`, whatever VERBSIM_SCHEDULE says.
+  Simulation(World& world, Schedule schedule);
   ~Simulation();
   Simulation(const Simulation&) = delete;
   Simulation& operator=(const Simulation&) = delete;
@@ -56,12 +104,38 @@ class Simulation {
 
   World& world() noexcept { return world_; }
 
+  const Schedule& schedule() const noexcept;
+  // The choices the last run() made (empty under random).
+  const ScheduleTrace& trace() const noexcept;
+  // The environment that reproduces the last run: `VERBSIM_SEED=7`, plus
+  // `VERBSIM_SCHEDULE=pct:d=3,k=64` or `VERBSIM_SCHEDULE=replay:0,1,1` for its choices.
+  std::string reproducer() const;
+
   struct Impl;
 
  private:
   World& world_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Bounded exhaustive exploration: runs `scenario` once per interleaving, depth first. Each run
+// replays a prefix of the previous run's choices and takes the next alternative at its last
+// choice point that has one; choice points past `bound` take the first fiber. `scenario`
+// builds its world (same seed every time), runs a Simulation with the schedule it is given and
+// returns its trace(); it fails by throwing. Stops at the first failure or when the tree is
+// exhausted, or after `max_runs`.
+struct ExploreResult {
+  std::uint64_t runs = 0;
+  // Every interleaving within the bound ran, and no run had a choice point past it: every
+  // interleaving of the scenario (up to the pruning in docs/CAMPAIGNS.md) ran.
+  bool complete = false;
+  bool failed = false;
+  std::string failure;   // what the failing run threw
+  Schedule failing;      // replay:<choices> of the failing run
+  std::size_t deepest = 0;  // most choice points in one run
+};
+ExploreResult explore(int bound, const std::function<ScheduleTrace(const Schedule&)>& scenario,
+                      std::uint64_t max_runs = 1'000'000);
 
 // Sleeps `d` of virtual time: blocks the calling fiber under a running Simulation, otherwise
 // runs the world forward.
