@@ -33,11 +33,12 @@ struct BugShown : std::runtime_error {
 };
 
 // Steps of other work a fiber does between two verbs: each a point where a real thread could
-// be preempted (a yield to the scheduler).
+// be preempted (sim::yield: under pct, replay and exhaustive the schedule may also let it go
+// on, as a thread often does).
 constexpr int kWork = 6;
 
-void work(int steps) {
-  for (int i = 0; i < steps; ++i) boost::this_fiber::yield();
+void work(sim::World& world, int steps) {
+  for (int i = 0; i < steps; ++i) sim::yield(world);
 }
 
 // One CQ with a completion channel, and a QP in the error state whose send queue completes on
@@ -135,7 +136,7 @@ sim::ScheduleTrace empty_cq_after_event(const sim::Schedule& schedule, std::uint
   });
   sim.spawn("poller", [&] {
     while (taken < 1) {
-      work(kWork);
+      work(s.world, kWork);
       taken += s.poll();
     }
   });
@@ -174,7 +175,7 @@ sim::ScheduleTrace lost_wakeup_after_rearm(const sim::Schedule& schedule, std::u
   sim.spawn("producer", [&] {
     s.produce(0);            // its completion now, its event when the world moves
     s.let_the_world_move();  // the consumer wakes
-    work(kWork);
+    work(s.world, kWork);
     s.produce(1);
   });
   (void)sim.run();
@@ -252,22 +253,29 @@ TEST(Schedule, PctIsReplayableBySeed) {
   }
 }
 
-// Only the first bug: the lost wake-up is not found yet by any mode (a yield always hands
-// over to another ready fiber, so a fiber cannot do several steps in a row while another is
-// ready; see docs/CAMPAIGNS.md).
-TEST(Schedule, PctFindsTheEmptyCqRaceWithinTenRunsForFixedSeeds) {
+// PCT finds each bug within a few hundred runs for fixed seeds (measured: mean 2.5 and 65 runs
+// for d=2, 2.7 and 42 for d=3; docs/CAMPAIGNS.md). The seeds are fixed, so this is exact.
+TEST(Schedule, PctFindsBothBugsForFixedSeeds) {
   VERBSIM_SKIP_IF_SEED_OVERRIDDEN();
-  for (const Bug& bug : {bugs()[0]}) {
+  for (const Bug& bug : bugs()) {
     for (const int d : {2, 3}) {
-      const std::uint64_t runs = runs_to_failure(bug.scenario, pct(d), 1, 10);
-      EXPECT_NE(runs, 0u) << bug.name << ": pct d=" << d << " missed it in seeds 1..10";
+      const std::uint64_t runs = runs_to_failure(bug.scenario, pct(d), 1, 400);
+      EXPECT_NE(runs, 0u) << bug.name << ": pct d=" << d << " missed it in seeds 1..400";
     }
   }
 }
 
-// Exhaustive exploration finds the bug, and the failing choices replay it.
-TEST(Schedule, ExhaustiveFindsTheEmptyCqRaceAndItsChoicesReplayIt) {
-  for (const Bug& bug : {bugs()[0]}) {
+// The lost wake-up needs the consumer's empty poll to end before the producer posts, and the
+// producer to post between that poll and the re-arm: the random schedule (which only switches
+// at Boost.Fiber's yields) never gets there.
+TEST(Schedule, RandomSeedsMissTheLostWakeUp) {
+  VERBSIM_SKIP_IF_SEED_OVERRIDDEN();
+  EXPECT_EQ(runs_to_failure(bugs()[1].scenario, sim::Schedule{}, 1, 200), 0u);
+}
+
+// Exhaustive exploration finds each bug, and the failing choices replay it.
+TEST(Schedule, ExhaustiveFindsBothBugsAndTheirChoicesReplayThem) {
+  for (const Bug& bug : bugs()) {
     const sim::ExploreResult r =
         sim::explore(64, [&](const sim::Schedule& s) { return bug.scenario(s, 1, false); });
     ASSERT_TRUE(r.failed) << bug.name << ": not found in " << r.runs << " runs";

@@ -80,6 +80,7 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   }
 
   const Schedule& schedule() const noexcept { return schedule_; }
+  const boost::fibers::context* driver() const noexcept { return driver_; }
   const ScheduleTrace& trace() const noexcept { return trace_; }
 
   bool has_ready_fibers() const noexcept override { return !ready_.empty(); }
@@ -131,38 +132,76 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   }
 
   // pct, replay, exhaustive: the index in ready_ of the next context. Only fibers with work are
-  // chosen between; when there is none the driver runs (it moves the world), else the first.
+  // chosen between; when there is none the driver runs (it moves the world), else the first. A
+  // choice sim::yield made (keep_running) is taken as it was made.
   std::size_t pick_systematic() noexcept {
+    if (forced_ != nullptr) {
+      const auto f = std::ranges::find(ready_, forced_);
+      forced_ = nullptr;
+      if (f != ready_.end()) return static_cast<std::size_t>(f - ready_.begin());
+    }
     candidates_.clear();
+    contexts_.clear();
     for (std::size_t i = 0; i < ready_.size(); ++i) {
-      if (worker(ready_[i])) candidates_.push_back(i);
+      if (worker(ready_[i])) {
+        candidates_.push_back(i);
+        contexts_.push_back(ready_[i]);
+      }
     }
     if (candidates_.empty()) {
       const auto d = std::ranges::find(ready_, driver_);
       return d == ready_.end() ? 0 : static_cast<std::size_t>(d - ready_.begin());
     }
     ++trace_.steps;
-    if (schedule_.mode == Schedule::Mode::pct) return candidates_[pick_pct()];
-    if (candidates_.size() == 1) return candidates_[0];
+    return candidates_[choose()];
+  }
+
+ public:
+  // sim::yield under pct, replay or exhaustive: the calling fiber is one of the choices, first
+  // in the list, then the others with work, then those spinning on an empty poll (chosen, one
+  // returns from its poll empty-handed: a thread's poll can end just before another posts).
+  // True: the caller goes on; false: the chosen fiber runs next and the caller yields.
+  bool keep_running(boost::fibers::context* self) {
+    contexts_.clear();
+    contexts_.push_back(self);
+    for (boost::fibers::context* c : ready_) {
+      if (worker(c)) contexts_.push_back(c);
+    }
+    for (boost::fibers::context* c : ready_) {
+      if (spinning(c)) contexts_.push_back(c);
+    }
+    if (contexts_.size() == 1) return true;
+    ++trace_.steps;
+    const std::size_t i = choose();
+    if (i == 0) return true;
+    forced_ = contexts_[i];
+    return false;
+  }
+
+ private:
+  // The index in contexts_ (not empty) of the fiber that runs next, recorded in the trace.
+  std::size_t choose() noexcept {
+    if (schedule_.mode == Schedule::Mode::pct) return pick_pct();
+    if (contexts_.size() == 1) return 0;
     const std::size_t point = trace_.choices.size();
     std::uint32_t taken = 0;
-    if (point < schedule_.choices.size() && schedule_.choices[point] < candidates_.size()) {
+    if (point < schedule_.choices.size() && schedule_.choices[point] < contexts_.size()) {
       taken = schedule_.choices[point];
     }
     if (schedule_.mode == Schedule::Mode::exhaustive &&
         point >= static_cast<std::size_t>(std::max(schedule_.bound, 0))) {
       trace_.beyond_bound = true;
     }
-    trace_.choices.push_back({taken, static_cast<std::uint32_t>(candidates_.size())});
-    return candidates_[taken];
+    trace_.choices.push_back({taken, static_cast<std::uint32_t>(contexts_.size())});
+    return taken;
   }
 
-  // The candidate of highest priority; at a change point it drops below every other first.
+  // The context of highest priority; at a change point it drops below every other first.
   std::size_t pick_pct() noexcept {
     const auto highest = [this] {
       std::size_t best = 0;
-      for (std::size_t j = 0; j < candidates_.size(); ++j) {
-        if (priority(ready_[candidates_[j]]) > priority(ready_[candidates_[best]])) best = j;
+      for (std::size_t j = 0; j < contexts_.size(); ++j) {
+        if (priority(contexts_[j]) > priority(contexts_[best])) best = j;
       }
       return best;
     };
@@ -170,11 +209,12 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
     for (std::size_t j = 0; j < change_points_.size(); ++j) {
       if (change_points_[j] != trace_.steps) continue;
       // The j-th change point: priority d - 1 - j, under every initial priority (>= d).
-      priority_[ready_[candidates_[best]]] = static_cast<std::uint64_t>(change_points_.size() - j);
+      priority_[contexts_[best]] = static_cast<std::uint64_t>(change_points_.size() - j);
       best = highest();
     }
-    if (candidates_.size() > 1) {
-      trace_.choices.push_back({static_cast<std::uint32_t>(best), static_cast<std::uint32_t>(candidates_.size())});
+    if (contexts_.size() > 1) {
+      trace_.choices.push_back(
+          {static_cast<std::uint32_t>(best), static_cast<std::uint32_t>(contexts_.size())});
     }
     return best;
   }
@@ -192,7 +232,9 @@ class VirtualTimeAlgorithm final : public boost::fibers::algo::algorithm {
   std::vector<boost::fibers::context*> ready_;
   std::vector<boost::fibers::context*> spinning_;
   boost::fibers::context* driver_ = nullptr;
-  std::vector<std::size_t> candidates_;
+  std::vector<std::size_t> candidates_;                 // indices in ready_ of contexts_
+  std::vector<boost::fibers::context*> contexts_;      // the fibers a choice is between
+  boost::fibers::context* forced_ = nullptr;           // chosen by keep_running, runs next
   ScheduleTrace trace_;
   Rng pct_rng_{0};
   std::vector<std::uint64_t> change_points_;
@@ -493,6 +535,22 @@ int spin_wait(World::Impl& world) noexcept {
   boost::this_fiber::yield();
   sim->algo->stop_spinning(self);
   return world.budget_exceeded() ? ETIMEDOUT : 0;
+}
+
+void yield(World& world) {
+  auto* running = static_cast<Simulation::Impl*>(world.impl().fibers().running);
+  if (running != nullptr && running->algo->schedule().mode != Schedule::Mode::random &&
+      running->algo->keep_running(boost::fibers::context::active())) {
+    return;
+  }
+  boost::this_fiber::yield();
+}
+
+void schedule_point(World::Impl& world) noexcept {
+  auto* running = static_cast<Simulation::Impl*>(world.fibers().running);
+  if (running == nullptr || running->algo->schedule().mode == Schedule::Mode::random) return;
+  if (boost::fibers::context::active() == running->algo->driver()) return;
+  if (!running->algo->keep_running(boost::fibers::context::active())) boost::this_fiber::yield();
 }
 
 void sleep_for(World& world, std::chrono::nanoseconds d) {

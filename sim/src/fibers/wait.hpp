@@ -19,6 +19,10 @@ void notify_all(WaitQueuePtr& queue) noexcept;
 // like this one, so that no fiber's work is overtaken by virtual time. Returns 0, or
 // ETIMEDOUT once the world's budget ran out.
 int spin_wait(World::Impl& world) noexcept;
+// Under a pct, replay or exhaustive schedule, a verb where a thread could lose the processor
+// and matter (ibv_req_notify_cq: the window of lost wake-ups): sim::yield. Under the random
+// schedule, and outside a Simulation, nothing.
+void schedule_point(World::Impl& world) noexcept;
 
 // A blocked wait (or sleep) of a fiber after the world deadlocked, which returns at once:
 // after many, the fibers are taken to ignore EDEADLK and wait again, and it throws

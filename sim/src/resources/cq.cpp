@@ -144,6 +144,7 @@ PollResult SimCq::poll(std::span<WorkCompletion> out) noexcept {
 // A CQ without a channel is armed too, as rxe and mlx5 arm it: the arm is used up by the next
 // completion and raises nothing (CqCore::notify).
 std::error_code SimCq::req_notify(bool solicited_only) noexcept {
+  if (fibers_running(*core_->world)) schedule_point(*core_->world);
   if (core_->arm != CqCore::Arm::any) {
     core_->arm = solicited_only ? CqCore::Arm::solicited : CqCore::Arm::any;
   }

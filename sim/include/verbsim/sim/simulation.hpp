@@ -137,6 +137,13 @@ struct ExploreResult {
 ExploreResult explore(int bound, const std::function<ScheduleTrace(const Schedule&)>& scenario,
                       std::uint64_t max_runs = 1'000'000);
 
+// A scheduling point for a fiber of a running Simulation: under the random schedule the same
+// as boost::this_fiber::yield() (another ready fiber runs); under pct, replay and exhaustive
+// the schedule chooses between the caller and every other fiber with work, so the caller may
+// go on (a yield of Boost.Fiber always hands over, which hides bugs that need one fiber to take
+// several steps in a row). Outside a Simulation: boost::this_fiber::yield().
+void yield(World& world);
+
 // Sleeps `d` of virtual time: blocks the calling fiber under a running Simulation, otherwise
 // runs the world forward.
 void sleep_for(World& world, std::chrono::nanoseconds d);
