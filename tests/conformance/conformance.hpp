@@ -43,6 +43,7 @@ struct Expect {
   bool wq_pow2_minus_one;
   // ibv_create_qp writes back the requested max_send_wr/max_recv_wr (rxe), not the depth.
   bool create_echoes_requested_wr;
+  bool local_mr_rkey_zero;  // an MR without remote access has rkey 0 (rxe), else its lkey
   // max_inline_data given to a QP that asks for none, with one send SGE.
   std::uint32_t default_inline;
   // max_send_sge given for max_send_sge=1 and max_inline_data=64 (rxe sizes WQEs by inline).

@@ -207,6 +207,10 @@ TEST_P(Memory, KeysOfLocalAndRemoteRegions) {
   auto remote = pd().reg_mr(mem(0), 4096, Access::local_write | Access::remote_write);
   CHECK_OBS("distinct_lkeys", local->lkey() != remote->lkey() && local->lkey() != mr().lkey(), true);
   CHECK_OBS("remote_rkey_is_lkey", remote->rkey() == remote->lkey(), true);
+  // rxe gives an MR no peer may reach rkey 0; mlx5 its lkey.
+  const std::uint32_t k = local->rkey();
+  const std::string local_rkey = k == 0 ? "0" : k == local->lkey() ? "lkey" : "other";
+  CHECK_OBS("local_rkey", local_rkey, std::string(expect().local_mr_rkey_zero ? "0" : "lkey"));
 }
 
 TEST_P(Memory, DeallocPdWithRegionIsBusy) {

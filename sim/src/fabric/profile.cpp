@@ -16,6 +16,7 @@ constexpr ProfileTraits kStrict{
     .post_checks_opcode = true,
     .ud_oversize_refused = true,
     .ud_ah_pd_checked = true,
+    .local_mr_rkey_zero = false,
     .create_reports_requested = false,
     .retire_on_poll = true,
     .cq_overrun_is_error = true,
@@ -70,6 +71,7 @@ constexpr ProfileTraits kRxe{
     .post_checks_opcode = false,   // librxe validates SGEs, inline and atomics only
     .ud_oversize_refused = false,  // rxe_requester drops it and reports success
     .ud_ah_pd_checked = true,      // rxe_get_av: "PDs don't match for AH and QP"
+    .local_mr_rkey_zero = true,    // measured in the VM (Memory.KeysOfLocalAndRemoteRegions)
     .create_reports_requested = true,
     .retire_on_poll = false,
     .cq_overrun_is_error = false,

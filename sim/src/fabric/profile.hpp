@@ -33,6 +33,8 @@ struct ProfileTraits {
   bool ud_ah_pd_checked;          // a UD send whose AH is of another PD than the QP fails
                                   // with LOC_QP_OP_ERR (rxe_get_av); mlx5 copies the AV into
                                   // the WQE and sends it
+  bool local_mr_rkey_zero;        // rxe: an MR without remote access has rkey 0 (its lkey
+                                  // otherwise); mlx5: rkey = lkey always
   bool create_reports_requested;  // rxe: create_qp's cap and create_srq's attributes echo
                                   // the request; query tells the truth
   bool retire_on_poll;            // send slot frees when its completion is polled (hardware)

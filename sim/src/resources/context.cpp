@@ -363,6 +363,15 @@ SimMr::~SimMr() {
   if (!destroyed_) release();
 }
 
+// One key serves both (the index and a key byte); rxe hands out rkey 0 for an MR no remote
+// peer may reach. A request that names 0 finds no MR (REM_ACCESS_ERR), as one naming the lkey
+// of such an MR did.
+std::uint32_t SimMr::rkey() const noexcept {
+  constexpr Access remote = Access::remote_read | Access::remote_write | Access::remote_atomic;
+  if (!any(core_.access, remote) && core_.pd->ctx->world->traits().local_mr_rkey_zero) return 0;
+  return core_.key;
+}
+
 void SimMr::destroy() {
   if (destroyed_) return;
   if (core_.windows > 0) {

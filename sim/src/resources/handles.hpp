@@ -80,7 +80,7 @@ class SimMr final : public MemoryRegion {
   void* addr() const noexcept override { return core_.addr; }
   std::size_t length() const noexcept override { return core_.length; }
   std::uint32_t lkey() const noexcept override { return core_.key; }
-  std::uint32_t rkey() const noexcept override { return core_.key; }
+  std::uint32_t rkey() const noexcept override;
   Access access() const noexcept override { return core_.access; }
   void rereg(const MrChange& change) override;
   MrCore& core() noexcept { return core_; }
