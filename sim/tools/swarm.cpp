@@ -22,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -255,9 +256,15 @@ int merge(int argc, char** argv) {
              : 0;
 }
 
-// Runs the command once for `seed` as `t` says, to its end or the timeout: the failure's
-// signature, or an empty string if it passed.
-std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
+// One variable of a test's environment: set to `value`, or unset when it is null.
+struct EnvVar {
+  const char* name;
+  const char* value;
+};
+
+// Starts the command with `env` on top of the swarm's own environment, its stdout and stderr
+// into a pipe whose read end goes to `out_fd`; returns the child's pid.
+pid_t start_test(const Options& o, std::initializer_list<EnvVar> env, int& out_fd) {
   int fds[2];
   if (::pipe(fds) != 0) {
     std::perror("verbsim-swarm: pipe");
@@ -269,17 +276,12 @@ std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm:
     ::dup2(fds[1], 2);
     ::close(fds[0]);
     ::close(fds[1]);
-    ::setenv("VERBSIM_SEED", std::to_string(seed).c_str(), 1);
-    ::setenv("VERBSIM_FAULTS", t.faults.c_str(), 1);
-    if (t.steps > 0) {
-      ::setenv("VERBSIM_STEPS", std::to_string(t.steps).c_str(), 1);
-    } else {
-      ::unsetenv("VERBSIM_STEPS");
-    }
-    if (!t.firings.empty()) {
-      ::setenv("VERBSIM_FAULT_FIRINGS", t.firings.c_str(), 1);
-    } else {
-      ::unsetenv("VERBSIM_FAULT_FIRINGS");
+    for (const EnvVar& v : env) {
+      if (v.value != nullptr) {
+        ::setenv(v.name, v.value, 1);
+      } else {
+        ::unsetenv(v.name);
+      }
     }
     std::vector<char*> args;
     for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
@@ -289,15 +291,45 @@ std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm:
     ::_exit(127);
   }
   ::close(fds[1]);
+  out_fd = fds[0];
+  return pid;
+}
+
+// What a test's wait status says went wrong: empty for exit status 0.
+std::string ending(int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+    return "exit status " + std::to_string(WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+  return {};
+}
+
+std::string timed_out(const Options& o) {
+  return "timed out after " + std::to_string(o.timeout_s) + " s";
+}
+
+// Runs the command once for `seed` as `t` says, to its end or the timeout: the failure's
+// signature, or an empty string if it passed.
+std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
+  const std::string seed_text = std::to_string(seed);
+  const std::string steps_text = std::to_string(t.steps);
+  int fd = -1;
+  const pid_t pid = start_test(o,
+                               {{"VERBSIM_SEED", seed_text.c_str()},
+                                {"VERBSIM_FAULTS", t.faults.c_str()},
+                                {"VERBSIM_STEPS", t.steps > 0 ? steps_text.c_str() : nullptr},
+                                {"VERBSIM_FAULT_FIRINGS",
+                                 !t.firings.empty() ? t.firings.c_str() : nullptr}},
+                               fd);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
   std::string output;
   std::string why;
   int status = 0;
   for (;;) {
-    pollfd pfd{fds[0], POLLIN, 0};
+    pollfd pfd{fd, POLLIN, 0};
     ::poll(&pfd, 1, 100);
     char buf[4096];
-    const ssize_t n = pfd.revents != 0 ? ::read(fds[0], buf, sizeof buf) : -1;
+    const ssize_t n = pfd.revents != 0 ? ::read(fd, buf, sizeof buf) : -1;
     if (n > 0) {
       output.append(buf, static_cast<std::size_t>(n));
       continue;
@@ -305,17 +337,13 @@ std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm:
     if (n == 0) break;  // every writer is gone
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
-      why = "timed out after " + std::to_string(o.timeout_s) + " s";
+      why = timed_out(o);
       break;
     }
   }
-  ::close(fds[0]);
+  ::close(fd);
   ::waitpid(pid, &status, 0);
-  if (why.empty() && WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-    why = "exit status " + std::to_string(WEXITSTATUS(status));
-  } else if (why.empty() && WIFSIGNALED(status)) {
-    why = std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  }
+  if (why.empty()) why = ending(status);
   return why.empty() ? std::string() : verbsim::swarm::signature(output, why);
 }
 
@@ -372,30 +400,16 @@ int run(const Options& o) {
   verbsim::swarm::Progress progress(slice.count, o.progress_s);
 
   auto launch = [&](std::uint64_t seed) {
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      std::perror("verbsim-swarm: pipe");
-      std::exit(2);
-    }
     const std::string faults = draw_faults(o, seed);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::setenv("VERBSIM_SEED", std::to_string(seed).c_str(), 1);
-      if (!faults.empty()) ::setenv("VERBSIM_FAULTS", faults.c_str(), 1);
-      std::vector<char*> args;
-      for (const auto& a : o.command) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      std::fprintf(stderr, "verbsim-swarm: cannot run %s: %s\n", args[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    running.push_back({seed, faults, pid, fds[0], {}, std::chrono::steady_clock::now()});
+    const std::string seed_text = std::to_string(seed);
+    int fd = -1;
+    // An empty plan leaves the swarm's own VERBSIM_FAULTS, if any, to the test.
+    const EnvVar seed_var{"VERBSIM_SEED", seed_text.c_str()};
+    const pid_t pid = faults.empty()
+                          ? start_test(o, {seed_var}, fd)
+                          : start_test(o, {seed_var, {"VERBSIM_FAULTS", faults.c_str()}}, fd);
+    ::fcntl(fd, F_SETFL, O_NONBLOCK);
+    running.push_back({seed, faults, pid, fd, {}, std::chrono::steady_clock::now()});
   };
 
   while (next < end || !running.empty()) {
@@ -415,14 +429,12 @@ int run(const Options& o) {
       if (done == 0 && now - r.started > std::chrono::seconds(o.timeout_s)) {
         ::kill(r.pid, SIGKILL);
         ::waitpid(r.pid, &status, 0);
-        why = "timed out after " + std::to_string(o.timeout_s) + " s";
+        why = timed_out(o);
       } else if (done == 0) {
         ++i;
         continue;
-      } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-        why = "exit status " + std::to_string(WEXITSTATUS(status));
-      } else if (WIFSIGNALED(status)) {
-        why = std::string("killed by signal ") + strsignal(WTERMSIG(status));
+      } else {
+        why = ending(status);
       }
       while ((n = ::read(r.out_fd, buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
       ::close(r.out_fd);
