@@ -105,6 +105,20 @@ struct SimPair {
   Side b;
 };
 
+// Addresses `wr`, a UD send of p.a, to p.b's QP (qkey 0x11111111); returns the address handle,
+// which must outlive the post.
+inline std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
+  AhAttr attr;
+  attr.is_global = true;
+  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
+  attr.grh.sgid_index = 1;
+  std::unique_ptr<AddressHandle> ah = p.a.pd->create_ah(attr);
+  wr.ah = ah.get();
+  wr.remote_qpn = p.b.qp->qp_num();
+  wr.remote_qkey = 0x11111111;
+  return ah;
+}
+
 // Polls `cq` until `n` completions arrived or the world has nothing left to do.
 inline std::vector<WorkCompletion> poll_n(sim::World& world, CompletionQueue& cq, std::size_t n) {
   std::vector<WorkCompletion> out;

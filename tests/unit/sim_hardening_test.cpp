@@ -21,6 +21,7 @@ namespace verbsim {
 namespace {
 
 using sim::Profile;
+using testing::address_to_b;
 using testing::Ledger;
 using testing::PairOptions;
 using testing::ProfileTest;
@@ -32,20 +33,6 @@ using testing::SimPair;
 const auto kAllProfiles = ::testing::Values(Profile::strict, Profile::rxe, Profile::mlx5);
 
 class Hardening : public ProfileTest {};
-
-// Addresses `wr`, a UD send of p.a, to p.b's QP; the handle must outlive the post.
-std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
-  AhAttr attr;
-  attr.is_global = true;
-  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
-  attr.grh.sgid_index = 1;
-  attr.port_num = 1;
-  std::unique_ptr<AddressHandle> ah = p.a.pd->create_ah(attr);
-  wr.ah = ah.get();
-  wr.remote_qpn = p.b.qp->qp_num();
-  wr.remote_qkey = 0x11111111;
-  return ah;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Opcodes

@@ -14,6 +14,7 @@ namespace verbsim {
 namespace {
 
 using sim::Profile;
+using testing::address_to_b;
 using testing::async_events;
 using testing::expect_completions;
 using testing::Ledger;
@@ -494,20 +495,6 @@ TEST_P(Ops, ALateMessageWhoseSendSlotWasReusedIsLost) {
   }
   led.drain(p.world, *p.a.cq);
   led.drain(p.world, *p.b.cq);
-}
-
-// Addresses `wr`, a UD send of p.a, to p.b's QP (qkey 0x11111111); returns the address handle,
-// which must outlive the post.
-std::unique_ptr<AddressHandle> address_to_b(SimPair& p, SendWr& wr) {
-  AhAttr attr;
-  attr.is_global = true;
-  attr.grh.dgid = p.b.ctx->query_gid(1, 1);
-  attr.grh.sgid_index = 1;
-  std::unique_ptr<AddressHandle> ah = p.a.pd->create_ah(attr);
-  wr.ah = ah.get();
-  wr.remote_qpn = p.b.qp->qp_num();
-  wr.remote_qkey = 0x11111111;
-  return ah;
 }
 
 // Hardware profiles refuse the post (EINVAL, the API's promise); rxe accepts it and the WR fails
