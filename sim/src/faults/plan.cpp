@@ -42,12 +42,6 @@ std::string errno_name(int err) {
   return std::to_string(err);
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
 std::string format_time(std::uint64_t ns) {
   if (ns != 0 && ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
   if (ns != 0 && ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
@@ -301,7 +295,7 @@ Words split_words(const RuleParser& p, std::string_view rule) {
   while (!rest.empty()) {
     const std::size_t sp = rest.find_first_of(" \t");
     const std::string_view word = rest.substr(0, sp);
-    rest = sp == std::string_view::npos ? std::string_view{} : trim(rest.substr(sp));
+    rest = sp == std::string_view::npos ? std::string_view{} : trim_blanks(rest.substr(sp));
     if (w.kind.empty()) {
       w.kind = word;
       continue;
@@ -383,14 +377,7 @@ FaultPlan FaultPlan::from_env() {
 
 FaultPlan FaultPlan::parse(std::string_view text) {
   FaultPlan plan;
-  while (!text.empty()) {
-    const std::size_t end = text.find_first_of(";\n");
-    std::string_view rule = text.substr(0, end);
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-    if (const auto hash = rule.find('#'); hash != std::string_view::npos) rule = rule.substr(0, hash);
-    rule = trim(rule);
-    if (!rule.empty()) parse_rule(rule, plan);
-  }
+  for (const std::string_view rule : rule_texts(text)) parse_rule(rule, plan);
   return plan;
 }
 

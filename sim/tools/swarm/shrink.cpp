@@ -7,18 +7,14 @@
 #include <set>
 #include <utility>
 
+#include "verbsim/sim/faults.hpp"
+
 namespace verbsim::swarm {
 namespace {
 
-std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
 std::vector<std::string_view> words_of(std::string_view rule) {
   std::vector<std::string_view> words;
-  while (!(rule = trimmed(rule)).empty()) {
+  while (!(rule = sim::trim_blanks(rule)).empty()) {
     const std::size_t end = rule.find_first_of(" \t");
     words.push_back(rule.substr(0, end));
     rule = end == std::string_view::npos ? std::string_view{} : rule.substr(end);
@@ -187,15 +183,8 @@ class Shrinker {
 }  // namespace
 
 std::vector<std::string> rules_of(std::string_view plan) {
-  std::vector<std::string> rules;
-  while (!plan.empty()) {
-    const std::size_t end = plan.find_first_of(";\n");
-    std::string_view rule = plan.substr(0, end);
-    plan = end == std::string_view::npos ? std::string_view{} : plan.substr(end + 1);
-    if (const auto hash = rule.find('#'); hash != std::string_view::npos) rule = rule.substr(0, hash);
-    if (!(rule = trimmed(rule)).empty()) rules.emplace_back(rule);
-  }
-  return rules;
+  const std::vector<std::string_view> texts = sim::rule_texts(plan);
+  return {texts.begin(), texts.end()};
 }
 
 std::string plan_of(const std::vector<std::string>& rules) {

@@ -141,6 +141,32 @@ struct TimedFault {
   std::uint32_t qpn = 0;
 };
 
+// Blanks (space, tab, carriage return) off both ends of `s`.
+inline std::string_view trim_blanks(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// The rules of a plan's text, as FaultPlan::parse reads them: separated by ';' or a newline, a
+// '#' starting a comment to the rule's end, blanks around each dropped, empty ones skipped.
+// Header-only: verbsim-swarm splits plans with it too.
+inline std::vector<std::string_view> rule_texts(std::string_view text) {
+  std::vector<std::string_view> rules;
+  while (!text.empty()) {
+    const std::size_t end = text.find_first_of(";\n");
+    std::string_view rule = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    if (const auto hash = rule.find('#'); hash != std::string_view::npos) rule = rule.substr(0, hash);
+    if (!(rule = trim_blanks(rule)).empty()) rules.push_back(rule);
+  }
+  return rules;
+}
+
 struct FaultPlan {
   std::vector<VerbFault> verbs;
   std::vector<PacketFault> packets;
