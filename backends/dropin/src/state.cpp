@@ -144,7 +144,10 @@ sim::World* world() noexcept {
     // VERBSIM_STATS) hear that the run is over then.
     std::atexit([] {
       std::lock_guard<std::recursive_mutex> lock(global().mu);
-      if (global().world) global().world->finish_observers();
+      if (global().world) {
+        global().world->finish_observers();
+        global().world->leave_fabric();  // VERBSIM_FABRIC: the others go on without it
+      }
     });
     if (const char* log = std::getenv("VERBSIM_VERB_LOG"); log != nullptr && *log != '\0') {
       VerbLogOptions o;

@@ -6,9 +6,10 @@
 
 namespace verbsim::sim {
 
-// fault, wake and cm are not for a QP (World::Impl::dispatch); cm carries the connection
-// manager's messages and timers (cm.cpp).
-enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake, cm };
+// fault, wake, cm and parcel are not for a QP (World::Impl::dispatch); cm carries the
+// connection manager's messages and timers (cm.cpp), parcel a packet from another process of a
+// shared fabric (fabric/multiprocess.cpp; index: where it waits).
+enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault, wake, cm, parcel };
 
 // NAK codes carried by EvKind::nak (code field; an RNR NAK has its timer in the value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };

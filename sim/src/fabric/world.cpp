@@ -175,6 +175,7 @@ World::Impl::Impl(Config c)
   }
   if (!config_.timeline.empty()) own_observer(std::make_unique<TimelineWriter>(config_.timeline));
   if (!config_.pcap.empty()) own_observer(std::make_unique<PcapWriter>(config_.pcap));
+  if (!config_.fabric.empty()) join_fabric();
 }
 
 // Inline in step(): it runs once per event.
@@ -189,6 +190,8 @@ World::Impl::Impl(Config c)
       run_timed_fault(config_.faults.timed[e.index], e.code == 1);
     } else if (e.kind == EvKind::cm) {
       run_cm_event(e);
+    } else if (e.kind == EvKind::parcel) {
+      run_parcel(e);
     } else {  // sim::sleep_for of a fiber
       auto* queue = reinterpret_cast<WaitQueuePtr*>(static_cast<std::uintptr_t>(e.value));
       const auto& sleepers = fibers_.sleepers;
@@ -198,7 +201,10 @@ World::Impl::Impl(Config c)
   }
   if (faults_.links_changed() && e.kind <= EvKind::nak && !port_up(e.dev, 1)) return;  // down
   SimQp* qp = find_qp(e.dev, e.qpn);
-  if (qp == nullptr) return;  // the QP was destroyed meanwhile: the packet or timer is lost
+  if (qp == nullptr) {  // the QP was destroyed meanwhile: the packet or timer is lost
+    if (link_ != nullptr) hand_over(e);  // unless it is a QP of another process
+    return;
+  }
   if (e.kind == EvKind::deliver) [[likely]] {  // one per message: most events
     qp->on_deliver(e);
     // It touched MR memory the program had unmapped (transport/user_memory.hpp).
@@ -213,7 +219,8 @@ World::Impl::Impl(Config c)
     case EvKind::deliver:
     case EvKind::fault:
     case EvKind::wake:
-    case EvKind::cm: break;
+    case EvKind::cm:
+    case EvKind::parcel: break;
   }
 }
 
@@ -230,12 +237,14 @@ inline bool World::Impl::timer_is_idle(const Event& e) {
 bool World::Impl::plain_step() { return events_.step<false>(UINT64_MAX, now_, *this); }
 
 bool World::Impl::step() {
+  if (link_ != nullptr) [[unlikely]] return shared_step(UINT64_MAX, /*passive=*/true, true);
   if (budgeted_) [[unlikely]] return budgeted_step(UINT64_MAX, /*may_throw=*/true);
   const Entry entry(*this);
   return plain_step();
 }
 
 bool World::Impl::step_until(std::uint64_t limit) {
+  if (link_ != nullptr) [[unlikely]] return shared_step(limit, /*passive=*/false, true);
   if (budgeted_) [[unlikely]] return budgeted_step(limit, /*may_throw=*/true);
   const Entry entry(*this);
   return events_.step<true>(limit, now_, *this);
@@ -281,6 +290,10 @@ std::uint64_t World::Impl::budget_end() noexcept {
 
 int World::Impl::limited_poll_step() noexcept {
   const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
+  if (link_ != nullptr) {
+    shared_step(limit, /*passive=*/limit == UINT64_MAX, /*may_throw=*/false);
+    return budget_report_.empty() ? 0 : ETIMEDOUT;
+  }
   if (!budgeted_) {
     const Entry entry(*this);
     events_.step<true>(limit, now_, *this);
@@ -323,7 +336,14 @@ bool World::Impl::budgeted_step(std::uint64_t limit, bool may_throw) {
   return false;
 }
 
+std::uint64_t World::Impl::next_busy_time() {
+  while (events_.drop_idle_timer_on_top(*this)) {
+  }
+  return events_.earliest();
+}
+
 void World::Impl::run_until(std::uint64_t deadline) {
+  if (link_ != nullptr) return shared_run_until(deadline);
   for (;;) {
     // Stop before the first event later than the deadline (idle timers do not count).
     while (events_.drop_idle_timer_on_top(*this)) {
@@ -416,6 +436,7 @@ Config with_env_overrides(Config c) {
   if (const char* p = std::getenv("VERBSIM_PCAP"); p != nullptr && *p != '\0') c.pcap = p;
   if (const char* t = std::getenv("VERBSIM_TIMELINE"); t != nullptr && *t != '\0') c.timeline = t;
   if (stats_from_env()) c.stats = true;
+  if (const char* f = std::getenv("VERBSIM_FABRIC"); f != nullptr && *f != '\0') c.fabric = f;
   if (const char* b = std::getenv("VERBSIM_BUDGET"); b != nullptr && *b != '\0') {
     c.budget = Budget::parse(b);  // "off": none, not even the default
   } else if (!c.budget.enabled()) {
@@ -487,6 +508,7 @@ World::~World() {
     std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
   }
   impl_->finish_observers();
+  impl_->leave_fabric();
   notify_destroyed(*this);
   // A context's core lives while the context or any object made from it does.
   std::size_t alive = 0;
@@ -545,7 +567,10 @@ std::uint64_t World::run_until_idle(std::uint64_t max_events) {
   return n;
 }
 
-std::size_t World::pending_events() const noexcept { return impl_->pending(); }
+// A world of a shared fabric always has something pending: what the other processes send.
+std::size_t World::pending_events() const noexcept {
+  return impl_->pending() + (impl_->shared() ? 1 : 0);
+}
 std::uint64_t World::digest() const noexcept { return impl_->digest().value(); }
 
 std::string World::digest_hex() const {
@@ -566,6 +591,7 @@ Accounting World::accounting() const noexcept {
 void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
 
 void World::finish_observers() { impl_->finish_observers(); }
+void World::leave_fabric() { impl_->leave_fabric(); }
 
 Observer& World::own_observer(std::unique_ptr<Observer> observer) {
   Observer& o = *observer;

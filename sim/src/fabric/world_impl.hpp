@@ -23,6 +23,10 @@
 namespace verbsim::sim {
 
 struct CmFabric;
+struct FabricLink;
+struct FabricLinkDeleter {
+  void operator()(FabricLink* l) const noexcept;
+};
 struct CqEntry;
 class StatsObserver;
 struct WaitQueue;
@@ -127,13 +131,20 @@ struct World::Impl {
   const std::string& budget_report() const noexcept { return budget_report_; }
   void set_poll_horizon(std::uint64_t ns) noexcept {
     poll_horizon_ = ns;
-    poll_slow_ = ns != UINT64_MAX || budgeted_;
+    poll_slow_ = ns != UINT64_MAX || budgeted_ || link_ != nullptr;
   }
   // The World this is the inside of (for reports made inside: BudgetExceeded).
   void set_owner(const World* w) noexcept { owner_ = w; }
   // Runs every event due at or before `deadline`, then sets the clock to it.
   void run_until(std::uint64_t deadline);
   const EventQueue& events() const noexcept { return events_; }
+
+  // ---- A fabric shared with other processes (Config::fabric; fabric/multiprocess.cpp)
+  bool shared() const noexcept { return link_ != nullptr; }
+  void leave_fabric();  // World::leave_fabric
+  // A QP number unique in the fabric (0: none left), and giving it back.
+  std::uint32_t take_qpn(const DevCore& dev);
+  void give_back_qpn(const DevCore& dev, std::uint32_t qpn) noexcept;
 
   // ---- Verb faults: the errno a verb call fails with under the fault plan, or 0.
   int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) noexcept {
@@ -253,6 +264,20 @@ struct World::Impl {
   int limited_poll_step() noexcept;
   // step() without a budget.
   bool plain_step();
+  // A shared fabric's step: takes the parcels other processes sent, runs the next instant up
+  // to `limit` and what they allow, and tells them how far this process may now send from
+  // (`passive`: the program waits in the library, only events make it send).
+  bool shared_step(std::uint64_t limit, bool passive, bool may_throw);
+  void join_fabric();
+  void shared_run_until(std::uint64_t deadline);
+  void take_parcels();
+  void publish_bound();
+  // The time of the earliest event that would do something (idle timers are dropped).
+  std::uint64_t next_busy_time();
+  // A packet or response for a QP of another process: sent to it (else lost).
+  void hand_over(const Event& e);
+  // A parcel's turn (EvKind::parcel).
+  void run_parcel(const Event& e);
 
   Config config_;
   const ProfileTraits* traits_;
@@ -275,6 +300,7 @@ struct World::Impl {
   FiberState fibers_;
   std::vector<std::uint32_t> unmapped_warned_;  // keys of MRs report_unmapped named
   std::shared_ptr<CmFabric> cm_;
+  std::unique_ptr<FabricLink, FabricLinkDeleter> link_;  // Config::fabric's, if set
   bool observing_ = false;
   bool counting_ = false;                       // count_port_traffic()
   std::vector<PortHwCounters*> wire_counters_;  // by Event::wire, while counting

@@ -10,6 +10,7 @@
 #include "faults/faulty.hpp"
 #include "transport/qp.hpp"
 #include "transport/qp_state_table.hpp"
+#include "transport/wire.hpp"
 #include "verbsim/error.hpp"
 
 namespace verbsim::sim {
@@ -65,10 +66,13 @@ std::unique_ptr<QueuePair> SimPd::create_qp(const QpInitAttr& init) {
     throw_verb_error("ibv_create_qp", w.traits().pool_full_errno,
                      "the device holds " + str(dev.limits.max_qp) + " QPs already (its max)");
   }
-  if (!dev.qpns.fresh_left() && !dev.qpns.freed_left()) {
-    throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
+  std::uint32_t qpn = 0;
+  if (w.shared()) {
+    qpn = w.take_qpn(dev);  // unique in the fabric
+  } else if (dev.qpns.fresh_left() || dev.qpns.freed_left()) {
+    qpn = dev.qpns.fresh_left() ? dev.qpns.take_fresh() : dev.qpns.take_freed();
   }
-  const std::uint32_t qpn = dev.qpns.fresh_left() ? dev.qpns.take_fresh() : dev.qpns.take_freed();
+  if (qpn == 0) throw_verb_error("ibv_create_qp", ENOMEM, "QP numbers exhausted");
   if (w.faults().targets(Verb::post_send) ||
       w.faults().targets(Verb::post_recv)) {
     return std::make_unique<FaultyQp>(core_, init, qpn);
@@ -145,6 +149,34 @@ SimQp::SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t q
   ++dev_->live_qps;
 }
 
+SimQp::SimQp(StandIn, World::Impl& w, DevCore& dev, std::uint32_t qpn)
+    : world_(&w), dev_(&dev), qpn_(qpn), type_(QpType::rc), sq_sig_all_(false), has_srq_(false) {
+  constexpr std::uint32_t kSlots = 1024;  // more than a requester has outstanding
+  sq_mask_ = kSlots - 1;
+  sq_depth_ = kSlots;
+  max_send_sge_ = 1;
+  sq_stride_ = sizeof(SendWqe) + sizeof(Sge);
+  const std::size_t slot_bytes = std::size_t{kSlots} * sq_stride_;
+  sq_mem_ = std::make_unique<std::byte[]>(slot_bytes + kSlots * sizeof(AtomicOperands));
+  destroyed_ = true;  // nothing of a device's tables to leave
+}
+
+void SimQp::load_stand_in(std::uint32_t index, std::uint32_t epoch, QpType type,
+                          const SendWqe& wq, const AtomicOperands& atomic,
+                          std::uint8_t* data) noexcept {
+  type_ = type;
+  epoch_ = epoch;
+  if (static_cast<std::int32_t>(index + 1 - sq_post_) > 0 || sq_overwritten(index)) {
+    sq_post_ = index + 1;
+  }
+  SendWqe& slot = sq_at(index);
+  slot = wq;
+  slot.num_sge = 1;
+  slot.inlined = false;
+  *sq_sge(index) = Sge{reinterpret_cast<std::uint64_t>(data), is_atomic(wq.opcode) ? 8 : wq.length, 0};
+  sq_atomic(index) = atomic;
+}
+
 SimQp::~SimQp() {
   if (!destroyed_) destroy();
 }
@@ -155,7 +187,11 @@ void SimQp::destroy() {
   world().acct().discarded += outstanding();
   forget_cq_entries();
   dev_->qps.erase(qpn_);
-  dev_->qpns.give_back(qpn_);
+  if (world().shared()) {
+    world().give_back_qpn(*dev_, qpn_);
+  } else {
+    dev_->qpns.give_back(qpn_);
+  }
   --dev_->live_qps;
   --scq_->users;
   scq_->qps.remove(qpn_);

@@ -21,6 +21,14 @@ namespace verbsim::sim {
 class alignas(64) SimQp : public QueuePair {
  public:
   SimQp(std::shared_ptr<PdCore> pd, const QpInitAttr& init, std::uint32_t qpn);
+  // A QP of another process of a shared fabric as the responder here sees it, its requester:
+  // send-queue slots only, each loaded from the parcel that brought its message (stand_in()).
+  struct StandIn {};
+  SimQp(StandIn, World::Impl& w, DevCore& dev, std::uint32_t qpn);
+  // Puts the message of parcel `index` into its slot; `data` holds a SEND's or WRITE's
+  // payload, or takes a READ's or atomic's result (at least max(wq.length, 8) bytes).
+  void load_stand_in(std::uint32_t index, std::uint32_t epoch, QpType type, const SendWqe& wq,
+                     const AtomicOperands& atomic, std::uint8_t* data) noexcept;
   ~SimQp() override;
   void destroy() override;
 
@@ -40,6 +48,7 @@ class alignas(64) SimQp : public QueuePair {
 
   // Transport (transport.cpp), driven by the world's events.
   void on_deliver(const Event& e);  // this QP is the responder
+  void on_deliver_from(const Event& e, SimQp& req);  // of a requester of another process
   void deliver_ud(SimQp& req, std::uint32_t index);  // on_deliver for UD
   void on_ack(const Event& e);
   void on_nak(const Event& e);
@@ -135,6 +144,7 @@ class alignas(64) SimQp : public QueuePair {
   std::uint32_t peer_qpn() const noexcept { return hot_.dest_qp_num; }
   std::uint8_t port_num() const noexcept { return hot_.port_num; }
   bool holds_wqe(std::uint32_t i) const noexcept { return sq_post_ - i - 1 <= sq_mask_; }
+  std::uint32_t epoch() const noexcept { return epoch_; }
   const PdCore* pd() const noexcept { return pd_.get(); }
   // The counters of the QP's port (port 1's before the QP has one).
   PortHwCounters& port_counters() noexcept {
@@ -180,6 +190,7 @@ class alignas(64) SimQp : public QueuePair {
   // every access bit of `need`?
   bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
                      Access need) const noexcept;
+  void deliver_from(const Event& e, SimQp& req);  // on_deliver once the requester is found
   void transmit();
   template <QpType Type>
   void transmit_as();  // transmit() for a QP of type `Type`

@@ -134,9 +134,16 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
 }
 
 void SimQp::on_deliver(const Event& e) {
-  World::Impl& w = world();
-  SimQp* req = w.find_qp(e.src_dev, e.src_qpn);
-  if (req == nullptr || req->epoch_ != e.epoch || req->type_ != type_) return;
+  SimQp* req = world().find_qp(e.src_dev, e.src_qpn);
+  if (req == nullptr) return;
+  deliver_from(e, *req);
+}
+
+void SimQp::on_deliver_from(const Event& e, SimQp& req) { deliver_from(e, req); }
+
+[[gnu::always_inline]] inline void SimQp::deliver_from(const Event& e, SimQp& requester) {
+  SimQp* req = &requester;
+  if (req->epoch_ != e.epoch || req->type_ != type_) return;
   // A late copy (a fault delayed or duplicated it) of a message whose WQE has completed and
   // whose slot the program has posted over. A real packet carries its payload; here it is read
   // from the WQE on arrival, and that is gone: the message is lost.

@@ -86,11 +86,14 @@ struct Config {
   std::string timeline;  // Trace Event Format JSON (Perfetto, chrome://tracing)
   bool stats = false;    // count packets, ACKs, NAKs, retries, completions (World::stats())
   Budget budget;         // none: default_budget(); VERBSIM_BUDGET replaces it in every world
+  // A fabric shared with the other processes that name it (docs/MULTIPROCESS.md): their worlds
+  // see each other's QPs. Empty: this world alone. VERBSIM_FABRIC sets it in every world.
+  std::string fabric;
 
   // Defaults overridden by VERBSIM_SEED, VERBSIM_PROFILE, VERBSIM_SIM_DEVICES,
   // VERBSIM_SIM_PORTS (ports per device), VERBSIM_FAULTS, VERBSIM_PCAP, VERBSIM_TIMELINE and
-  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends) and
-  // VERBSIM_BUDGET.
+  // VERBSIM_STATS (1: collect, and print them to stderr when the world ends),
+  // VERBSIM_BUDGET and VERBSIM_FABRIC.
   static Config from_env();
 };
 
@@ -169,6 +172,10 @@ class World final : public Backend {
   // Tells the observers the run is over (they flush their files), as the world's destructor
   // does; for a world that lives until the process exits (the drop-in's). Call it once.
   void finish_observers();
+  // Leaves the shared fabric (Config::fabric) after sending what the devices would still send
+  // of what already arrived (ACKs), as the destructor does; for a world that lives until the
+  // process exits (the drop-in's). Nothing without a shared fabric; once is enough.
+  void leave_fabric();
   // The run's counters so far; `collected` is false unless the world was made with
   // Config::stats (or VERBSIM_STATS=1).
   Stats stats() const;

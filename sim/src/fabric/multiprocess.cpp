@@ -1,0 +1,272 @@
+// A world's side of a fabric shared with other processes (Config::fabric, VERBSIM_FABRIC).
+//
+// Every process of the fabric runs a world with the same devices; a QP lives in the process
+// that made it, and its number is unique in the fabric (SharedFabric::take_qpn). A packet for
+// a QP this world does not have is handed over, when it arrives, to the process that owns it
+// (hand_over), as a parcel that carries what the packet would: the message's WQE fields and its
+// payload, or a READ's or atomic's result. There it waits on the event heap until its time
+// (run_parcel), and the responder executes it against a stand-in for the requester (a SimQp
+// holding just the send-queue slots the parcels filled), so the transport is the same code for
+// both cases.
+//
+// Time: a world runs no event later than SharedFabric::safe_time(); after each step it
+// publishes how early it may still send (publish_bound). A program that waits in the library
+// (passive) sends only when events make it; one that runs may post at any moment, a link
+// latency from now. A parcel whose time this world has passed (its program posted after a
+// passive spell) runs at once: times stay consistent (nothing arrives before it was sent) but
+// are not reproducible across runs. docs/MULTIPROCESS.md says what is.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "fabric/shared_fabric.hpp"
+#include "fabric/world_impl.hpp"
+#include "transport/qp.hpp"
+#include "transport/user_memory.hpp"
+#include "transport/wire.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+// What crosses between processes: the packet's event (its first 8 bytes are its time, as
+// SharedFabric needs), and for a message the fields of its WQE; `payload` bytes follow.
+struct Parcel {
+  Event event;
+  SendWqe wqe;              // deliver
+  AtomicOperands atomic;    // deliver of an atomic
+  std::uint32_t payload;    // deliver: SEND or WRITE data; ack: a READ's data or atomic's value
+  QpType type;              // deliver: the requester's QP type
+};
+static_assert(offsetof(Parcel, event) == 0 && offsetof(Event, time) == 0);
+
+constexpr std::uint32_t kStandInSlots = 1024;  // SimQp's stand-in constructor
+
+std::uint64_t stand_in_key(std::uint32_t dev, std::uint32_t qpn) noexcept {
+  return static_cast<std::uint64_t>(dev) << 32 | qpn;
+}
+
+}  // namespace
+
+struct FabricLink {
+  FabricLink(const std::string& name, int devices) : fabric(name, devices) {}
+  SharedFabric fabric;
+  struct StandIn {
+    std::unique_ptr<SimQp> qp;
+    std::vector<std::vector<std::uint8_t>> data{kStandInSlots};  // by slot
+  };
+  std::unordered_map<std::uint64_t, StandIn> stand_ins;  // by device and QPN
+  std::vector<std::vector<std::uint8_t>> parcels;         // waiting, by Event::index
+  std::vector<std::uint32_t> free_parcels;
+  std::vector<std::uint8_t> scratch;  // a message's gathered payload
+  std::uint64_t safe = 0;             // the last SharedFabric::safe_time
+  bool passive = false;
+  bool warned_large = false;
+  bool left = false;
+};
+
+void FabricLinkDeleter::operator()(FabricLink* l) const noexcept { delete l; }
+
+void World::Impl::join_fabric() {
+  link_.reset(new FabricLink(config_.fabric, static_cast<int>(devs_.size())));
+  now_ = link_->fabric.clock_of_others();  // one clock: a world that joins starts there
+  poll_slow_ = true;
+  publish_bound();
+}
+
+void World::Impl::leave_fabric() {
+  if (link_ == nullptr || link_->left) return;
+  // A device answers what it received at once; a program that exits right after its last
+  // completion must not take those ACKs with it. A few link latencies of virtual time, within
+  // 200 ms of wall time (the others may be slow to let time pass).
+  const std::uint64_t end = now_ + 10 * config_.link_latency_ns;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    while (now_ < end && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200)) {
+      shared_run_until(end);
+      if (now_ < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  } catch (...) {
+    // A budget that ran out: leave all the same.
+  }
+  link_->left = true;
+  link_->fabric.leave();
+}
+
+std::uint32_t World::Impl::take_qpn(const DevCore& dev) {
+  return link_->fabric.take_qpn(dev.index);
+}
+
+void World::Impl::give_back_qpn(const DevCore& dev, std::uint32_t qpn) noexcept {
+  link_->fabric.give_back_qpn(dev.index, qpn);
+}
+
+void World::Impl::publish_bound() {
+  const std::uint64_t next = next_busy_time();
+  const std::uint64_t bound =
+      link_->passive ? next : std::min(next, now_ + config_.link_latency_ns);
+  link_->fabric.publish(now_, bound, next);
+}
+
+void World::Impl::take_parcels() {
+  FabricLink& l = *link_;
+  l.fabric.drain(
+      [&](const void* p, std::size_t bytes) {
+        std::uint32_t slot;
+        if (l.free_parcels.empty()) {
+          slot = static_cast<std::uint32_t>(l.parcels.size());
+          l.parcels.emplace_back();
+        } else {
+          slot = l.free_parcels.back();
+          l.free_parcels.pop_back();
+        }
+        const auto* b = static_cast<const std::uint8_t*>(p);
+        l.parcels[slot].assign(b, b + bytes);
+        Parcel head;
+        std::memcpy(&head, b, sizeof head);
+        Event e{};
+        e.time = std::max(now_, head.event.time);  // late: its sender's program ran ahead
+        e.kind = EvKind::parcel;
+        e.dev = head.event.dev;
+        e.qpn = head.event.qpn;
+        e.index = slot;
+        schedule(e);
+      },
+      [&] { publish_bound(); });  // before their room is freed: SharedFabric::safe_time
+}
+
+bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw) {
+  FabricLink& l = *link_;
+  l.passive = passive;
+  l.safe = l.fabric.safe_time(config_.link_latency_ns);
+  take_parcels();
+  const std::uint64_t until = std::min(limit, l.safe);
+  bool ran;
+  if (budgeted_) {
+    ran = budgeted_step(until, may_throw);
+  } else {
+    const Entry entry(*this);
+    ran = events_.step<true>(until, now_, *this);
+  }
+  if (ran) {
+    // What ran may have completed work: the program may post as soon as it sees it.
+    l.passive = false;
+  } else {
+    // Nothing to run: time passes as far as another process has something to do (and may),
+    // so that this process's bound lets it.
+    const std::uint64_t to = std::min(until, l.fabric.others_next());
+    if (to != UINT64_MAX && to > now_) now_ = to;
+  }
+  publish_bound();
+  return ran;
+}
+
+void World::Impl::shared_run_until(std::uint64_t deadline) {
+  while (shared_step(deadline, /*passive=*/false, /*may_throw=*/true)) {
+  }
+  // Time passes up to the deadline, as far as the other processes allow (wall-clock pacing:
+  // the program computes, its clock moves).
+  const std::uint64_t to = std::min(deadline, link_->safe);
+  if (to > now_ && to != UINT64_MAX) now_ = to;
+  publish_bound();
+}
+
+void World::Impl::hand_over(const Event& e) {
+  if (e.kind > EvKind::nak) return;  // a timer of a QP that is gone
+  FabricLink& l = *link_;
+  const int owner = l.fabric.remote_owner(e.dev, e.qpn);
+  if (owner < 0) return;  // no such QP anywhere: lost, as on a real fabric
+  Parcel p{};
+  p.event = e;
+  const std::uint8_t* data = nullptr;
+  std::size_t length = 0;
+  if (e.kind == EvKind::deliver) {
+    SimQp* req = find_qp(e.src_dev, e.src_qpn);
+    if (req == nullptr || req->epoch() != e.epoch || !req->holds_wqe(e.index)) return;
+    const SendWqe& wq = req->sq_at(e.index);
+    p.wqe = wq;
+    p.type = req->type();
+    if (is_atomic(wq.opcode)) p.atomic = req->sq_atomic(e.index);
+    if (!is_read_or_atomic(wq.opcode) && !wq.buffers_gone && wq.length > 0) {
+      if (wq.length > SharedFabric::max_payload()) {
+        if (!l.warned_large) {
+          std::fprintf(stderr, "verbsim: fabric: a message of %u bytes to a QP of another "
+                       "process is lost: a shared fabric carries %zu bytes a message at most\n",
+                       wq.length, SharedFabric::max_payload());
+          l.warned_large = true;
+        }
+        return;
+      }
+      if (wq.inlined) {
+        data = req->sq_inline(e.index);
+      } else {
+        l.scratch.resize(wq.length);
+        gather_to(l.scratch.data(), req->sq_sge(e.index), wq.num_sge);
+        if (user_memory::faulted()) [[unlikely]] report_unmapped();
+        data = l.scratch.data();
+      }
+      length = wq.length;
+    }
+  } else if (e.kind == EvKind::ack) {
+    // A READ's or atomic's response carries the result the responder left in the stand-in.
+    const auto it = l.stand_ins.find(stand_in_key(e.dev, e.qpn));
+    if (it != l.stand_ins.end()) {
+      SimQp& s = *it->second.qp;
+      const SendWqe& wq = s.sq_at(e.index);
+      if (s.holds_wqe(e.index) && s.epoch() == e.epoch && is_read_or_atomic(wq.opcode)) {
+        data = it->second.data[e.index % kStandInSlots].data();
+        length = wq.opcode == WrOpcode::rdma_read ? wq.length : 8;
+      }
+    }
+  }
+  p.payload = static_cast<std::uint32_t>(length);
+  l.fabric.send(owner, &p, sizeof p, data, length);
+}
+
+void World::Impl::run_parcel(const Event& e) {
+  FabricLink& l = *link_;
+  std::vector<std::uint8_t> bytes = std::move(l.parcels[e.index]);
+  l.free_parcels.push_back(e.index);
+  Parcel p;
+  std::memcpy(&p, bytes.data(), sizeof p);
+  const std::uint8_t* data = bytes.data() + sizeof p;
+  Event m = p.event;
+  m.time = now_;
+  if (faults_.links_changed() && !port_up(m.dev, 1)) return;  // down
+  SimQp* qp = find_qp(m.dev, m.qpn);
+  if (qp == nullptr) return;  // destroyed meanwhile: lost
+  if (m.kind == EvKind::deliver) {
+    auto [it, made] = l.stand_ins.try_emplace(stand_in_key(m.src_dev, m.src_qpn));
+    FabricLink::StandIn& s = it->second;
+    if (made) s.qp = std::make_unique<SimQp>(SimQp::StandIn{}, *this, *devs_[m.src_dev], m.src_qpn);
+    std::vector<std::uint8_t>& buffer = s.data[m.index % kStandInSlots];
+    buffer.assign(data, data + p.payload);
+    buffer.resize(std::max<std::size_t>({buffer.size(), p.wqe.length, 8}));
+    s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data());
+    qp->on_deliver_from(m, *s.qp);
+    if (user_memory::faulted()) [[unlikely]] report_unmapped();
+    return;
+  }
+  if (m.kind == EvKind::ack && p.payload != 0 && qp->epoch() == m.epoch &&
+      qp->holds_wqe(m.index)) {
+    // The response's data lands in the requester's buffers, as the responder wrote it in one
+    // process (SimQp::execute_read, execute_atomic).
+    const SendWqe& wq = qp->sq_at(m.index);
+    if (is_read_or_atomic(wq.opcode) && !wq.buffers_gone) {
+      scatter(qp->sq_sge(m.index), wq.num_sge, data, p.payload);
+      if (user_memory::faulted()) [[unlikely]] report_unmapped();
+    }
+  }
+  if (m.kind == EvKind::ack) {
+    qp->on_ack(m);
+  } else if (m.kind == EvKind::nak) {
+    qp->on_nak(m);
+  }
+}
+
+}  // namespace verbsim::sim

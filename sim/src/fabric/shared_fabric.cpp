@@ -1,0 +1,386 @@
+// SharedFabric: joining and leaving, QP ownership, time bounds and the packet rings.
+#include "fabric/shared_fabric.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdexcept>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace verbsim::sim {
+
+namespace {
+
+constexpr std::uint64_t kMagic = 0x7665726273696d31;  // "verbsim1"
+// A process whose bound has not moved for this long (wall time) is checked for being gone.
+constexpr std::uint64_t kStillNs = 50'000'000;
+
+std::uint64_t wall_ns() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot): with the pid, it names
+// a process even after its pid is reused. 0 if unreadable.
+std::uint64_t start_time(pid_t pid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return 0;
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  if (p == nullptr) return 0;
+  int field = 2;
+  for (; *p != '\0' && field < 22; ++p) field += *p == ' ';
+  return std::strtoull(p, nullptr, 10);
+}
+
+[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
+  throw std::runtime_error("verbsim: fabric " + path + ": " + what + ": " + std::strerror(err));
+}
+
+std::string fabric_path(const std::string& name) {
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok || name.size() > 64 || name.empty() || name[0] == '.') {
+      throw std::invalid_argument("VERBSIM_FABRIC: \"" + name +
+                                  "\" is not a fabric name (1..64 of A-Z a-z 0-9 _ - ., not "
+                                  "starting with '.')");
+    }
+  }
+  return "/dev/shm/verbsim-fabric-" + std::to_string(::getuid()) + "-" + name;
+}
+
+// flock for the scope: joining, leaving and forgetting a process are serialised by it.
+class FileLock {
+ public:
+  explicit FileLock(int fd) noexcept : fd_(fd) {
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~FileLock() { ::flock(fd_, LOCK_UN); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+// Fabrics joined and not yet left: a process that exits without destroying its world (the
+// drop-in's lives until exit) leaves them at exit.
+std::mutex g_joined_mu;
+std::vector<SharedFabric*>& joined() {
+  static auto* v = new std::vector<SharedFabric*>;
+  return *v;
+}
+void leave_all_at_exit() {
+  const std::lock_guard<std::mutex> held(g_joined_mu);
+  for (SharedFabric* f : joined()) f->leave();
+  joined().clear();
+}
+
+}  // namespace
+
+SharedFabric::SharedFabric(const std::string& name, int devices)
+    : path_(fabric_path(name)), devices_(devices) {
+  if (devices > kDevices) {
+    throw std::invalid_argument("VERBSIM_FABRIC: a shared fabric has at most " +
+                                std::to_string(kDevices) + " devices");
+  }
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd_ < 0) fail("cannot open", path_, errno);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail("cannot stat", path_, errno);
+  if (st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    ::close(fd_);
+    throw std::runtime_error("verbsim: fabric " + path_ +
+                             " belongs to another user or is open to others; choose another "
+                             "VERBSIM_FABRIC name");
+  }
+  const FileLock lock(fd_);
+  bool fresh = static_cast<std::size_t>(st.st_size) != kFileBytes;
+  auto map = [&] {
+    base_ = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (base_ == MAP_FAILED) fail("cannot map", path_, errno);
+  };
+  if (!fresh) {
+    map();
+    bool anyone = false;
+    if (header().magic == kMagic) {
+      for (int s = 0; s < kSlots; ++s) {
+        if (header().slots[s].pid.load() == 0) continue;
+        if (slot_alive(s)) {
+          anyone = true;
+        } else {
+          forget_slot(s);  // a process that crashed or was killed
+        }
+      }
+    }
+    if (!anyone) {  // a stale fabric (all its processes gone): start over
+      ::munmap(base_, kFileBytes);
+      fresh = true;
+    }
+  }
+  if (fresh) {
+    if (::ftruncate(fd_, 0) != 0 || ::ftruncate(fd_, static_cast<off_t>(kFileBytes)) != 0) {
+      fail("cannot size", path_, errno);
+    }
+    map();
+    header().devices = static_cast<std::uint32_t>(devices);
+    for (auto& n : header().next_qpn) n.store(kFirstQpn);
+    header().magic = kMagic;
+  }
+  if (header().devices != static_cast<std::uint32_t>(devices)) {
+    const auto theirs = header().devices;
+    ::munmap(base_, kFileBytes);
+    ::close(fd_);
+    throw std::runtime_error("verbsim: fabric " + path_ + " has " + std::to_string(theirs) +
+                             " devices per world and this process " + std::to_string(devices) +
+                             ": every process of a fabric needs the same VERBSIM_SIM_DEVICES");
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    if (header().slots[s].pid.load() != 0) continue;
+    self_ = s;
+    break;
+  }
+  if (self_ < 0) {
+    ::munmap(base_, kFileBytes);
+    ::close(fd_);
+    throw std::runtime_error("verbsim: fabric " + path_ + " has " + std::to_string(kSlots) +
+                             " processes already (its limit)");
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    for (Ring* r : {&ring(s, self_), &ring(self_, s)}) {
+      r->head.store(0);
+      r->tail.store(0);
+    }
+  }
+  Slot& me = header().slots[self_];
+  const std::uint64_t t = clock_of_others();
+  me.now.store(t);
+  me.bound.store(t);
+  me.start.store(start_time(::getpid()));
+  me.pid.store(::getpid(), std::memory_order_release);
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(leave_all_at_exit); });
+  const std::lock_guard<std::mutex> held(g_joined_mu);
+  joined().push_back(this);
+}
+
+SharedFabric::~SharedFabric() {
+  {
+    const std::lock_guard<std::mutex> held(g_joined_mu);
+    auto& v = joined();
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  leave();
+  if (base_ != nullptr) ::munmap(base_, kFileBytes);
+  ::close(fd_);
+}
+
+void SharedFabric::leave() noexcept {
+  if (left_) return;
+  left_ = true;
+  const FileLock lock(fd_);
+  forget_slot(self_);
+  bool anyone = false;
+  for (int s = 0; s < kSlots; ++s) anyone = anyone || header().slots[s].pid.load() != 0;
+  if (!anyone) ::unlink(path_.c_str());
+}
+
+std::uint64_t SharedFabric::clock_of_others() const noexcept {
+  std::uint64_t t = 0;
+  for (int s = 0; s < kSlots; ++s) {
+    if (s == self_ || header().slots[s].pid.load(std::memory_order_acquire) == 0) continue;
+    t = std::max(t, header().slots[s].now.load(std::memory_order_relaxed));
+  }
+  return t;
+}
+
+bool SharedFabric::slot_alive(int slot) noexcept {
+  const Slot& s = header().slots[slot];
+  const pid_t pid = s.pid.load(std::memory_order_acquire);
+  if (pid == 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  const std::uint64_t started = s.start.load(std::memory_order_relaxed);
+  return started == 0 || start_time(pid) == started;  // else the pid was reused
+}
+
+void SharedFabric::forget_slot(int slot) noexcept {
+  const auto mark = static_cast<std::uint8_t>(slot + 1);
+  for (int d = 0; d < kDevices; ++d) {
+    for (auto& o : header().owner[d]) {
+      std::uint8_t expected = mark;
+      o.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    }
+  }
+  header().slots[slot].bound.store(kNever, std::memory_order_relaxed);
+  header().slots[slot].pid.store(0, std::memory_order_release);
+}
+
+std::uint32_t SharedFabric::take_qpn(int dev) {
+  const std::uint32_t span = kQpns - kFirstQpn;
+  for (std::uint32_t tries = 0; tries < span; ++tries) {
+    const std::uint32_t n = header().next_qpn[dev].fetch_add(1, std::memory_order_relaxed);
+    const std::uint32_t qpn = kFirstQpn + (n - kFirstQpn) % span;
+    std::uint8_t expected = 0;
+    if (header().owner[dev][qpn].compare_exchange_strong(expected,
+                                                         static_cast<std::uint8_t>(self_ + 1))) {
+      return qpn;
+    }
+  }
+  return 0;
+}
+
+void SharedFabric::give_back_qpn(int dev, std::uint32_t qpn) noexcept {
+  if (qpn < kQpns) header().owner[dev][qpn].store(0, std::memory_order_relaxed);
+}
+
+int SharedFabric::remote_owner(int dev, std::uint32_t qpn) noexcept {
+  if (dev < 0 || dev >= kDevices || qpn >= kQpns) return -1;
+  const int o = header().owner[dev][qpn].load(std::memory_order_relaxed) - 1;
+  if (o < 0 || o == self_ || gone_[o]) return -1;
+  return o;
+}
+
+void SharedFabric::publish(std::uint64_t now, std::uint64_t bound, std::uint64_t next) noexcept {
+  Slot& me = header().slots[self_];
+  me.now.store(now, std::memory_order_relaxed);
+  me.next.store(next, std::memory_order_relaxed);
+  me.bound.store(bound, std::memory_order_release);
+}
+
+std::uint64_t SharedFabric::first_parcel_time(int from, int to) const noexcept {
+  const Ring& r = ring(from, to);
+  for (;;) {
+    const std::uint64_t head = r.head.load(std::memory_order_acquire);
+    if (head == r.tail.load(std::memory_order_acquire)) return kNever;
+    std::size_t at = head % kRingBytes;
+    std::uint32_t size;
+    std::memcpy(&size, r.data + at, sizeof size);
+    if (size == kWrap) at = 0;
+    std::uint64_t time;
+    std::memcpy(&time, r.data + at + 8, sizeof time);
+    // Still the first one (not taken and written over meanwhile)?
+    if (r.head.load(std::memory_order_acquire) == head) return time;
+  }
+}
+
+std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
+  std::uint64_t safe = kNever;
+  std::uint64_t wall = 0;
+  others_next_ = kNever;
+  pid_t pids[kSlots];
+  for (int s = 0; s < kSlots; ++s) {
+    pids[s] = header().slots[s].pid.load(std::memory_order_acquire);
+  }
+  // Parcels first (see the header), then the bounds.
+  for (int to = 0; to < kSlots; ++to) {
+    if (to == self_ || pids[to] == 0 || gone_[to]) continue;
+    for (int from = 0; from < kSlots; ++from) {
+      if (from == to || (from != self_ && pids[from] == 0)) continue;
+      const std::uint64_t t = first_parcel_time(from, to);
+      if (t != kNever) {
+        safe = std::min(safe, t + lookahead);
+        others_next_ = std::min(others_next_, t);
+      }
+    }
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    if (s == self_) continue;
+    Slot& slot = header().slots[s];
+    if (pids[s] == 0) {
+      gone_[s] = false;  // free: a process that joins later starts afresh
+      continue;
+    }
+    if (gone_[s]) continue;
+    const std::uint64_t b = slot.bound.load(std::memory_order_acquire);
+    others_next_ = std::min(others_next_, slot.next.load(std::memory_order_relaxed));
+    if (b != seen_bound_[s] || seen_at_[s] == 0) {
+      seen_bound_[s] = b;
+      seen_at_[s] = wall != 0 ? wall : (wall = wall_ns());
+    } else if (b < safe) {
+      // It holds this process back and has not moved: is it still there?
+      if (wall == 0) wall = wall_ns();
+      if (wall - seen_at_[s] > kStillNs) {
+        seen_at_[s] = wall;
+        if (!slot_alive(s)) {
+          gone_[s] = true;
+          const FileLock lock(fd_);
+          if (!slot_alive(s) && slot.pid.load() != 0) forget_slot(s);
+          std::fprintf(stderr, "verbsim: fabric %s: process %d is gone; its QPs are "
+                       "unreachable from now on\n", path_.c_str(), static_cast<int>(pids[s]));
+          continue;
+        }
+      }
+    }
+    safe = std::min(safe, b);
+  }
+  return safe;
+}
+
+void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
+                        const void* payload, std::size_t payload_bytes) noexcept {
+  if (gone_[slot]) return;
+  const std::size_t size = header_bytes + payload_bytes;
+  const std::size_t need = 8 + ((size + 7) & ~std::size_t{7});
+  Ring& r = ring(self_, slot);
+  std::uint64_t tail = r.tail.load(std::memory_order_relaxed);
+  std::size_t at = tail % kRingBytes;
+  const std::size_t contiguous = kRingBytes - at;
+  const std::size_t total = need + (contiguous < need ? contiguous : 0);
+  std::uint64_t waited_since = 0;
+  while (kRingBytes - (tail - r.head.load(std::memory_order_acquire)) < total) {
+    // Full: the other process drains it whenever it runs its world.
+    const std::uint64_t wall = wall_ns();
+    if (waited_since == 0) waited_since = wall;
+    if (wall - waited_since > kStillNs) {
+      waited_since = wall;
+      if (!slot_alive(slot)) {
+        gone_[slot] = true;
+        return;  // lost, as on a link to a host that lost power
+      }
+    }
+    const timespec pause{0, 20'000};
+    ::nanosleep(&pause, nullptr);
+  }
+  if (contiguous < need) {
+    const std::uint32_t wrap = kWrap;
+    std::memcpy(r.data + at, &wrap, sizeof wrap);
+    tail += contiguous;
+    at = 0;
+  }
+  const auto size32 = static_cast<std::uint32_t>(size);
+  std::memcpy(r.data + at, &size32, sizeof size32);
+  std::memcpy(r.data + at + 8, header, header_bytes);
+  if (payload_bytes != 0) std::memcpy(r.data + at + 8 + header_bytes, payload, payload_bytes);
+  r.tail.store(tail + need, std::memory_order_release);
+}
+
+bool SharedFabric::inbound() const noexcept {
+  for (int from = 0; from < kSlots; ++from) {
+    if (from == self_) continue;
+    const Ring& r = ring(from, self_);
+    if (r.head.load(std::memory_order_relaxed) != r.tail.load(std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace verbsim::sim

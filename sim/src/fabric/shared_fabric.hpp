@@ -1,0 +1,156 @@
+// One simulated fabric for several processes (VERBSIM_FABRIC=<name>): a file in /dev/shm that
+// every process of the fabric maps. It holds a slot per process (its pid and the earliest
+// virtual time at which it may still send anything), who owns each QP number, and one
+// single-producer ring per ordered pair of processes for the packets between them.
+//
+// Each process runs a world of its own with the same devices (same config); a QP belongs to
+// the process that made it. A packet for a QP of another process is handed over when it
+// arrives (World::Impl::dispatch), with its payload: memory never leaves its process except in
+// packets. Time is kept consistent conservatively: a process runs no event later than what
+// every other process has promised not to undercut (Slot::bound).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace verbsim::sim {
+
+class SharedFabric {
+ public:
+  static constexpr int kSlots = 8;          // processes at once
+  static constexpr int kDevices = 16;       // devices a fabric's worlds may have
+  static constexpr std::uint32_t kFirstQpn = 0x11;
+  static constexpr std::uint32_t kQpns = 0x10000;  // QP numbers 17..65535, fabric-wide
+  static constexpr std::size_t kRingBytes = std::size_t{4} << 20;
+  static constexpr std::uint64_t kNever = UINT64_MAX;
+
+  // Joins the fabric `name` (creates it, or replaces one whose processes are all gone).
+  // Throws std::runtime_error naming the file on failure.
+  SharedFabric(const std::string& name, int devices);
+  ~SharedFabric();  // leaves; the last process out removes the file
+  SharedFabric(const SharedFabric&) = delete;
+  SharedFabric& operator=(const SharedFabric&) = delete;
+
+  // Leaves the fabric now (the destructor, or the process's exit, does it otherwise): this
+  // process's QPs become unreachable, and the last one out removes the file.
+  void leave() noexcept;
+  int self() const noexcept { return self_; }
+  const std::string& path() const noexcept { return path_; }
+  // The latest clock any other live process published (a joining world starts there).
+  std::uint64_t clock_of_others() const noexcept;
+
+  // QP numbers: unique in the fabric per device; the owner is this process.
+  std::uint32_t take_qpn(int dev);  // 0: none left
+  void give_back_qpn(int dev, std::uint32_t qpn) noexcept;
+  // Which live process (not this one) owns `qpn` of `dev`: its slot, or -1 (this process, no
+  // one, or a process that is gone).
+  int remote_owner(int dev, std::uint32_t qpn) noexcept;
+
+  // Time. `bound`: no packet this process sends from now on arrives before it, unless it
+  // answers a parcel (which it does `lookahead` or more after the parcel's time).
+  // `next`: the time of this process's next event (another process with nothing to run
+  // lets its clock go that far, no farther: others_next()).
+  void publish(std::uint64_t now, std::uint64_t bound, std::uint64_t next) noexcept;
+  // The earliest next event of the other processes, as safe_time() last saw them.
+  std::uint64_t others_next() const noexcept { return others_next_; }
+  // The latest time this process may run events up to: the least, over the other processes,
+  // of their bound and of the time of the first parcel waiting for them plus `lookahead`. (The
+  // parcels are looked at before the bounds: a process publishes its bound before it takes
+  // parcels off its rings, so none is missed.)
+  std::uint64_t safe_time(std::uint64_t lookahead) noexcept;
+
+  // Packets. A parcel is a header, whose first 8 bytes are its time of arrival, and `payload`
+  // bytes; send() copies them into the ring to `slot` (waiting while it is full, dropping if
+  // that process is gone). Times on one ring never decrease. drain() hands every parcel
+  // waiting for this process to `f(const void* parcel, std::size_t bytes)`, then calls
+  // `taken()` before it frees their room.
+  void send(int slot, const void* header, std::size_t header_bytes, const void* payload,
+            std::size_t payload_bytes) noexcept;
+  template <class F, class G>
+  void drain(F&& f, G&& taken) {
+    std::uint64_t heads[kSlots];
+    bool any = false;
+    for (int from = 0; from < kSlots; ++from) {
+      heads[from] = 0;
+      if (from == self_) continue;
+      Ring& r = ring(from, self_);
+      std::uint64_t head = r.head.load(std::memory_order_relaxed);
+      const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
+      heads[from] = head;
+      while (head != tail) {
+        const std::size_t at = head % kRingBytes;
+        std::uint32_t size;
+        __builtin_memcpy(&size, r.data + at, sizeof size);
+        if (size == kWrap) {
+          head += kRingBytes - at;
+          continue;
+        }
+        f(static_cast<const void*>(r.data + at + 8), std::size_t{size});
+        head += 8 + ((size + 7u) & ~std::size_t{7});
+      }
+      any = any || head != heads[from];
+      heads[from] = head;
+    }
+    if (!any) return;
+    taken();
+    for (int from = 0; from < kSlots; ++from) {
+      if (from != self_) ring(from, self_).head.store(heads[from], std::memory_order_release);
+    }
+  }
+  // Whether a parcel waits for this process.
+  bool inbound() const noexcept;
+  // The largest payload a parcel may carry.
+  static constexpr std::size_t max_payload() noexcept { return kRingBytes / 4; }
+
+ private:
+  static constexpr std::uint32_t kWrap = UINT32_MAX;  // the rest of the ring is unused
+  struct alignas(64) Slot {
+    std::atomic<pid_t> pid;
+    std::atomic<std::uint64_t> start;  // the process's start time (/proc/<pid>/stat)
+    std::atomic<std::uint64_t> now;
+    std::atomic<std::uint64_t> bound;
+    std::atomic<std::uint64_t> next;
+  };
+  struct Ring {
+    alignas(64) std::atomic<std::uint64_t> head;  // consumer
+    alignas(64) std::atomic<std::uint64_t> tail;  // producer
+    alignas(64) unsigned char data[kRingBytes];
+  };
+  struct Header {
+    std::uint64_t magic;
+    std::uint32_t devices;
+    Slot slots[kSlots];
+    std::atomic<std::uint32_t> next_qpn[kDevices];
+    std::atomic<std::uint8_t> owner[kDevices][kQpns];  // slot + 1, or 0
+  };
+  static constexpr std::size_t kRingsAt = (sizeof(Header) + 4095) & ~std::size_t{4095};
+  static constexpr std::size_t kFileBytes = kRingsAt + sizeof(Ring) * kSlots * kSlots;
+
+  Header& header() const noexcept { return *static_cast<Header*>(base_); }
+  Ring& ring(int from, int to) const noexcept {
+    return reinterpret_cast<Ring*>(static_cast<unsigned char*>(base_) + kRingsAt)[from * kSlots + to];
+  }
+  bool slot_alive(int slot) noexcept;
+  // The time of the first parcel on ring `from` -> `to`, or kNever.
+  std::uint64_t first_parcel_time(int from, int to) const noexcept;
+  void forget_slot(int slot) noexcept;  // a process gone: its QPs and rings (under the lock)
+
+  std::string path_;
+  int fd_ = -1;
+  void* base_ = nullptr;
+  int self_ = -1;
+  int devices_ = 0;
+  // Per other slot: the bound last seen and since when (wall ns), to notice a process that
+  // stopped moving (it may be gone).
+  std::uint64_t seen_bound_[kSlots] = {};
+  std::uint64_t seen_at_[kSlots] = {};
+  bool gone_[kSlots] = {};
+  bool left_ = false;
+  std::uint64_t others_next_ = kNever;
+};
+
+}  // namespace verbsim::sim
