@@ -19,6 +19,7 @@ packages=(
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz/run.sh): clang and its fuzzer runtime
   libxml2-utils  # xmllint validates verbsim-swarm's JUnit files (swarm_junit)
   slurm-wlm munge  # a one-node Slurm cluster for scripts/slurm-swarm.sh (swarm_slurm, label cluster)
+  perftest rdmacm-utils  # client and server in two processes on one fabric (label multiproc)
 )
 
 missing=()
