@@ -71,6 +71,17 @@ std::vector<WorkCompletion> exchange(SimPair& p, int n, bool poll = true,
   return wcs;
 }
 
+TEST(FaultPlanText, PacketKinds) {
+  const FaultPlan plan = FaultPlan::parse("drop p=0.01 packets=requests; delay nth=2 packets=responses");
+  ASSERT_EQ(plan.packets.size(), 2u);
+  EXPECT_EQ(plan.packets[0].kinds, sim::PacketKinds::requests);
+  EXPECT_EQ(plan.packets[1].kinds, sim::PacketKinds::responses);
+  EXPECT_EQ(FaultPlan::parse(plan.to_string()).to_string(), plan.to_string());
+  EXPECT_NE(plan.to_string().find("packets=requests"), std::string::npos);
+  EXPECT_THROW(FaultPlan::parse("drop packets=acks p=1"), std::invalid_argument);
+  EXPECT_THROW(FaultPlan::parse("drop psn=5 packets=responses"), std::invalid_argument);
+}
+
 TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {
   const char* text =
       "post_send nth=3 errno=ENOMEM; poll_cq every=10 errno=EAGAIN qp=17\n"

@@ -242,6 +242,33 @@ TEST(PortCounters, LossAndDuplicationAsRxeCountsThem) {
   EXPECT_EQ(b.rdma_recvs, 3u);
 }
 
+// packets= narrows a rule: the first response lost is an ACK (the SEND goes again and arrives
+// twice), the first request lost is the SEND itself (it arrives once, late).
+TEST(PortCounters, PacketKindsNarrowARule) {
+  {
+    SimPair p(with_stats("drop nth=1 packets=responses"));
+    p.world.count_port_traffic();
+    send_once(p, 64);
+    const sim::PortHwCounters a = p.world.port_counters(0, 1);
+    const sim::PortHwCounters b = p.world.port_counters(1, 1);
+    EXPECT_EQ(a.xmit_packets, 2u);  // the SEND, and again after its ACK was lost
+    EXPECT_EQ(b.rcv_packets, 2u);
+    EXPECT_EQ(b.duplicate_request, 1u);
+    EXPECT_EQ(a.rcv_packets, 1u);  // the second ACK
+  }
+  {
+    SimPair p(with_stats("drop nth=1 packets=requests"));
+    p.world.count_port_traffic();
+    send_once(p, 64);
+    const sim::PortHwCounters a = p.world.port_counters(0, 1);
+    const sim::PortHwCounters b = p.world.port_counters(1, 1);
+    EXPECT_EQ(a.xmit_packets, 2u);
+    EXPECT_EQ(b.rcv_packets, 1u);  // the first copy was lost
+    EXPECT_EQ(b.duplicate_request, 0u);
+    EXPECT_EQ(a.rcv_packets, 1u);
+  }
+}
+
 TEST(PortCounters, CountingChangesNothingInTheRun) {
   auto digest = [](bool counted) {
     SimPair p(with_stats("drop p=0.3; duplicate p=0.2; reorder p=0.2 by=2us"));

@@ -42,8 +42,16 @@ FaultInjector::FaultInjector(const FaultPlan& plan,
   for (std::size_t i = 0; i < plan.packets.size(); ++i) {
     RuleCheck& r = packet_rules_.emplace_back(plan.packets[i].when, plan.packets[i].where,
                                               static_cast<std::uint32_t>(i), devs);
-    r.any_psn = !plan.packets[i].psn.has_value();
-    r.psn = plan.packets[i].psn.value_or(0);
+    const PacketFault& f = plan.packets[i];
+    if (f.psn) {
+      r.psn_lo = *f.psn;
+      r.psn_span = 0;
+    } else if (f.kinds == PacketKinds::requests) {
+      r.psn_span = 0xffffff;
+    } else if (f.kinds == PacketKinds::responses) {
+      r.psn_lo = kNoPsn;
+      r.psn_span = 0;
+    }
   }
   for (std::size_t i = 0; i < plan.cm.size(); ++i) {
     cm_rules_.emplace_back(plan.cm[i].when, plan.cm[i].where, static_cast<std::uint32_t>(i), devs);

@@ -192,6 +192,18 @@ constexpr std::array kVerbKeys{
 constexpr std::array kPacketKeys{
     Key{"psn", [](const Arg& a, Draft& d) { d.packet.psn = a.u32() & 0xffffff; }},
     Key{"by", [](const Arg& a, Draft& d) { d.packet.by_ns = a.time(); }},
+    Key{"packets",
+        [](const Arg& a, Draft& d) {
+          if (a.value == "requests") {
+            d.packet.kinds = PacketKinds::requests;
+          } else if (a.value == "responses") {
+            d.packet.kinds = PacketKinds::responses;
+          } else if (a.value == "all") {
+            d.packet.kinds = PacketKinds::all;
+          } else {
+            a.rule.error("packets=" + std::string(a.value) + " is not requests, responses or all");
+          }
+        }},
     kNthKey, kEveryKey, kPKey, kQpKey, kDevKey,
 };
 
@@ -245,6 +257,9 @@ constexpr std::array kKinds{
          [](const RuleParser& p, std::size_t index, Draft& d, FaultPlan& plan) {
            PacketFault& f = d.packet;
            f.action = static_cast<PacketAction>(index);
+           if (f.psn && f.kinds == PacketKinds::responses) {
+             p.error("psn= names a request packet, and packets=responses takes none");
+           }
            if (f.psn && d.triggers == 0) {  // psn= alone: that packet, once
              d.when.nth = 1;
              ++d.triggers;
@@ -405,6 +420,8 @@ std::string FaultPlan::to_string() const {
     out += std::string(kPacketNames[static_cast<std::size_t>(f.action)]);
     add_trigger(f.when);
     if (f.psn) out += " psn=" + std::to_string(*f.psn);
+    if (f.kinds == PacketKinds::requests) out += " packets=requests";
+    if (f.kinds == PacketKinds::responses) out += " packets=responses";
     if (f.action == PacketAction::delay || f.action == PacketAction::reorder) {
       out += " by=" + format_time(f.by_ns);
     }

@@ -29,9 +29,11 @@ struct RuleCheck {
   double probability = 0;     // p=
   std::uint32_t index = 0;    // in the plan's verb or packet rules
   std::uint32_t qpn = 0;
-  std::uint32_t psn = 0;      // packet rules
+  // Packet rules: the PSNs they match, psn_lo .. psn_lo + psn_span (a response carries kNoPsn;
+  // everything: 0 and UINT32_MAX; psn=: that PSN; packets=requests: every 24-bit PSN).
+  std::uint32_t psn_lo = 0;
+  std::uint32_t psn_span = UINT32_MAX;
   bool any_qpn = true;
-  bool any_psn = true;
   int dev = kAnyDevice;
 
   // Counts a match; does the rule fire on it? (The plan's Trigger, with the modulo of every=
@@ -49,9 +51,9 @@ struct RuleCheck {
     return (any_qpn || qpn == q || qpn == other_q) &&
            (dev == kAnyDevice || (device >= 0 && dev == device));
   }
-  // Does a packet carrying `p` (or kNoPsn) match the psn= filter?
+  // Does a packet carrying `p` (or kNoPsn) match the psn= and packets= filters?
   bool matches_psn(std::uint32_t p) const noexcept {
-    return any_psn || (p == psn && p != kNoPsn);
+    return p - psn_lo <= psn_span;
   }
   // A packet rule: does it match a packet carrying `p` from QP `from` (of device `device`) to
   // QP `to`, and fire on it?

@@ -111,12 +111,17 @@ struct VerbFault {
 
 enum class PacketAction : std::uint8_t { drop, delay, duplicate, reorder };
 
+// Which packets a packet rule looks at (packets=): requests (SEND, WRITE, READ and atomic
+// requests), responses (ACKs, NAKs, READ responses, atomic ACKs), or both.
+enum class PacketKinds : std::uint8_t { all, requests, responses };
+
 struct PacketFault {
   PacketAction action;
   Trigger when;
   std::optional<std::uint32_t> psn;  // only the packet carrying this PSN (request packets)
   std::uint64_t by_ns = 0;           // delay, or the largest extra delay of reorder
   Filter where;
+  PacketKinds kinds = PacketKinds::all;
 };
 
 // Messages of the connection manager (verbsim/cm.hpp).
