@@ -32,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -139,6 +140,12 @@ struct CmNode {
   ConnParam theirs;
   // The message waiting for an answer, sent again at each timeout.
   Wire unanswered;
+  // A node of another process of a shared fabric (cm/remote.cpp) stands here for the id it
+  // is there: messages to it are handed over. Never alive.
+  int remote_slot = -1;
+  pid_t remote_pid = 0;
+  std::uint32_t remote_node = kNone;
+  bool remote() const noexcept { return remote_slot >= 0; }
   int retries_left = 0;
   std::uint64_t timer_gen = 0;
 };
@@ -149,8 +156,17 @@ struct CmFabric {
   std::vector<Wire> wires;  // in flight, by slot
   std::vector<std::uint32_t> free_wires;
   std::uint16_t next_port = kFirstEphemeralPort;
+  std::unordered_map<std::uint64_t, std::uint32_t> proxies;  // by pid << 32 | node
 
   explicit CmFabric(World::Impl& world);
+
+  // Other processes of a shared fabric (remote.cpp).
+
+  // Hands `m` over to the process of its node m.to (a proxy), or, a REQ, to process `slot`
+  // that listens on its address; it arrives now.
+  void hand_over(const Wire& m, int to_dev, std::uint8_t to_port, int slot);
+  // A message another process handed over (a parcel's bytes): it arrives now.
+  void take_parcel(const std::uint8_t* bytes, std::size_t size);
 
   // Messages and the state machine (messages.cpp).
 

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "cm/fabric.hpp"
+#include "fabric/shared_fabric.hpp"
 #include "fibers/wait.hpp"
 #include "transport/qp.hpp"
 #include "verbsim/cm.hpp"
@@ -47,7 +48,13 @@ std::uint16_t CmFabric::ephemeral_port(const SockAddr& ip, std::uint32_t except)
     const std::uint16_t p = next_port;
     next_port =
         next_port == 65535 ? kFirstEphemeralPort : static_cast<std::uint16_t>(next_port + 1);
-    if (port_conflict(p, ip, except) == 0) return p;
+    if (port_conflict(p, ip, except) != 0) continue;
+    // Another process of a shared fabric may have it (a full table: unchecked).
+    SharedFabric* fabric = w.shared_fabric();
+    const int err =
+        fabric != nullptr ? fabric->claim_cm_port(except, ip.ip, ip.is_any(), p, nodes[except].ud)
+                          : 0;
+    if (err == 0 || err == ENOSPC) return p;
   }
   throw_verb_error("rdma_bind_addr", EADDRINUSE, "no free port");
 }
@@ -163,6 +170,14 @@ class SimCmId final : public CmId {
       local.port = f_->ephemeral_port(local, n_);
     } else if (const int err = f_->port_conflict(local.port, local, n_); err != 0) {
       throw_verb_error("rdma_bind_addr", err, addr.to_string() + ": the port is taken");
+    } else if (SharedFabric* fabric = f_->w.shared_fabric()) {
+      const int taken = fabric->claim_cm_port(n_, local.ip, local.is_any(), local.port, nd.ud);
+      if (taken != 0) {
+        throw_verb_error("rdma_bind_addr", taken,
+                         addr.to_string() + ": " +
+                             (taken == ENOSPC ? "the fabric's table of ports is full"
+                                              : "another process of the fabric has the port"));
+      }
     }
     nd.local = local;
     nd.owns_port = true;
@@ -178,6 +193,7 @@ class SimCmId final : public CmId {
     if (nd.st != St::bound) bad_state("rdma_listen", nd.st);
     if (backlog < 0) throw_verb_error("rdma_listen", EINVAL, "backlog " + std::to_string(backlog));
     nd.st = St::listening;
+    if (SharedFabric* fabric = f_->w.shared_fabric()) fabric->set_cm_listening(n_);
   }
 
   void resolve_addr(const SockAddr& dst, int timeout_ms) override {

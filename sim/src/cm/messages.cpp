@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cm/fabric.hpp"
+#include "fabric/shared_fabric.hpp"
 #include "fibers/wait.hpp"
 #include "transport/qp.hpp"
 #include "verbsim/connect.hpp"
@@ -272,6 +273,10 @@ void CmFabric::on_message(const Event& e) {
   }
   const std::uint32_t n = m.to;
   CmNode& nd = node(n);
+  if (nd.remote()) {  // for an id of another process of the fabric
+    hand_over(m, e.dev, static_cast<std::uint8_t>(e.wire), -1);
+    return;
+  }
   switch (m.kind) {
     case Msg::rep:
       if (!nd.alive) {  // the client went away: the kernel's CM rejects a connection's reply
@@ -369,6 +374,13 @@ void CmFabric::on_req(Wire m, int dev, std::uint8_t port) {
       break;
     }
   }
+  if (l == kNone && w.shared()) {  // perhaps a process of the fabric listens there
+    const int slot = w.shared_fabric()->cm_listener(m.dst.ip, m.dst.port, ud);
+    if (slot >= 0) {
+      hand_over(m, dev, port, slot);
+      return;
+    }
+  }
   if (l == kNone) {  // the device refuses it
     Wire rej;
     rej.kind = Msg::rej;
@@ -410,6 +422,7 @@ void CmFabric::on_req(Wire m, int dev, std::uint8_t port) {
 
 void CmFabric::destroyed(std::uint32_t n) {
   CmNode& nd = node(n);
+  if (nd.owns_port && w.shared()) w.shared_fabric()->release_cm_port(n);
   nd.alive = false;
   nd.has_qp = false;
   switch (nd.st) {

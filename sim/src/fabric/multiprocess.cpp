@@ -24,7 +24,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cm/fabric.hpp"
 #include "fabric/shared_fabric.hpp"
+#include "resources/cq_core.hpp"
 #include "fabric/world_impl.hpp"
 #include "transport/qp.hpp"
 #include "transport/user_memory.hpp"
@@ -46,6 +48,7 @@ struct Parcel {
 static_assert(offsetof(Parcel, event) == 0 && offsetof(Event, time) == 0);
 
 constexpr std::uint32_t kStandInSlots = 1024;  // SimQp's stand-in constructor
+constexpr std::uint64_t kNotWaitingNs = 1'000'000;  // shared_step
 
 std::uint64_t stand_in_key(std::uint32_t dev, std::uint32_t qpn) noexcept {
   return static_cast<std::uint64_t>(dev) << 32 | qpn;
@@ -64,6 +67,7 @@ struct FabricLink {
   std::vector<std::vector<std::uint8_t>> parcels;         // waiting, by Event::index
   std::vector<std::uint32_t> free_parcels;
   std::vector<std::uint8_t> scratch;  // a message's gathered payload
+  std::vector<std::weak_ptr<const CqCore>> cqs;  // World::Impl::note_cq
   std::uint64_t safe = 0;             // the last SharedFabric::safe_time
   bool passive = false;
   bool warned_large = false;
@@ -71,6 +75,33 @@ struct FabricLink {
 };
 
 void FabricLinkDeleter::operator()(FabricLink* l) const noexcept { delete l; }
+
+SharedFabric* World::Impl::shared_fabric() noexcept {
+  return link_ != nullptr ? &link_->fabric : nullptr;
+}
+
+void World::Impl::note_cq(const std::shared_ptr<const CqCore>& cq) {
+  std::erase_if(link_->cqs, [](const auto& c) { return c.expired(); });
+  link_->cqs.push_back(cq);
+}
+
+namespace {
+// Whether the program has taken everything the world gave it: no completion waits in a CQ,
+// no event on a CM channel. Only then may a world be passive (SharedFabric::publish): a
+// program that still has something to take may act on it at once.
+bool all_taken(const FabricLink& l, const CmFabric* cm) {
+  for (const auto& weak : l.cqs) {
+    const auto cq = weak.lock();
+    if (cq != nullptr && cq->count != 0) return false;
+  }
+  if (cm != nullptr) {
+    for (const CmNode& n : cm->nodes) {
+      if (n.alive && n.ch != nullptr && !n.ch->events.empty()) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
 
 void World::Impl::join_fabric() {
   link_.reset(new FabricLink(config_.fabric, static_cast<int>(devs_.size())));
@@ -127,13 +158,13 @@ void World::Impl::take_parcels() {
         }
         const auto* b = static_cast<const std::uint8_t*>(p);
         l.parcels[slot].assign(b, b + bytes);
-        Parcel head;
+        Event head;  // a packet's Parcel or a CM message's (cm/remote.cpp) starts with it
         std::memcpy(&head, b, sizeof head);
         Event e{};
-        e.time = std::max(now_, head.event.time);  // late: its sender's program ran ahead
+        e.time = std::max(now_, head.time);  // late: its sender's program ran ahead
         e.kind = EvKind::parcel;
-        e.dev = head.event.dev;
-        e.qpn = head.event.qpn;
+        e.dev = head.dev;
+        e.qpn = head.qpn;
         e.index = slot;
         schedule(e);
       },
@@ -142,7 +173,10 @@ void World::Impl::take_parcels() {
 
 bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw) {
   FabricLink& l = *link_;
-  l.passive = passive;
+  // A program with something still to take acts at once: this world neither promises to be
+  // quiet nor lets its clock run to the others' next event.
+  const bool waiting = all_taken(l, cm_.get());
+  l.passive = passive && waiting;
   l.safe = l.fabric.safe_time(config_.link_latency_ns);
   take_parcels();
   const std::uint64_t until = std::min(limit, l.safe);
@@ -150,16 +184,18 @@ bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw)
   if (budgeted_) {
     ran = budgeted_step(until, may_throw);
   } else {
-    const Entry entry(*this);
-    ran = events_.step<true>(until, now_, *this);
+    ran = plain_step_until(until);
   }
   if (ran) {
     // What ran may have completed work: the program may post as soon as it sees it.
     l.passive = false;
   } else {
     // Nothing to run: time passes as far as another process has something to do (and may),
-    // so that this process's bound lets it.
-    const std::uint64_t to = std::min(until, l.fabric.others_next());
+    // so that this process's bound lets it. A program with something still to take moves
+    // on at once, or never takes it: its clock goes at most kNotWaitingNs a step, as if it
+    // computed.
+    std::uint64_t to = std::min(until, l.fabric.others_next());
+    if (!waiting) to = std::min(to, now_ + kNotWaitingNs);
     if (to != UINT64_MAX && to > now_) now_ = to;
   }
   publish_bound();
@@ -232,6 +268,12 @@ void World::Impl::run_parcel(const Event& e) {
   FabricLink& l = *link_;
   std::vector<std::uint8_t> bytes = std::move(l.parcels[e.index]);
   l.free_parcels.push_back(e.index);
+  Event head;
+  std::memcpy(&head, bytes.data(), sizeof head);
+  if (head.kind == EvKind::cm) {
+    if (cm_ != nullptr) cm_->take_parcel(bytes.data(), bytes.size());
+    return;
+  }
   Parcel p;
   std::memcpy(&p, bytes.data(), sizeof p);
   const std::uint8_t* data = bytes.data() + sizeof p;

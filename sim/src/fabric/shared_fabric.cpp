@@ -2,12 +2,14 @@
 #include "fabric/shared_fabric.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdexcept>
@@ -20,9 +22,11 @@ namespace verbsim::sim {
 
 namespace {
 
-constexpr std::uint64_t kMagic = 0x7665726273696d31;  // "verbsim1"
+constexpr std::uint64_t kMagic = 0x7665726273696d32;  // "verbsim2": the layout's version
 // A process whose bound has not moved for this long (wall time) is checked for being gone.
 constexpr std::uint64_t kStillNs = 50'000'000;
+// ... counted in calls of safe_time first (the wall clock is read once per that many).
+constexpr std::uint32_t kStillCalls = 1024;
 
 std::uint64_t wall_ns() noexcept {
   timespec ts{};
@@ -96,23 +100,65 @@ void leave_all_at_exit() {
 
 }  // namespace
 
+void SharedFabric::sweep_stale(const std::string& keep) noexcept {
+  const std::string prefix = "verbsim-fabric-" + std::to_string(::getuid()) + "-";
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string path = std::string("/dev/shm/") + e->d_name;
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0 || path == keep) continue;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st {};
+    // Only a file of this layout, and one nobody is joining or leaving at the moment.
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::getuid() &&
+        static_cast<std::size_t>(st.st_size) == kFileBytes && ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      void* base = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+      if (base != MAP_FAILED) {
+        const Header& h = *static_cast<const Header*>(base);
+        bool anyone = h.magic != kMagic;  // not ours to judge
+        for (int s = 0; s < kSlots && !anyone; ++s) anyone = alive(h.slots[s]);
+        struct stat now {};
+        if (!anyone && ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino) {
+          ::unlink(path.c_str());  // every process of it is gone (killed, crashed)
+        }
+        ::munmap(base, sizeof(Header));
+      }
+    }
+    ::close(fd);
+  }
+  ::closedir(dir);
+}
+
 SharedFabric::SharedFabric(const std::string& name, int devices)
     : path_(fabric_path(name)), devices_(devices) {
   if (devices > kDevices) {
     throw std::invalid_argument("VERBSIM_FABRIC: a shared fabric has at most " +
                                 std::to_string(kDevices) + " devices");
   }
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd_ < 0) fail("cannot open", path_, errno);
+  sweep_stale(path_);
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) fail("cannot stat", path_, errno);
-  if (st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+  for (;;) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd_ < 0) fail("cannot open", path_, errno);
+    if (::fstat(fd_, &st) != 0) fail("cannot stat", path_, errno);
+    if (st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+      ::close(fd_);
+      throw std::runtime_error("verbsim: fabric " + path_ +
+                               " belongs to another user or is open to others; choose another "
+                               "VERBSIM_FABRIC name");
+    }
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    // The last process of the fabric may have removed the file meanwhile: then join anew.
+    struct stat now {};
+    if (::stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+      break;
+    }
     ::close(fd_);
-    throw std::runtime_error("verbsim: fabric " + path_ +
-                             " belongs to another user or is open to others; choose another "
-                             "VERBSIM_FABRIC name");
   }
-  const FileLock lock(fd_);
+  ::fstat(fd_, &st);
+  const FileLock lock(fd_);  // taken above; this releases it at the end of the constructor
   bool fresh = static_cast<std::size_t>(st.st_size) != kFileBytes;
   auto map = [&] {
     base_ = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
@@ -176,6 +222,8 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   me.bound.store(t);
   me.start.store(start_time(::getpid()));
   me.pid.store(::getpid(), std::memory_order_release);
+  header().used.fetch_or(1u << self_, std::memory_order_relaxed);
+  header().live.fetch_or(1u << self_, std::memory_order_release);
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(leave_all_at_exit); });
   const std::lock_guard<std::mutex> held(g_joined_mu);
@@ -212,8 +260,9 @@ std::uint64_t SharedFabric::clock_of_others() const noexcept {
   return t;
 }
 
-bool SharedFabric::slot_alive(int slot) noexcept {
-  const Slot& s = header().slots[slot];
+bool SharedFabric::slot_alive(int slot) noexcept { return alive(header().slots[slot]); }
+
+bool SharedFabric::alive(const Slot& s) noexcept {
   const pid_t pid = s.pid.load(std::memory_order_acquire);
   if (pid == 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -229,7 +278,11 @@ void SharedFabric::forget_slot(int slot) noexcept {
       o.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
     }
   }
+  for (CmPort& p : header().cm_ports) {
+    if (p.owner == mark) p = CmPort{};
+  }
   header().slots[slot].bound.store(kNever, std::memory_order_relaxed);
+  header().live.fetch_and(~(1u << slot), std::memory_order_relaxed);
   header().slots[slot].pid.store(0, std::memory_order_release);
 }
 
@@ -283,48 +336,49 @@ std::uint64_t SharedFabric::first_parcel_time(int from, int to) const noexcept {
 
 std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
   std::uint64_t safe = kNever;
-  std::uint64_t wall = 0;
   others_next_ = kNever;
-  pid_t pids[kSlots];
+  const std::uint32_t me = 1u << self_;
+  const std::uint32_t live = header().live.load(std::memory_order_acquire) & ~me;
+  const std::uint32_t used = header().used.load(std::memory_order_acquire) | me;
   for (int s = 0; s < kSlots; ++s) {
-    pids[s] = header().slots[s].pid.load(std::memory_order_acquire);
+    if ((live & 1u << s) == 0) gone_[s] = false;  // free: a process that joins later starts afresh
   }
   // Parcels first (see the header), then the bounds.
-  for (int to = 0; to < kSlots; ++to) {
-    if (to == self_ || pids[to] == 0 || gone_[to]) continue;
-    for (int from = 0; from < kSlots; ++from) {
-      if (from == to || (from != self_ && pids[from] == 0)) continue;
-      const std::uint64_t t = first_parcel_time(from, to);
+  for (std::uint32_t to_set = live; to_set != 0; to_set &= to_set - 1) {
+    const int to = std::countr_zero(to_set);
+    if (gone_[to]) continue;
+    for (std::uint32_t from_set = used & ~(1u << to); from_set != 0; from_set &= from_set - 1) {
+      const std::uint64_t t = first_parcel_time(std::countr_zero(from_set), to);
       if (t != kNever) {
         safe = std::min(safe, t + lookahead);
         others_next_ = std::min(others_next_, t);
       }
     }
   }
-  for (int s = 0; s < kSlots; ++s) {
-    if (s == self_) continue;
-    Slot& slot = header().slots[s];
-    if (pids[s] == 0) {
-      gone_[s] = false;  // free: a process that joins later starts afresh
-      continue;
-    }
+  for (std::uint32_t set = live; set != 0; set &= set - 1) {
+    const int s = std::countr_zero(set);
     if (gone_[s]) continue;
+    Slot& slot = header().slots[s];
     const std::uint64_t b = slot.bound.load(std::memory_order_acquire);
     others_next_ = std::min(others_next_, slot.next.load(std::memory_order_relaxed));
-    if (b != seen_bound_[s] || seen_at_[s] == 0) {
+    if (b != seen_bound_[s]) {
       seen_bound_[s] = b;
-      seen_at_[s] = wall != 0 ? wall : (wall = wall_ns());
-    } else if (b < safe) {
-      // It holds this process back and has not moved: is it still there?
-      if (wall == 0) wall = wall_ns();
-      if (wall - seen_at_[s] > kStillNs) {
+      still_[s] = 0;
+      seen_at_[s] = 0;
+    } else if (b < safe && ++still_[s] % kStillCalls == 0) {
+      // It holds this process back and has not moved for a while: is it still there?
+      const std::uint64_t wall = wall_ns();
+      if (seen_at_[s] == 0) {
+        seen_at_[s] = wall;
+      } else if (wall - seen_at_[s] > kStillNs) {
         seen_at_[s] = wall;
         if (!slot_alive(s)) {
+          const pid_t pid = slot.pid.load(std::memory_order_relaxed);
           gone_[s] = true;
           const FileLock lock(fd_);
           if (!slot_alive(s) && slot.pid.load() != 0) forget_slot(s);
           std::fprintf(stderr, "verbsim: fabric %s: process %d is gone; its QPs are "
-                       "unreachable from now on\n", path_.c_str(), static_cast<int>(pids[s]));
+                       "unreachable from now on\n", path_.c_str(), static_cast<int>(pid));
           continue;
         }
       }
@@ -373,14 +427,71 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
 }
 
 bool SharedFabric::inbound() const noexcept {
-  for (int from = 0; from < kSlots; ++from) {
-    if (from == self_) continue;
-    const Ring& r = ring(from, self_);
+  const std::uint32_t used = header().used.load(std::memory_order_acquire) & ~(1u << self_);
+  for (std::uint32_t set = used; set != 0; set &= set - 1) {
+    const Ring& r = ring(std::countr_zero(set), self_);
     if (r.head.load(std::memory_order_relaxed) != r.tail.load(std::memory_order_acquire)) {
       return true;
     }
   }
   return false;
+}
+
+int SharedFabric::claim_cm_port(std::uint32_t node, const Ip& ip, bool any, std::uint16_t port,
+                                bool ud) noexcept {
+  const FileLock lock(fd_);
+  const auto me = static_cast<std::uint32_t>(self_ + 1);
+  CmPort* free = nullptr;
+  CmPort* released = nullptr;  // reused when nothing is free
+  for (CmPort& p : header().cm_ports) {
+    if (p.owner == 0) {
+      if (free == nullptr) free = &p;
+      continue;
+    }
+    if (p.state == kReleased) {
+      if (released == nullptr || (p.owner == me && p.port == port)) released = &p;
+      continue;
+    }
+    if (p.owner == me || p.port != port || p.ud != ud) continue;
+    if (p.any || any) return EADDRNOTAVAIL;
+    if (p.ip == ip) return EADDRINUSE;
+  }
+  CmPort* slot = free != nullptr ? free : released;
+  if (slot == nullptr) return ENOSPC;
+  *slot = CmPort{me, node, port, ud, kBound, any, ip};
+  return 0;
+}
+
+void SharedFabric::set_cm_listening(std::uint32_t node) noexcept {
+  const FileLock lock(fd_);
+  for (CmPort& p : header().cm_ports) {
+    if (p.owner == static_cast<std::uint32_t>(self_ + 1) && p.node == node && p.state == kBound) {
+      p.state = kListening;
+    }
+  }
+}
+
+void SharedFabric::release_cm_port(std::uint32_t node) noexcept {
+  const FileLock lock(fd_);
+  for (CmPort& p : header().cm_ports) {
+    if (p.owner == static_cast<std::uint32_t>(self_ + 1) && p.node == node && p.state != kReleased) {
+      p.state = kReleased;
+    }
+  }
+}
+
+int SharedFabric::cm_listener(const Ip& ip, std::uint16_t port, bool ud) noexcept {
+  const FileLock lock(fd_);
+  int last = -1;
+  for (const CmPort& p : header().cm_ports) {
+    if (p.owner == 0 || p.owner == static_cast<std::uint32_t>(self_ + 1)) continue;
+    if (p.port != port || p.ud != ud || (!p.any && p.ip != ip)) continue;
+    const int slot = static_cast<int>(p.owner) - 1;
+    if (gone_[slot]) continue;
+    if (p.state == kListening) return slot;
+    last = slot;
+  }
+  return last;
 }
 
 }  // namespace verbsim::sim

@@ -10,6 +10,7 @@
 // every other process has promised not to undercut (Slot::bound).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +40,10 @@ class SharedFabric {
   // process's QPs become unreachable, and the last one out removes the file.
   void leave() noexcept;
   int self() const noexcept { return self_; }
+  // The process in `slot` (0: none).
+  pid_t pid_of(int slot) const noexcept {
+    return header().slots[slot].pid.load(std::memory_order_acquire);
+  }
   const std::string& path() const noexcept { return path_; }
   // The latest clock any other live process published (a joining world starts there).
   std::uint64_t clock_of_others() const noexcept;
@@ -74,9 +79,10 @@ class SharedFabric {
   void drain(F&& f, G&& taken) {
     std::uint64_t heads[kSlots];
     bool any = false;
+    const std::uint32_t used = header().used.load(std::memory_order_acquire) & ~(1u << self_);
     for (int from = 0; from < kSlots; ++from) {
       heads[from] = 0;
-      if (from == self_) continue;
+      if ((used & 1u << from) == 0) continue;
       Ring& r = ring(from, self_);
       std::uint64_t head = r.head.load(std::memory_order_relaxed);
       const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
@@ -98,11 +104,30 @@ class SharedFabric {
     if (!any) return;
     taken();
     for (int from = 0; from < kSlots; ++from) {
-      if (from != self_) ring(from, self_).head.store(heads[from], std::memory_order_release);
+      if ((used & 1u << from) != 0) {
+        ring(from, self_).head.store(heads[from], std::memory_order_release);
+      }
     }
   }
   // Whether a parcel waits for this process.
   bool inbound() const noexcept;
+
+  // The connection manager's ports, fabric-wide: an id (`node` of this process) that owns
+  // `port` of address `ip` (or of any address: `any`) in a port space (`ud`: UDP, else TCP). Claiming
+  // fails as the kernel's cma_check_port does when another process has the port:
+  // EADDRNOTAVAIL where either address is any, EADDRINUSE for the same address (0: claimed;
+  // ENOSPC: the table is full). Entries go with their process.
+  using Ip = std::array<std::uint8_t, 16>;
+  int claim_cm_port(std::uint32_t node, const Ip& ip, bool any, std::uint16_t port,
+                    bool ud) noexcept;
+  void set_cm_listening(std::uint32_t node) noexcept;
+  void release_cm_port(std::uint32_t node) noexcept;
+  // The process (not this one) whose id listens on `port` of `ip` (or of any address) in the
+  // port space: its slot, or -1. Failing that, the live process that last had the port: a
+  // server that closes a listener and opens the next on the same port gets a request that
+  // arrives between the two (in wall time) in its own virtual time, where its world answers
+  // it as the kernel would at that moment.
+  int cm_listener(const Ip& ip, std::uint16_t port, bool ud) noexcept;
   // The largest payload a parcel may carry.
   static constexpr std::size_t max_payload() noexcept { return kRingBytes / 4; }
 
@@ -115,6 +140,17 @@ class SharedFabric {
     std::atomic<std::uint64_t> bound;
     std::atomic<std::uint64_t> next;
   };
+  static constexpr int kCmPorts = 256;
+  static constexpr std::uint8_t kBound = 1, kListening = 2, kReleased = 3;
+  struct CmPort {
+    std::uint32_t owner;  // slot + 1, or 0: free
+    std::uint32_t node;
+    std::uint16_t port;
+    std::uint8_t ud;
+    std::uint8_t state;  // kBound, kListening, or kReleased (a port its process had)
+    bool any;
+    Ip ip;
+  };
   struct Ring {
     alignas(64) std::atomic<std::uint64_t> head;  // consumer
     alignas(64) std::atomic<std::uint64_t> tail;  // producer
@@ -123,9 +159,12 @@ class SharedFabric {
   struct Header {
     std::uint64_t magic;
     std::uint32_t devices;
+    std::atomic<std::uint32_t> live;  // a bit per slot with a process
+    std::atomic<std::uint32_t> used;  // a bit per slot that ever had one (its rings may hold parcels)
     Slot slots[kSlots];
     std::atomic<std::uint32_t> next_qpn[kDevices];
     std::atomic<std::uint8_t> owner[kDevices][kQpns];  // slot + 1, or 0
+    CmPort cm_ports[kCmPorts];                         // under the file's lock
   };
   static constexpr std::size_t kRingsAt = (sizeof(Header) + 4095) & ~std::size_t{4095};
   static constexpr std::size_t kFileBytes = kRingsAt + sizeof(Ring) * kSlots * kSlots;
@@ -135,6 +174,10 @@ class SharedFabric {
     return reinterpret_cast<Ring*>(static_cast<unsigned char*>(base_) + kRingsAt)[from * kSlots + to];
   }
   bool slot_alive(int slot) noexcept;
+  // Whether the process of a slot still runs (0 pid: none).
+  static bool alive(const Slot& s) noexcept;
+  // Removes the fabrics of this user whose processes are all gone, but `keep` (a path).
+  static void sweep_stale(const std::string& keep) noexcept;
   // The time of the first parcel on ring `from` -> `to`, or kNever.
   std::uint64_t first_parcel_time(int from, int to) const noexcept;
   void forget_slot(int slot) noexcept;  // a process gone: its QPs and rings (under the lock)
@@ -144,10 +187,11 @@ class SharedFabric {
   void* base_ = nullptr;
   int self_ = -1;
   int devices_ = 0;
-  // Per other slot: the bound last seen and since when (wall ns), to notice a process that
-  // stopped moving (it may be gone).
+  // Per other slot: the bound last seen, how many calls of safe_time saw it unchanged, and
+  // since when (wall ns), to notice a process that stopped moving (it may be gone).
   std::uint64_t seen_bound_[kSlots] = {};
   std::uint64_t seen_at_[kSlots] = {};
+  std::uint32_t still_[kSlots] = {};
   bool gone_[kSlots] = {};
   bool left_ = false;
   std::uint64_t others_next_ = kNever;

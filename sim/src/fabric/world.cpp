@@ -1,4 +1,5 @@
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -150,6 +151,27 @@ std::vector<std::unique_ptr<DevCore>> make_devices(const Config& c, const Profil
 
 }  // namespace
 
+std::string process_file(const std::string& path, bool shared) {
+  if (path == "stderr" || path == "-") return path;
+  const std::string pid = std::to_string(::getpid());
+  std::string out;
+  bool had = false;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += pid;
+      had = true;
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  if (had || !shared) return out;
+  const std::size_t slash = out.rfind('/');
+  const std::size_t dot = out.rfind('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return has_ext ? out.substr(0, dot) + "." + pid + out.substr(dot) : out + "." + pid;
+}
+
 World::Impl::Impl(Config c)
     : config_(std::move(c)),
       traits_(&ProfileTraits::of(config_.profile)),
@@ -173,8 +195,14 @@ World::Impl::Impl(Config c)
     stats_ = stats.get();
     own_observer(std::move(stats));
   }
-  if (!config_.timeline.empty()) own_observer(std::make_unique<TimelineWriter>(config_.timeline));
-  if (!config_.pcap.empty()) own_observer(std::make_unique<PcapWriter>(config_.pcap));
+  if (!config_.timeline.empty()) {
+    config_.timeline = sim::process_file(config_.timeline, !config_.fabric.empty());
+    own_observer(std::make_unique<TimelineWriter>(config_.timeline));
+  }
+  if (!config_.pcap.empty()) {
+    config_.pcap = sim::process_file(config_.pcap, !config_.fabric.empty());
+    own_observer(std::make_unique<PcapWriter>(config_.pcap));
+  }
   if (!config_.fabric.empty()) join_fabric();
 }
 
@@ -235,6 +263,11 @@ inline bool World::Impl::timer_is_idle(const Event& e) {
 // An empty poll's step: no Entry mark, which would cost every SEND about 15 instructions
 // (two steps of the world each); the posts and every other way of running the world mark it.
 bool World::Impl::plain_step() { return events_.step<false>(UINT64_MAX, now_, *this); }
+
+bool World::Impl::plain_step_until(std::uint64_t limit) {
+  const Entry entry(*this);
+  return events_.step<true>(limit, now_, *this);
+}
 
 bool World::Impl::step() {
   if (link_ != nullptr) [[unlikely]] return shared_step(UINT64_MAX, /*passive=*/true, true);
@@ -592,6 +625,10 @@ void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
 
 void World::finish_observers() { impl_->finish_observers(); }
 void World::leave_fabric() { impl_->leave_fabric(); }
+bool World::shared() const noexcept { return impl_->shared(); }
+std::string World::process_file(const std::string& path) const {
+  return sim::process_file(path, impl_->shared());
+}
 
 Observer& World::own_observer(std::unique_ptr<Observer> observer) {
   Observer& o = *observer;

@@ -24,10 +24,14 @@ namespace verbsim::sim {
 
 struct CmFabric;
 struct FabricLink;
+class SharedFabric;
+// World::process_file, for a world that is (`shared`) or is not on a shared fabric.
+std::string process_file(const std::string& path, bool shared);
 struct FabricLinkDeleter {
   void operator()(FabricLink* l) const noexcept;
 };
 struct CqEntry;
+struct CqCore;
 class StatsObserver;
 struct WaitQueue;
 struct WaitQueueDeleter {
@@ -141,6 +145,9 @@ struct World::Impl {
 
   // ---- A fabric shared with other processes (Config::fabric; fabric/multiprocess.cpp)
   bool shared() const noexcept { return link_ != nullptr; }
+  SharedFabric* shared_fabric() noexcept;  // nullptr: this world alone
+  // A CQ of a world on a shared fabric: is_waiting() looks into it.
+  void note_cq(const std::shared_ptr<const CqCore>& cq);
   void leave_fabric();  // World::leave_fabric
   // A QP number unique in the fabric (0: none left), and giving it back.
   std::uint32_t take_qpn(const DevCore& dev);
@@ -264,6 +271,8 @@ struct World::Impl {
   int limited_poll_step() noexcept;
   // step() without a budget.
   bool plain_step();
+  // One instant up to `limit`, without a budget (world.cpp: the event loop is inline there).
+  bool plain_step_until(std::uint64_t limit);
   // A shared fabric's step: takes the parcels other processes sent, runs the next instant up
   // to `limit` and what they allow, and tells them how far this process may now send from
   // (`passive`: the program waits in the library, only events make it send).

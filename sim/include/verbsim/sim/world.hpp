@@ -176,6 +176,13 @@ class World final : public Backend {
   // of what already arrived (ACKs), as the destructor does; for a world that lives until the
   // process exits (the drop-in's). Nothing without a shared fabric; once is enough.
   void leave_fabric();
+  // Whether the world is part of a fabric shared with other processes (Config::fabric).
+  bool shared() const noexcept;
+  // The name of a file this process writes (a capture, a timeline, a verb log): "%p" in
+  // `path` becomes the process id; on a shared fabric a name without it gets ".<pid>" before
+  // its extension (run.pcapng: run.4711.pcapng), so that the processes do not write one file.
+  // "stderr" and "-" stay as they are. scripts/merge-fabric.py merges the files by virtual time.
+  std::string process_file(const std::string& path) const;
   // The run's counters so far; `collected` is false unless the world was made with
   // Config::stats (or VERBSIM_STATS=1).
   Stats stats() const;

@@ -1,0 +1,151 @@
+// The connection manager across the processes of a shared fabric (Config::fabric,
+// fabric/multiprocess.cpp). A message for an id of another process is handed over when it
+// arrives, as a parcel; there the id that sent it is a proxy node (CmNode::remote), so the
+// state machine of messages.cpp runs unchanged on both sides. A REQ goes to the process whose
+// id listens on its address (SharedFabric::cm_listener).
+#include <cstring>
+#include <unistd.h>
+
+#include "cm/fabric.hpp"
+#include "fabric/shared_fabric.hpp"
+
+namespace verbsim::sim {
+
+namespace {
+
+// A CM message between processes: its event first (the time it arrives; where), then what the
+// receiving side needs of the message and of the id that sent it; the private data follows.
+struct CmParcel {
+  Event event;  // kind: EvKind::cm; dev and wire: the device and port it arrives at
+  pid_t from_pid;
+  pid_t to_pid;  // 0: a REQ (found by its address)
+  std::uint32_t from;  // the sender's node, or kNone (its device refuses a REQ)
+  std::uint32_t to;    // the receiver's node, or kNone (a REQ)
+  SockAddr from_local;
+  std::int32_t from_dev;
+  std::uint8_t from_port;
+  bool from_ud;
+  std::uint32_t from_qpn;
+  Msg kind;
+  std::int32_t reason;
+  SockAddr dst;
+  std::uint8_t responder_resources, initiator_depth, retry_count, rnr_retry_count;
+  std::uint32_t qpn, psn;
+  std::int32_t src_dev;
+  std::uint8_t src_port;
+  std::uint32_t data_bytes;
+};
+static_assert(offsetof(CmParcel, event) == 0);
+
+}  // namespace
+
+void CmFabric::hand_over(const Wire& m, int to_dev, std::uint8_t to_port, int slot) {
+  SharedFabric* fabric = w.shared_fabric();
+  if (fabric == nullptr) return;
+  CmParcel p{};
+  p.event.time = w.now();
+  p.event.kind = EvKind::cm;
+  p.event.dev = static_cast<std::uint16_t>(to_dev);
+  p.event.wire = to_port;
+  p.from_pid = ::getpid();
+  p.from = m.from;
+  p.to = kNone;
+  if (m.to != kNone) {
+    const CmNode& to = node(m.to);
+    slot = to.remote_slot;
+    p.to_pid = to.remote_pid;
+    p.to = to.remote_node;
+  }
+  if (slot < 0 || (p.to_pid != 0 && fabric->pid_of(slot) != p.to_pid)) return;  // gone: lost
+  if (m.from != kNone) {
+    const CmNode& from = node(m.from);
+    p.from_local = from.local;
+    p.from_dev = from.dev;
+    p.from_port = from.port;
+    p.from_ud = from.ud;
+    p.from_qpn = from.qpn;
+  }
+  p.kind = m.kind;
+  p.reason = m.reason;
+  p.dst = m.dst;
+  p.responder_resources = m.param.responder_resources;
+  p.initiator_depth = m.param.initiator_depth;
+  p.retry_count = m.param.retry_count;
+  p.rnr_retry_count = m.param.rnr_retry_count;
+  p.qpn = m.qpn;
+  p.psn = m.psn;
+  p.src_dev = m.src_dev;
+  p.src_port = m.src_port;
+  p.data_bytes = static_cast<std::uint32_t>(m.data.size());
+  fabric->send(slot, &p, sizeof p, m.data.data(), m.data.size());
+}
+
+void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
+  CmParcel p;
+  if (size < sizeof p) return;
+  std::memcpy(&p, bytes, sizeof p);
+  if (size < sizeof p + p.data_bytes) return;
+  if (p.to != kNone && (p.to_pid != ::getpid() || p.to >= nodes.size() || node(p.to).remote())) {
+    return;  // for an id of an earlier process of this slot: lost
+  }
+  SharedFabric* fabric = w.shared_fabric();
+  Wire m;
+  m.kind = p.kind;
+  m.to = p.to;
+  m.reason = p.reason;
+  m.dst = p.dst;
+  m.data.assign(bytes + sizeof p, bytes + sizeof p + p.data_bytes);
+  m.param.responder_resources = p.responder_resources;
+  m.param.initiator_depth = p.initiator_depth;
+  m.param.retry_count = p.retry_count;
+  m.param.rnr_retry_count = p.rnr_retry_count;
+  m.qpn = p.qpn;
+  m.psn = p.psn;
+  m.src_dev = p.src_dev;
+  m.src_port = p.src_port;
+  if (p.from != kNone) {
+    // The sender's proxy here: one per id of another process, made by its first message.
+    const std::uint64_t key = static_cast<std::uint64_t>(p.from_pid) << 32 | p.from;
+    auto [it, made] = proxies.try_emplace(key, 0);
+    if (made) {
+      it->second = static_cast<std::uint32_t>(nodes.size());
+      nodes.emplace_back();
+      CmNode& proxy = nodes.back();
+      proxy.alive = false;
+      proxy.st = St::closed;
+      proxy.remote_pid = p.from_pid;
+      proxy.remote_node = p.from;
+    }
+    CmNode& proxy = node(it->second);
+    proxy.remote_slot = -1;
+    for (int s = 0; fabric != nullptr && s < SharedFabric::kSlots; ++s) {
+      if (fabric->pid_of(s) == p.from_pid) proxy.remote_slot = s;
+    }
+    if (proxy.remote_slot < 0) return;  // its process is gone already
+    proxy.local = p.from_local;
+    proxy.dev = p.from_dev;
+    proxy.port = p.from_port;
+    proxy.ud = p.from_ud;
+    proxy.qpn = p.from_qpn;
+    m.from = it->second;
+  }
+  std::uint32_t slot;
+  if (free_wires.empty()) {
+    slot = static_cast<std::uint32_t>(wires.size());
+    wires.emplace_back();
+  } else {
+    slot = free_wires.back();
+    free_wires.pop_back();
+  }
+  wires[slot] = std::move(m);
+  Event e{};
+  e.time = w.now();
+  e.kind = EvKind::cm;
+  e.code = static_cast<std::uint8_t>(Code::message);
+  e.dev = p.event.dev;
+  e.wire = p.event.wire;
+  e.index = slot;
+  on_message(e);
+}
+
+}  // namespace verbsim::sim
