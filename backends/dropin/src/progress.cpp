@@ -21,6 +21,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kIdle{2};
 constexpr std::chrono::milliseconds kTick{1};
+// On a fabric shared with other processes (VERBSIM_FABRIC) the run is not deterministic
+// anyway, and a peer may be waiting for this process's device to answer while the program
+// spins on memory (ib_write_lat) or waits in a socket: the thread looks sooner and more often.
+constexpr std::chrono::microseconds kSharedIdle{100};
+constexpr std::chrono::microseconds kSharedTick{50};
 constexpr int kTicksPerRefresh = 10;  // the sysfs counter files: every 10 ms (sysfs.hpp)
 constexpr std::uint64_t kVirtualPerTick = 1'000'000'000;  // 1 s of virtual time per 1 ms
 constexpr std::uint64_t kRealTimePerTick = 1'000'000;     // 1 ms per 1 ms
@@ -92,14 +97,25 @@ bool has_pending_events() noexcept {
   return w != nullptr && w->pending_events() != 0;
 }
 
+// The drop-in's world is made from the environment (sim::Config::from_env).
+bool fabric_shared() noexcept {
+  const char* f = std::getenv("VERBSIM_FABRIC");
+  return f != nullptr && *f != '\0';
+}
+
 void run() noexcept {
-  const auto idle = std::chrono::duration_cast<Clock::duration>(kIdle).count();
   g_progress_tid.store(::gettid(), std::memory_order_relaxed);
-  int ticks = 0;
+  const bool shared = fabric_shared();
+  const auto idle =
+      std::chrono::duration_cast<Clock::duration>(shared ? Clock::duration(kSharedIdle)
+                                                         : Clock::duration(kIdle))
+          .count();
+  const auto tick = shared ? Clock::duration(kSharedTick) : Clock::duration(kTick);
+  auto refreshed = Clock::now();
   for (;;) {
-    std::this_thread::sleep_for(kTick);
-    if (++ticks == kTicksPerRefresh) {
-      ticks = 0;
+    std::this_thread::sleep_for(tick);
+    if (const auto now = Clock::now(); now - refreshed >= kTick * kTicksPerRefresh) {
+      refreshed = now;
       std::lock_guard<std::recursive_mutex> held(global().mu);
       refresh_sysfs();  // writes only the counter files whose values changed
     }

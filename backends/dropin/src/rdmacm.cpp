@@ -18,6 +18,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "objects.hpp"
@@ -47,6 +49,7 @@ struct CmDevice {
 
 struct DCmChannel : rdma_event_channel {
   std::unique_ptr<CmEventChannel> impl;  // the simulator's channel
+  ~DCmChannel();
 };
 
 struct DCmId : rdma_cm_id {
@@ -173,6 +176,15 @@ void set_route(DCmId* id) {
   id->route.num_paths = 1;
 }
 
+// The channels that exist, under the lock: a thread waiting in rdma_get_cm_event while another
+// destroys the channel must not read it afterwards (rping's CM thread does, at exit).
+std::unordered_set<const DCmChannel*>& live_channels() {
+  static auto* set = new std::unordered_set<const DCmChannel*>;
+  return *set;
+}
+
+DCmChannel::~DCmChannel() { live_channels().erase(this); }
+
 DCmChannel* new_channel() {
   sim::World* w = world();
   if (w == nullptr) throw std::system_error(EINVAL, std::generic_category(), "no simulated world");
@@ -180,6 +192,7 @@ DCmChannel* new_channel() {
   ch->impl = static_cast<Backend&>(*w).create_cm_channel();
   ch->fd = ch->impl->fd();
   make_blocking(ch->fd);
+  live_channels().insert(ch.get());
   return ch.release();
 }
 
@@ -247,6 +260,7 @@ DCmEvent* convert(CmEvent&& ev) {
 // channel is asked only when its fd says it holds an event, so that a fault plan's rule on
 // rdma_get_cm_event counts the program's calls.
 std::error_code take_event(DCmChannel* ch, DCmEvent*& out) {
+  if (!live_channels().contains(ch)) return std::error_code(EBADF, std::generic_category());
   if (!readable(ch->fd)) return std::error_code(EAGAIN, std::generic_category());
   CmEvent ev;
   if (const std::error_code ec = ch->impl->get_event(ev, Wait::nonblocking)) return ec;
@@ -259,13 +273,20 @@ int get_event(const char* verb, DCmChannel* ch, DCmEvent*& out) {
     DCmChannel* ch;
     DCmEvent*& out;
   } arg{ch, out};
-  return shared_wait(
-      verb, ch->fd, is_nonblocking(ch->fd),
+  const bool nonblocking = is_nonblocking(ch->fd);
+  const int err = shared_wait(
+      verb, ch->fd, nonblocking,
       [](void* p) {
         auto* a = static_cast<Arg*>(p);
         return take_event(a->ch, a->out).value();
       },
       &arg);
+  if (err == EBADF && !nonblocking) {
+    // The channel was destroyed while this thread waited on it: as a thread blocked in read()
+    // on a descriptor another thread closes, it waits for good (the process ends it).
+    for (;;) ::pause();
+  }
+  return err;
 }
 
 void free_event(rdma_cm_event* e) noexcept { delete static_cast<DCmEvent*>(e); }

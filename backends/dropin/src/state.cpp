@@ -116,9 +116,24 @@ bool follow_wall_clock(sim::World& w) noexcept {
 }
 }  // namespace
 
+// only_thread(), read again at most every millisecond on a shared fabric, where every empty
+// poll steps (the other processes may have sent something): a listing of /proc per poll
+// would be most of its cost.
+bool only_thread_now(const sim::World& w) noexcept {
+  if (!w.shared()) return only_thread();
+  thread_local Clock::time_point t_read_at{};
+  thread_local bool t_only = false;
+  const auto now = Clock::now();
+  if (now - t_read_at > std::chrono::milliseconds(1)) {
+    t_only = only_thread();
+    t_read_at = now;
+  }
+  return t_only;
+}
+
 bool step_far(sim::World& w) noexcept {
   if (w.pending_events() == 0) return false;
-  if (!only_thread()) {
+  if (!only_thread_now(w)) {
     if (!others_quiet()) return false;
     if (another_thread_computing()) return follow_wall_clock(w);
   }
@@ -151,7 +166,7 @@ sim::World* world() noexcept {
     });
     if (const char* log = std::getenv("VERBSIM_VERB_LOG"); log != nullptr && *log != '\0') {
       VerbLogOptions o;
-      o.sink = open_verb_log_sink(log);
+      o.sink = open_verb_log_sink(g.world->process_file(log));
       o.provider = sim::verb_log_model(*g.world);
       o.provider_source = sim::verb_log_model_source(*g.world);
       o.summary_at_end = false;  // the global state lives until exit: the summary comes then
