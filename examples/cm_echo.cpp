@@ -4,10 +4,12 @@
 // exchanges GIDs, QP numbers or PSNs by hand.
 //
 //   cm_echo [--backend sim|ibverbs[:DEVICE]] [--server ADDR:PORT] [--client ADDR]
-//           [--messages N] [--size BYTES]
+//           [--messages N] [--size BYTES] [--role both|server|client]
 //
 // Client and server run in one thread, driven by one loop over both event channels and both
-// CQs (non-blocking calls only), as an event-driven server would. On the simulator the server
+// CQs (non-blocking calls only), as an event-driven server would. `--role server` and
+// `--role client` run one side each, as two processes: on the simulator they meet on a fabric
+// shared between processes (VERBSIM_FABRIC=<name> in both; docs/MULTIPROCESS.md). On the simulator the server
 // listens on sim1's address and the client binds to sim0's; on rxe both use the device's own
 // address (10.0.0.1 in the rxe VM).
 #include <chrono>
@@ -29,9 +31,10 @@ using namespace verbsim;
 
 constexpr const char* kUsage =
     "usage: cm_echo [--backend sim|ibverbs[:DEVICE]] [--server ADDR:PORT] [--client ADDR]\n"
-    "               [--messages N] [--size BYTES]\n"
+    "               [--messages N] [--size BYTES] [--role both|server|client]\n"
     "  The client connects to the server by address through the connection manager, sends\n"
-    "  N messages that the server echoes, then disconnects.\n";
+    "  N messages that the server echoes, then disconnects. --role runs one side only (two\n"
+    "  processes; on the simulator with VERBSIM_FABRIC=<name> set in both).\n";
 constexpr std::string_view kHello = "cm_echo v1";
 
 // One end of the connection: its CM id and the verbs resources on the id's device.
@@ -105,6 +108,8 @@ int run(int argc, char** argv) {
   std::string client_addr;
   std::uint64_t messages = 16;
   std::uint32_t size = 64;
+  bool run_server = true;
+  bool run_client = true;
   cli::for_each_flag(argc, argv, {kUsage}, [&](std::string_view flag, std::string_view value) {
     if (flag == "--backend") {
       spec = DeviceSpec::parse(value);
@@ -117,6 +122,13 @@ int run(int argc, char** argv) {
     } else if (flag == "--size") {
       size = static_cast<std::uint32_t>(cli::parse_number(flag, value, 1u << 20));
       if (size < 8) throw std::invalid_argument("--size must be at least 8");
+    } else if (flag == "--role") {
+      if (value != "both" && value != "server" && value != "client") {
+        throw std::invalid_argument("--role is both, server or client, not '" +
+                                    std::string(value) + "'");
+      }
+      run_server = value != "client";
+      run_client = value != "server";
     } else {
       return false;
     }
@@ -140,15 +152,23 @@ int run(int argc, char** argv) {
 
   auto server_events = backend->create_cm_channel();
   auto client_events = backend->create_cm_channel();
-  auto listener = server_events->create_id();
-  listener->bind_addr(SockAddr::parse(server_addr));
-  listener->listen();
-
+  std::unique_ptr<CmId> listener;
   End client("client");
   End server("server");
-  client.id = client_events->create_id();
-  if (!client_addr.empty()) client.id->bind_addr(SockAddr::parse(client_addr));
-  client.id->resolve_addr(SockAddr::parse(server_addr));
+  if (run_server) {
+    listener = server_events->create_id();
+    listener->bind_addr(SockAddr::parse(server_addr));
+    listener->listen();
+  } else {
+    server.done = true;
+  }
+  if (run_client) {
+    client.id = client_events->create_id();
+    if (!client_addr.empty()) client.id->bind_addr(SockAddr::parse(client_addr));
+    client.id->resolve_addr(SockAddr::parse(server_addr));
+  } else {
+    client.done = true;
+  }
   std::printf("cm_echo: %s, server %s\n", spec.to_string().c_str(), server_addr.c_str());
 
   std::uint64_t echoed = 0;
@@ -156,7 +176,7 @@ int run(int argc, char** argv) {
   CmEvent ev;
   WorkCompletion wc;
   while (!client.done || !server.done) {
-    if (world == nullptr && std::chrono::steady_clock::now() > deadline) {
+    if ((world == nullptr || world->shared()) && std::chrono::steady_clock::now() > deadline) {
       throw std::runtime_error("no progress for 30 s");
     }
     // The client's connection steps.
@@ -258,7 +278,9 @@ int run(int argc, char** argv) {
       }
     }
   }
-  if (echoed != messages) throw std::runtime_error("the server echoed " + std::to_string(echoed));
+  if (run_server && echoed != messages) {
+    throw std::runtime_error("the server echoed " + std::to_string(echoed));
+  }
 
   client.release();
   server.release();
