@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "observe/cm_mad.hpp"
+#include "observe/crc32.hpp"
 
 namespace verbsim::sim {
 
@@ -17,45 +18,6 @@ using Bytes = std::vector<std::uint8_t>;
 
 constexpr std::uint16_t kRoceV2Port = 4791;
 constexpr std::uint32_t kPsnMask = 0xffffff;
-
-// CRC-32 of IEEE 802.3 (reflected polynomial 0xedb88320), as zlib's crc32 computes it, 16
-// bytes a step (slicing-by-16): t[0] is the byte-at-a-time table, t[k] a byte's effect k bytes
-// further on. 16 KiB of tables; on frames of 100 bytes about 1.5x as fast as slicing-by-8 and
-// 3x as fast as zlib's crc32.
-struct Crc32Tables {
-  std::array<std::array<std::uint32_t, 256>, 16> t{};
-  constexpr Crc32Tables() {
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) != 0 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[0][i] = c;
-    }
-    for (std::size_t k = 1; k < t.size(); ++k) {
-      for (std::size_t i = 0; i < 256; ++i) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-    }
-  }
-};
-constexpr Crc32Tables kCrc;
-
-std::uint32_t load_le32(const std::uint8_t* p) noexcept {
-  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-}
-
-// The running (not yet inverted) CRC over `n` bytes.
-std::uint32_t crc_update(std::uint32_t crc, const std::uint8_t* p, std::size_t n) noexcept {
-  const auto& t = kCrc.t;
-  // What the 4 bytes of `v` add when they are `at` to `at` + 3 bytes from the step's end.
-  const auto word = [&t](std::uint32_t v, std::size_t at) {
-    return t[at + 3][v & 0xff] ^ t[at + 2][(v >> 8) & 0xff] ^ t[at + 1][(v >> 16) & 0xff] ^
-           t[at][v >> 24];
-  };
-  for (; n >= 16; n -= 16, p += 16) {
-    crc = word(load_le32(p) ^ crc, 12) ^ word(load_le32(p + 4), 8) ^ word(load_le32(p + 8), 4) ^
-          word(load_le32(p + 12), 0);
-  }
-  for (; n > 0; --n, ++p) crc = t[0][(crc ^ *p) & 0xff] ^ (crc >> 8);
-  return crc;
-}
 
 // Writes fields at a cursor into memory the caller made room for.
 struct Out {
@@ -284,23 +246,19 @@ constexpr std::size_t kFrameOverhead = kEth + kIp + kUdp + kBth + 8 + 28 + 4 + 8
 // pad, with the fields that change on the way masked to ones: IP TOS, TTL and checksum, the
 // UDP checksum, BTH byte 4 (FECN, BECN, resv6). Little-endian on the wire.
 std::uint32_t icrc(const std::uint8_t* frame, std::size_t len) noexcept {
-  static constexpr std::uint32_t kAfterLrh = [] {  // the running CRC after the 8 bytes of ones
-    std::uint32_t crc = 0xffffffffu;
-    for (int i = 0; i < 8; ++i) crc = kCrc.t[0][(crc ^ 0xff) & 0xff] ^ (crc >> 8);
-    return crc;
-  }();
-  std::array<std::uint8_t, kIp + kUdp + kBth> hdr;
-  std::memcpy(hdr.data(), frame + kEth, hdr.size());
-  std::uint8_t* const ip = hdr.data();
+  // The ones and the headers with their fields masked: 48 bytes, whole blocks for crc32_update.
+  std::array<std::uint8_t, 8 + kIp + kUdp + kBth> head;
+  std::memset(head.data(), 0xff, 8);
+  std::memcpy(head.data() + 8, frame + kEth, kIp + kUdp + kBth);
+  std::uint8_t* const ip = head.data() + 8;
   ip[1] = 0xff;                      // TOS (DSCP, ECN)
   ip[8] = 0xff;                      // TTL
   ip[10] = ip[11] = 0xff;            // header checksum
   ip[kIp + 6] = ip[kIp + 7] = 0xff;  // UDP checksum
   ip[kIp + kUdp + 4] = 0xff;         // FECN, BECN, resv6
-  std::uint32_t crc = crc_update(kAfterLrh, hdr.data(), hdr.size());
+  const std::uint32_t crc = crc32_update(0xffffffffu, head.data(), head.size());
   const std::size_t rest = kEth + kIp + kUdp + kBth;
-  crc = crc_update(crc, frame + rest, len - rest);
-  return ~crc;
+  return ~crc32_update(crc, frame + rest, len - rest);
 }
 
 // Writes one frame at `f` (room for kFrameOverhead + p.bytes): Ethernet II / IPv4 / UDP / BTH /
