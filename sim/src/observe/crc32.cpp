@@ -82,13 +82,20 @@ std::uint32_t crc32_update_tables(std::uint32_t crc, const std::uint8_t* p,
   return crc;
 }
 
+#ifdef VERBSIM_CRC32_PCLMUL
+namespace {
+// Set when this file's statics are initialised; until then (a call from another static
+// initialiser) the tables serve.
+const bool kMultiplies = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("pclmul") != 0;
+}();
+}  // namespace
+#endif
+
 bool crc32_multiplies() noexcept {
 #ifdef VERBSIM_CRC32_PCLMUL
-  static const bool pclmul = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("pclmul") != 0;
-  }();
-  return pclmul;
+  return kMultiplies;
 #else
   return false;
 #endif
@@ -96,8 +103,9 @@ bool crc32_multiplies() noexcept {
 
 std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* p, std::size_t n) noexcept {
 #ifdef VERBSIM_CRC32_PCLMUL
-  if (n >= 16 && crc32_multiplies()) {
+  if (n >= 16 && kMultiplies) {
     crc = fold_blocks(crc, p, n);
+    if (n % 16 == 0) return crc;
     p += n & ~std::size_t{15};
     n &= 15;
   }

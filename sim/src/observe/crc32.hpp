@@ -1,8 +1,8 @@
 // CRC-32 of IEEE 802.3 (reflected polynomial 0xedb88320), as zlib's crc32 computes it: the
-// packet capture's ICRC (observe/pcap.cpp). On x86-64 CPUs with PCLMULQDQ (checked once, at
-// the first call) 16 bytes a step by carry-less multiplication (Intel, "Fast CRC Computation for
-// Generic Polynomials Using PCLMULQDQ Instruction", 2009), anywhere else, and for the last
-// bytes after the 16-byte blocks, with tables (slicing-by-16). Both give the same CRC.
+// packet capture's ICRC (observe/pcap.cpp). On x86-64 CPUs with PCLMULQDQ (checked once, as
+// the program starts) 16 bytes a step by carry-less multiplication (Intel, "Fast CRC Computation
+// for Generic Polynomials Using PCLMULQDQ Instruction", 2009); on other CPUs, and for the bytes
+// after the last 16-byte block, with tables (slicing-by-16). Both give the same CRC.
 #pragma once
 
 #include <cstddef>
