@@ -423,12 +423,9 @@ std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
   return q.packets_tid;
 }
 
-std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
-  std::uint32_t tid = cq_tids_.get(dev, cq);
-  if (tid == 0) {
-    tid = new_track(dev, cq, kCq, 0, inside);
-    cq_tids_.set(dev, cq, tid);
-  }
+std::uint32_t TimelineWriter::add_cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
+  const std::uint32_t tid = new_track(dev, cq, kCq, 0, inside);
+  cq_tids_.set(dev, cq, tid);
   return tid;
 }
 
@@ -440,19 +437,24 @@ std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {
 
 std::uint32_t TimelineWriter::lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns) {
   Queue& queue = send ? q.send : q.recv;
-  // The lane is chosen when the slice is known whole: the lowest one free at its post.
-  std::size_t lane = 0;
-  while (lane < queue.lane_free_ns.size() && queue.lane_free_ns[lane] > p.posted_ns) ++lane;
-  if (lane == queue.lane_free_ns.size()) {
-    queue.lane_free_ns.push_back(end_ns);
-    queue.lane_tids.push_back(0);
+  // The lane is chosen when the slice is known whole: the lowest one free at its post. A search
+  // for a post no later than the last search's starts where that one found lanes busy: WRs
+  // posted together take lanes 0, 1, 2, ... a step each.
+  std::size_t lane = p.posted_ns <= queue.busy_after_ns ? queue.busy_below : 0;
+  while (lane < queue.lanes.size() && queue.lanes[lane].free_ns > p.posted_ns) ++lane;
+  if (lane == queue.lanes.size()) [[unlikely]] {
+    add_lane(q, send);
   }
-  queue.lane_free_ns[lane] = end_ns;
-  if (queue.lane_tids[lane] == 0) {
-    queue.lane_tids[lane] =
-        new_track(q.dev, q.qpn, send ? kSend : kRecv, static_cast<std::uint16_t>(lane), false);
-  }
-  return queue.lane_tids[lane];
+  queue.lanes[lane].free_ns = end_ns;
+  queue.busy_below = end_ns > p.posted_ns ? lane + 1 : lane;
+  queue.busy_after_ns = p.posted_ns;
+  return queue.lanes[lane].tid;
+}
+
+void TimelineWriter::add_lane(Qp& q, bool send) {
+  Queue& queue = send ? q.send : q.recv;
+  const auto lane = static_cast<std::uint16_t>(queue.lanes.size());
+  queue.lanes.push_back({0, new_track(q.dev, q.qpn, send ? kSend : kRecv, lane, false)});
 }
 
 void TimelineWriter::posted(const PostRecord& r) {

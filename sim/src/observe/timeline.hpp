@@ -45,13 +45,19 @@ class TimelineWriter final : public Observer {
     std::uint32_t length;
     WrOpcode opcode;
   };
-  // One queue of a QP: its WRs in post order (from `head` on), when each of its lanes is free
-  // again, and the tracks of those lanes (0: not made yet).
+  // A lane of a queue: when it is free again, and its track.
+  struct Lane {
+    std::uint64_t free_ns;
+    std::uint32_t tid;
+  };
+  // One queue of a QP: its WRs in post order (from `head` on) and its lanes. The lanes below
+  // `busy_below` are busy after `busy_after_ns` (what the last search for a free lane found).
   struct Queue {
     std::vector<Pending> pending;
     std::size_t head = 0;
-    std::vector<std::uint64_t> lane_free_ns;
-    std::vector<std::uint32_t> lane_tids;
+    std::vector<Lane> lanes;
+    std::size_t busy_below = 0;
+    std::uint64_t busy_after_ns = 0;
   };
   // A QP number on a device (QP 0: the device's SRQ receives, until a QP takes them).
   struct Qp {
@@ -85,13 +91,18 @@ class TimelineWriter final : public Observer {
     return q != nullptr ? *q : add_qp(dev, qpn);
   }
   Qp& add_qp(std::uint16_t dev, std::uint32_t qpn);
-  std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
+  std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
+    const std::uint32_t tid = cq_tids_.get(dev, cq);
+    return tid != 0 ? tid : add_cq_track(dev, cq, inside);
+  }
+  std::uint32_t add_cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
   std::uint32_t packets_track(Qp& q, bool inside);
   std::uint32_t cm_track(std::uint16_t dev, bool inside);
   // `inside`: made between the two parts of the next record (a packet's destination track).
   std::uint32_t new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
                           std::uint16_t lane, bool inside);
   std::uint32_t lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns);
+  void add_lane(Qp& q, bool send);
   // Where the next record goes; room for it is made first.
   std::uint64_t next_offset();
   std::uint8_t* room();
