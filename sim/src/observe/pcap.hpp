@@ -55,6 +55,10 @@ class PcapWriter final : public Observer {
     std::uint32_t packets = 0;
     bool used = false;
   };
+  static bool later(std::uint32_t a, std::uint32_t b) noexcept {  // PSN a after b, mod 2^24
+    const std::uint32_t d = (a - b) & 0xffffff;
+    return d != 0 && d < 0x800000;
+  }
   // What the frames of a QP's packets need to know of its earlier packets.
   struct QpState {
     // As a responder: the first PSN of the last new RC request it was given, and its message
@@ -72,7 +76,13 @@ class PcapWriter final : public Observer {
     // than forget a message not yet acknowledged: at most about the send queue's depth.
     std::vector<WireMessage> ring;
     const WireMessage* find(std::uint32_t psn) const noexcept;
-    void remember(const WireMessage& m);
+    void remember(const WireMessage& m) {
+      // Grow rather than forget a message not yet acknowledged: it may be sent again.
+      while (ring.empty() || (slot(m.psn).used && later(slot(m.psn).psn, acked))) grow_ring();
+      slot(m.psn) = m;
+    }
+    WireMessage& slot(std::uint32_t psn) { return ring[psn & (ring.size() - 1)]; }
+    void grow_ring();
   };
   std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port) {
     const std::size_t at = std::size_t{dev} << 8 | port;
@@ -97,7 +107,10 @@ class PcapWriter final : public Observer {
                           std::string_view comment);
   void end_epb(std::size_t frame_len, std::string_view comment);
   void flush();  // writes out_ to the file
-  void write_held_until(std::uint64_t ts_ns);
+  void write_held_until(std::uint64_t ts_ns) {
+    if (!held_.empty() && held_.front().ts_ns <= ts_ns) write_held(ts_ns);
+  }
+  void write_held(std::uint64_t ts_ns);
   std::uint32_t msn_after(const PacketRecord& r);
   // The wire PSN of the record's first packet: a new request takes the `packets` PSNs after
   // its QP's previous message (its first message keeps the simulator's PSN); a request sent

@@ -13,13 +13,20 @@
 
 namespace verbsim::sim {
 
-// Records: a kind byte, a flags byte, then numbers as LEB128 (7 bits a byte), times as the
-// difference from the record before. A record has one or two parts, each a group of JSON
-// lines at its own time (a WR's slice at its post and its completion; a packet where it leaves
-// and where it arrives). When the world ends, the parts are sorted by (time, seq), where seq
-// is 4 x the record's offset, + 1 for its first part and + 3 for its second: the order they
-// were made in. A track's metadata (time 0) has seq 4 x the offset of the record it was made
-// for, + 0 if made before that record's first part, + 2 if between its parts.
+// Two streams of records, each a kind byte, a flags byte, then numbers as LEB128 (7 bits a
+// byte), times as the difference from the record before in the same stream.
+//
+// The log: what the writer is told while the run goes (a post, a completion, a packet, an
+// instant, a CM message), as it was told, and nothing else: the run pays for the encoding
+// alone. When the world ends, replay() takes each in order, as the writer once took them as
+// they came, and makes the timeline's records.
+//
+// The timeline's records: a record has one or two parts, each a group of JSON lines at its
+// own time (a WR's slice at its post and its completion; a packet where it leaves and where it
+// arrives). They are sorted by (time, seq), where seq is 4 x the record's offset, + 1 for its
+// first part and + 3 for its second: the order they were made in. A track's metadata (time 0)
+// has seq 4 x the offset of the record it was made for, + 0 if made before that record's first
+// part, + 2 if between its parts.
 
 namespace {
 
@@ -35,6 +42,9 @@ enum RecordKind : std::uint8_t {
   kInstant,
   kCm,  // where a CM message leaves [, then where it arrives]
 };
+
+// What the log holds: a record as the writer was told it.
+enum LogKind : std::uint8_t { kLogPost, kLogCompletion, kLogPacket, kLogInstant, kLogCm };
 
 // How a WR slice ended.
 enum class WrEnd : std::uint8_t { completed, lost, unsignaled, outstanding };
@@ -377,30 +387,25 @@ TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
 
 TimelineWriter::~TimelineWriter() = default;
 
-void TimelineWriter::add_chunk() {
+void TimelineWriter::Records::add_chunk() {
   // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault per
   // 2 MiB, not per 4 KiB.
   void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
   ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
-  chunks_.push_back(
+  chunks.push_back(
       {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
 }
 
-inline std::uint8_t* TimelineWriter::room() {
-  if (chunks_.empty() || chunks_.back().used + kMaxRecord > kChunkBytes) [[unlikely]] {
+inline std::uint8_t* TimelineWriter::Records::room() {
+  if (chunks.empty() || chunks.back().used + kMaxRecord > kChunkBytes) [[unlikely]] {
     add_chunk();
   }
-  return chunks_.back().bytes.get() + chunks_.back().used;
+  return chunks.back().bytes.get() + chunks.back().used;
 }
 
-std::uint64_t TimelineWriter::next_offset() {
+std::uint64_t TimelineWriter::Records::next_offset() {
   room();
-  return (chunks_.size() - 1) * kChunkBytes + chunks_.back().used;
-}
-
-void TimelineWriter::keep(const std::uint8_t* end, int parts) {
-  chunks_.back().used = static_cast<std::size_t>(end - chunks_.back().bytes.get());
-  parts_ += static_cast<std::size_t>(parts);
+  return (chunks.size() - 1) * kChunkBytes + chunks.back().used;
 }
 
 TimelineWriter::Qp& TimelineWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
@@ -414,7 +419,7 @@ std::uint32_t TimelineWriter::new_track(std::uint16_t dev, std::uint32_t num, st
   if (named_devices_.size() <= dev) named_devices_.resize(dev + 1u, false);
   const bool first = !named_devices_[dev];
   named_devices_[dev] = true;
-  tracks_.push_back({next_offset() * 4 + (inside ? 2 : 0), dev, num, kind, lane, first});
+  tracks_.push_back({records_.next_offset() * 4 + (inside ? 2 : 0), dev, num, kind, lane, first});
   return static_cast<std::uint32_t>(tracks_.size());
 }
 
@@ -423,12 +428,9 @@ std::uint32_t TimelineWriter::packets_track(Qp& q, bool inside) {
   return q.packets_tid;
 }
 
-std::uint32_t TimelineWriter::cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
-  std::uint32_t tid = cq_tids_.get(dev, cq);
-  if (tid == 0) {
-    tid = new_track(dev, cq, kCq, 0, inside);
-    cq_tids_.set(dev, cq, tid);
-  }
+std::uint32_t TimelineWriter::add_cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
+  const std::uint32_t tid = new_track(dev, cq, kCq, 0, inside);
+  cq_tids_.set(dev, cq, tid);
   return tid;
 }
 
@@ -440,22 +442,29 @@ std::uint32_t TimelineWriter::cm_track(std::uint16_t dev, bool inside) {
 
 std::uint32_t TimelineWriter::lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns) {
   Queue& queue = send ? q.send : q.recv;
-  // The lane is chosen when the slice is known whole: the lowest one free at its post.
-  std::size_t lane = 0;
-  while (lane < queue.lane_free_ns.size() && queue.lane_free_ns[lane] > p.posted_ns) ++lane;
-  if (lane == queue.lane_free_ns.size()) {
-    queue.lane_free_ns.push_back(end_ns);
-    queue.lane_tids.push_back(0);
+  // The lane is chosen when the slice is known whole: the lowest one free at its post. A search
+  // for a post no later than the last search's starts where that one found lanes busy: WRs
+  // posted together take lanes 0, 1, 2, ... a step each.
+  std::size_t lane = p.posted_ns <= queue.busy_after_ns ? queue.busy_below : 0;
+  while (lane < queue.lanes.size() && queue.lanes[lane].free_ns > p.posted_ns) ++lane;
+  if (lane == queue.lanes.size()) [[unlikely]] {
+    add_lane(q, send);
   }
-  queue.lane_free_ns[lane] = end_ns;
-  if (queue.lane_tids[lane] == 0) {
-    queue.lane_tids[lane] =
-        new_track(q.dev, q.qpn, send ? kSend : kRecv, static_cast<std::uint16_t>(lane), false);
-  }
-  return queue.lane_tids[lane];
+  queue.lanes[lane].free_ns = end_ns;
+  queue.busy_below = end_ns > p.posted_ns ? lane + 1 : lane;
+  queue.busy_after_ns = p.posted_ns;
+  return queue.lanes[lane].tid;
 }
 
-void TimelineWriter::posted(const PostRecord& r) {
+void TimelineWriter::add_lane(Qp& q, bool send) {
+  Queue& queue = send ? q.send : q.recv;
+  const auto lane = static_cast<std::uint16_t>(queue.lanes.size());
+  queue.lanes.push_back({0, new_track(q.dev, q.qpn, send ? kSend : kRecv, lane, false)});
+}
+
+// ---- The replay: the timeline's records, made from the log --------------------------------------
+
+void TimelineWriter::take(const PostRecord& r) {
   Qp& q = qp(r.dev, r.qpn);
   (r.send ? q.send : q.recv).pending.push_back({r.time_ns, r.wr_id, r.length, r.opcode});
 }
@@ -480,7 +489,7 @@ void TimelineWriter::unsignaled_or_outstanding(Qp& q, bool send, const Pending& 
   keep(out.end(), 1);
 }
 
-void TimelineWriter::completion(const CompletionRecord& r) {
+void TimelineWriter::take(const CompletionRecord& r) {
   const std::uint16_t dev = r.dev;
   Qp& q = qp(dev, r.wc.qp_num);
   Queue& queue = r.send ? q.send : q.recv;
@@ -552,7 +561,7 @@ void TimelineWriter::completion(const CompletionRecord& r) {
   keep(out.end(), 2);
 }
 
-void TimelineWriter::packet(const PacketRecord& r) {
+void TimelineWriter::take(const PacketRecord& r) {
   const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
   const std::uint32_t from = packets_track(qp(r.src_dev, r.src_qpn), false);
   const std::uint32_t to = lost ? 0 : packets_track(qp(r.dst_dev, r.dst_qpn), true);
@@ -584,7 +593,7 @@ void TimelineWriter::packet(const PacketRecord& r) {
   if (r.fate == PacketFate::duplicated) one(kPacketCopy, r.duplicate_ns);
 }
 
-void TimelineWriter::instant(const InstantRecord& r) {
+void TimelineWriter::take(const InstantRecord& r, std::size_t text_at) {
   const std::uint32_t tid = r.qpn != 0 ? packets_track(qp(r.dev, r.qpn), false) : 0;
   Encoder out(room());
   out.byte(kInstant);
@@ -593,13 +602,12 @@ void TimelineWriter::instant(const InstantRecord& r) {
   last_ts_ns_ = r.time_ns;
   out.u(r.dev);
   out.u(tid);
-  out.u(texts_.size());
+  out.u(text_at);
   out.u(r.what.size());
   keep(out.end(), 1);
-  texts_.append(r.what);
 }
 
-void TimelineWriter::cm(const CmRecord& r) {
+void TimelineWriter::take(const CmRecord& r) {
   const bool lost = r.fate != PacketFate::delivered;
   const std::uint32_t from = cm_track(r.src_dev, false);
   const std::uint32_t to = lost ? 0 : cm_track(r.dst_dev, true);
@@ -624,7 +632,176 @@ void TimelineWriter::cm(const CmRecord& r) {
   keep(out.end(), lost ? 1 : 2);
 }
 
+// ---- The log: each record told, as told ---------------------------------------------------------
+
+void TimelineWriter::posted(const PostRecord& r) {
+  Encoder out(log_.room());
+  out.byte(kLogPost);
+  out.byte(r.send ? 1 : 0);
+  log_time(out, r.time_ns);
+  out.u(r.dev);
+  out.u(r.qpn);
+  out.u(r.wr_id);
+  out.u(r.length);
+  out.byte(static_cast<std::uint8_t>(r.opcode));
+  log_.keep(out.end());
+}
+
+void TimelineWriter::completion(const CompletionRecord& r) {
+  Encoder out(log_.room());
+  out.byte(kLogCompletion);
+  out.byte((r.send ? kCqSend : 0) | (r.dropped ? kCqLost : 0));
+  log_time(out, r.time_ns);
+  out.u(r.dev);
+  out.u(r.cq);
+  out.u(r.wc.qp_num);
+  out.u(r.wc.wr_id);
+  out.u(r.wc.byte_len);
+  out.u(static_cast<std::uint32_t>(r.wc.status));
+  log_.keep(out.end());
+}
+
+void TimelineWriter::packet(const PacketRecord& r) {
+  Encoder out(log_.room());
+  out.byte(kLogPacket);
+  out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) | static_cast<unsigned>(r.kind)
+                                                                         << 3));
+  log_time(out, r.sent_ns);
+  out.byte(static_cast<std::uint8_t>(r.opcode));
+  out.byte(static_cast<std::uint8_t>(r.nak));
+  out.u(r.src_dev);
+  out.u(r.src_qpn);
+  out.u(r.dst_dev);
+  out.u(r.dst_qpn);
+  out.u(r.wr_id);
+  out.u(r.psn);
+  out.u(r.length);
+  out.u(r.arrives_ns - r.sent_ns);
+  if (r.fate == PacketFate::duplicated) out.u(r.duplicate_ns - r.sent_ns);
+  log_.keep(out.end());
+}
+
+void TimelineWriter::instant(const InstantRecord& r) {
+  Encoder out(log_.room());
+  out.byte(kLogInstant);
+  out.byte(0);
+  log_time(out, r.time_ns);
+  out.u(r.dev);
+  out.u(r.qpn);
+  out.u(r.what.size());
+  log_.keep(out.end());
+  texts_.append(r.what);
+}
+
+void TimelineWriter::cm(const CmRecord& r) {
+  Encoder out(log_.room());
+  out.byte(kLogCm);
+  out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) |
+                                     static_cast<unsigned>(r.kind) << 3 | (r.sidr ? kCmSidr : 0)));
+  log_time(out, r.sent_ns);
+  out.u(r.src_dev);
+  out.u(r.dst_dev);
+  out.u(r.local_comm_id);
+  out.u(r.remote_comm_id);
+  out.u(r.qpn);
+  out.z(r.reason);
+  out.u(r.arrives_ns - r.sent_ns);
+  log_.keep(out.end());
+}
+
+void TimelineWriter::replay() {
+  std::uint64_t ts = 0;
+  std::size_t text_at = 0;
+  for (Chunk& chunk : log_.chunks) {
+    const std::uint8_t* const end = chunk.bytes.get() + chunk.used;
+    for (const std::uint8_t* p = chunk.bytes.get(); p < end;) {
+      Decoder in(p);
+      const auto kind = static_cast<LogKind>(in.byte());
+      const std::uint8_t flags = in.byte();
+      ts += static_cast<std::uint64_t>(in.z());
+      switch (kind) {
+        case kLogPost: {
+          PostRecord r;
+          r.time_ns = ts;
+          r.send = flags != 0;
+          r.dev = in.u16();
+          r.qpn = in.u32();
+          r.wr_id = in.u();
+          r.length = in.u32();
+          r.opcode = static_cast<WrOpcode>(in.byte());
+          take(r);
+          break;
+        }
+        case kLogCompletion: {
+          CompletionRecord r;
+          r.time_ns = ts;
+          r.send = (flags & kCqSend) != 0;
+          r.dropped = (flags & kCqLost) != 0;
+          r.dev = in.u16();
+          r.cq = in.u32();
+          r.wc.qp_num = in.u32();
+          r.wc.wr_id = in.u();
+          r.wc.byte_len = in.u32();
+          r.wc.status = static_cast<WcStatus>(in.u32());
+          take(r);
+          break;
+        }
+        case kLogPacket: {
+          PacketRecord r;
+          r.sent_ns = ts;
+          r.fate = static_cast<PacketFate>(flags & 7);
+          r.kind = static_cast<PacketKind>(flags >> 3 & 7);
+          r.opcode = static_cast<WrOpcode>(in.byte());
+          r.nak = static_cast<NakCode>(in.byte());
+          r.src_dev = in.u16();
+          r.src_qpn = in.u32();
+          r.dst_dev = in.u16();
+          r.dst_qpn = in.u32();
+          r.wr_id = in.u();
+          r.psn = in.u32();
+          r.length = in.u32();
+          r.arrives_ns = ts + in.u();
+          if (r.fate == PacketFate::duplicated) r.duplicate_ns = ts + in.u();
+          take(r);
+          break;
+        }
+        case kLogInstant: {
+          InstantRecord r;
+          r.time_ns = ts;
+          r.dev = in.u16();
+          r.qpn = in.u32();
+          const std::size_t length = in.u();
+          r.what = std::string_view(texts_).substr(text_at, length);
+          take(r, text_at);
+          text_at += length;
+          break;
+        }
+        case kLogCm: {
+          CmRecord r;
+          r.sent_ns = ts;
+          r.fate = static_cast<PacketFate>(flags & 7);
+          r.kind = static_cast<CmMessage>(flags >> 3 & 7);
+          r.sidr = (flags & kCmSidr) != 0;
+          r.src_dev = in.u16();
+          r.dst_dev = in.u16();
+          r.local_comm_id = in.u32();
+          r.remote_comm_id = in.u32();
+          r.qpn = in.u32();
+          r.reason = static_cast<int>(in.z());
+          r.arrives_ns = ts + in.u();
+          take(r);
+          break;
+        }
+      }
+      p = in.end();
+    }
+    chunk.bytes.reset();  // replayed: its memory goes back before the next is
+  }
+  log_.chunks.clear();
+}
+
 void TimelineWriter::finished(std::uint64_t time_ns) {
+  replay();
   // WRs still outstanding end with the run, by device, QP and side (receives first).
   std::vector<std::pair<std::uint64_t, Qp*>> order;
   order.reserve(qps_.size());
@@ -654,9 +831,10 @@ void TimelineWriter::write(std::FILE* f) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> parts;
   parts.reserve(parts_);
   std::uint64_t ts = 0;
-  for (std::size_t c = 0; c < chunks_.size(); ++c) {
-    const std::uint8_t* base = chunks_[c].bytes.get();
-    for (const std::uint8_t* p = base; p < base + chunks_[c].used;) {
+  const std::vector<Chunk>& chunks = records_.chunks;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const std::uint8_t* base = chunks[c].bytes.get();
+    for (const std::uint8_t* p = base; p < base + chunks[c].used;) {
       Decoded r;
       const std::uint8_t* next = decode(p, r);
       ts += static_cast<std::uint64_t>(r.ts_delta);
@@ -721,7 +899,7 @@ void TimelineWriter::write(std::FILE* f) {
     tracks_before(part_ns == 0 ? seq : UINT64_MAX);
     const std::uint64_t offset = seq / 4;
     Decoded r;
-    decode(chunks_[offset / kChunkBytes].bytes.get() + offset % kChunkBytes, r);
+    decode(chunks[offset / kChunkBytes].bytes.get() + offset % kChunkBytes, r);
     const bool second = seq % 4 == 3;
     switch (r.kind) {
       case kWr: {

@@ -6,9 +6,10 @@
 // packets and CM messages as flow arrows from the sender's track to the receiver's; faults,
 // async and CM events as instants.
 //
-// While the run goes, the writer keeps compact binary records (timeline.cpp: small numbers in
-// a byte or two each; 6 bytes per event in BM_SimSend) and each QP's state in flat tables; the
-// JSON is formatted once, when the world ends.
+// While the run goes, the writer only logs what it is told, as compact binary records
+// (timeline.cpp: small numbers in a byte or two each). When the world ends it replays the log:
+// matches completions to the WRs posted, picks lanes and makes tracks (each QP's state in flat
+// tables), and keeps the timeline's own records, which it sorts and formats as JSON.
 #pragma once
 
 #include <algorithm>
@@ -45,13 +46,19 @@ class TimelineWriter final : public Observer {
     std::uint32_t length;
     WrOpcode opcode;
   };
-  // One queue of a QP: its WRs in post order (from `head` on), when each of its lanes is free
-  // again, and the tracks of those lanes (0: not made yet).
+  // A lane of a queue: when it is free again, and its track.
+  struct Lane {
+    std::uint64_t free_ns;
+    std::uint32_t tid;
+  };
+  // One queue of a QP: its WRs in post order (from `head` on) and its lanes. The lanes below
+  // `busy_below` are busy after `busy_after_ns` (what the last search for a free lane found).
   struct Queue {
     std::vector<Pending> pending;
     std::size_t head = 0;
-    std::vector<std::uint64_t> lane_free_ns;
-    std::vector<std::uint32_t> lane_tids;
+    std::vector<Lane> lanes;
+    std::size_t busy_below = 0;
+    std::uint64_t busy_after_ns = 0;
   };
   // A QP number on a device (QP 0: the device's SRQ receives, until a QP takes them).
   struct Qp {
@@ -79,34 +86,67 @@ class TimelineWriter final : public Observer {
     std::unique_ptr<std::uint8_t[], Free> bytes;
     std::size_t used = 0;
   };
+  // Records one after the other, in chunks.
+  struct Records {
+    std::vector<Chunk> chunks;
+    // Where the next record goes, with room for the largest.
+    std::uint8_t* room();
+    // Keeps the record written from room() to `end`.
+    void keep(const std::uint8_t* end) noexcept {
+      chunks.back().used = static_cast<std::size_t>(end - chunks.back().bytes.get());
+    }
+    // The offset of the next record.
+    std::uint64_t next_offset();
+    void add_chunk();
+  };
 
   Qp& qp(std::uint16_t dev, std::uint32_t qpn) {
     Qp* q = qp_index_.get(dev, qpn);
     return q != nullptr ? *q : add_qp(dev, qpn);
   }
   Qp& add_qp(std::uint16_t dev, std::uint32_t qpn);
-  std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
+  std::uint32_t cq_track(std::uint16_t dev, std::uint32_t cq, bool inside) {
+    const std::uint32_t tid = cq_tids_.get(dev, cq);
+    return tid != 0 ? tid : add_cq_track(dev, cq, inside);
+  }
+  std::uint32_t add_cq_track(std::uint16_t dev, std::uint32_t cq, bool inside);
   std::uint32_t packets_track(Qp& q, bool inside);
   std::uint32_t cm_track(std::uint16_t dev, bool inside);
   // `inside`: made between the two parts of the next record (a packet's destination track).
   std::uint32_t new_track(std::uint16_t dev, std::uint32_t num, std::uint8_t kind,
                           std::uint16_t lane, bool inside);
   std::uint32_t lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns);
-  // Where the next record goes; room for it is made first.
-  std::uint64_t next_offset();
-  std::uint8_t* room();
-  void add_chunk();
-  // Keeps the record written from room() to `end`, which has 1 or 2 parts.
-  void keep(const std::uint8_t* end, int parts);
+  void add_lane(Qp& q, bool send);
+  // Where the next of the timeline's records goes, and keeping it (it has 1 or 2 parts).
+  std::uint8_t* room() { return records_.room(); }
+  void keep(const std::uint8_t* end, int parts) noexcept {
+    records_.keep(end);
+    parts_ += static_cast<std::size_t>(parts);
+  }
+  // Encodes the time of a logged record.
+  template <class Out>
+  void log_time(Out& out, std::uint64_t ns) noexcept {
+    out.z(static_cast<std::int64_t>(ns - log_ts_ns_));
+    log_ts_ns_ = ns;
+  }
+  // The replay of the log (finished()): each record told, taken as it was told.
+  void replay();
+  void take(const PostRecord& r);
+  void take(const CompletionRecord& r);
+  void take(const PacketRecord& r);
+  void take(const InstantRecord& r, std::size_t text_at);  // its text: texts_ from text_at
+  void take(const CmRecord& r);
   void unsignaled_or_outstanding(Qp& q, bool send, const Pending& p, std::uint64_t end_ns,
                                  bool outstanding);
   void write(std::FILE* f);
 
   std::string path_;
+  Records log_;                  // what the writer was told, in order
+  std::uint64_t log_ts_ns_ = 0;  // of the last record logged (records store the difference)
   std::uint64_t flow_ = 0;
-  std::vector<Chunk> chunks_;     // the records, in the order they were made
-  std::uint64_t last_ts_ns_ = 0;  // of the last record (records store the difference)
-  std::size_t parts_ = 0;         // of all records: what write() sorts
+  Records records_;               // the timeline's records, in the order they were made
+  std::uint64_t last_ts_ns_ = 0;  // of the last of them
+  std::size_t parts_ = 0;         // of all of them: what write() sorts
   std::string texts_;             // instants' names, which records point into
   std::vector<Track> tracks_;
   std::deque<Qp> qps_;  // a deque: a Qp& stays valid while others are added
