@@ -111,6 +111,9 @@ QpAttrMask CmId::init_qp_attr(QpState, QpAttr&) const {
 void CmId::migrate(CmEventChannel&) {
   throw_verb_error("rdma_migrate_id", EOPNOTSUPP, "moving ids between channels");
 }
+void CmId::set_ack_timeout(std::uint8_t) {
+  throw_verb_error("rdma_set_option", EOPNOTSUPP, "RDMA_OPTION_ID_ACK_TIMEOUT");
+}
 void CmId::establish() {
   throw_verb_error("rdma_establish", EOPNOTSUPP, "connections of the program's own QPs");
 }

@@ -287,6 +287,14 @@ class IbvCmId final : public CmId {
     return static_cast<QpAttrMask>(mask & kModifyMask);
   }
 
+  void set_ack_timeout(std::uint8_t timeout) override {
+    errno = 0;
+    if (::rdma_set_option(id_, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                          sizeof timeout) != 0) {
+      throw_verb_error("rdma_set_option", cm_errno(), "RDMA_OPTION_ID_ACK_TIMEOUT");
+    }
+  }
+
   void establish() override {
     errno = 0;
     if (::rdma_establish(id_) != 0) throw_verb_error("rdma_establish", cm_errno());

@@ -228,6 +228,12 @@ class CmId {
   // connection. EINVAL otherwise (on rxe a second call has also been seen to give ENOENT).
   virtual void establish();
 
+  // rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT): the local ACK timeout
+  // (4.096 us * 2^timeout) the connection's QP gets at RTS (and in init_qp_attr), instead of
+  // the one the CM derives from the path (19 over rxe). EINVAL on a UDP id or above 31;
+  // backends without it throw EOPNOTSUPP.
+  virtual void set_ack_timeout(std::uint8_t timeout);
+
   // rdma_migrate_id: this id's events, those pending included (and a listener's requests not
   // yet taken), come to `to` from now on. EINVAL for another backend's channel.
   virtual void migrate(CmEventChannel& to);

@@ -86,6 +86,7 @@ struct Wire {
   int reason = 0;              // REJ
   SockAddr dst;                // REQ: the address connected to
   std::vector<std::uint8_t> data;
+  std::uint64_t held_since = 0;  // a REQ held for the next listener (remote.cpp): wall ns
   ConnParam param;        // REQ, REP
   std::uint32_t qpn = 0;  // REQ, REP
   std::uint32_t psn = 0;
@@ -136,6 +137,7 @@ struct CmNode {
   bool psn_drawn = false;          // `psn` is chosen (a server of its own QP draws it when asked)
   std::uint32_t qpn = 0, psn = 0;  // this side's, as sent
   std::uint32_t peer_qpn = 0, peer_psn = 0;  // the other side's
+  std::uint8_t ack_timeout = kLocalAckTimeout;  // CmId::set_ack_timeout
   ConnParam mine;                            // private data not kept
   ConnParam theirs;
   // The message waiting for an answer, sent again at each timeout.
@@ -167,6 +169,10 @@ struct CmFabric {
   void hand_over(const Wire& m, int to_dev, std::uint8_t to_port, int slot);
   // A message another process handed over (a parcel's bytes): it arrives now.
   void take_parcel(const std::uint8_t* bytes, std::size_t size);
+  // A REQ for a port this process's listener just gave up, on a shared fabric: held (true)
+  // and seen again shortly, for up to 250 ms of wall time, in case the program is about to
+  // listen on it again; false when it is to be rejected as usual.
+  bool hold_for_next_listener(Wire& m, int dev, std::uint8_t port);
 
   // Messages and the state machine (messages.cpp).
 

@@ -354,6 +354,15 @@ class SimCmId final : public CmId {
 
   void migrate(CmEventChannel& to) override;
 
+  void set_ack_timeout(std::uint8_t timeout) override {
+    CmNode& nd = node();
+    if (nd.ud) throw_verb_error("rdma_set_option", EINVAL, "an ACK timeout on a UDP id");
+    if (timeout > 31) {
+      throw_verb_error("rdma_set_option", EINVAL, "ACK timeout " + std::to_string(timeout));
+    }
+    nd.ack_timeout = timeout;
+  }
+
   void establish() override {
     CmNode& nd = node();
     if (nd.st != St::rep_rcvd) bad_state("rdma_establish", nd.st);

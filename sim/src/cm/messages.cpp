@@ -381,6 +381,7 @@ void CmFabric::on_req(Wire m, int dev, std::uint8_t port) {
       return;
     }
   }
+  if (l == kNone && hold_for_next_listener(m, dev, port)) return;
   if (l == kNone) {  // the device refuses it
     Wire rej;
     rej.kind = Msg::rej;
@@ -462,7 +463,7 @@ ConnectOptions CmFabric::options(const CmNode& nd) const {
   o.sgid_index = w.locate(nd.local.gid()).gid_index;
   o.flow_label = flow_label(nd);
   o.path_mtu = Mtu::mtu_1024;
-  o.timeout = kLocalAckTimeout;
+  o.timeout = nd.ack_timeout;
   o.min_rnr_timer = kMinRnrTimer;
   return o;
 }

@@ -4,6 +4,7 @@
 // state machine of messages.cpp runs unchanged on both sides. A REQ goes to the process whose
 // id listens on its address (SharedFabric::cm_listener).
 #include <cstring>
+#include <ctime>
 #include <unistd.h>
 
 #include "cm/fabric.hpp"
@@ -146,6 +147,43 @@ void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
   e.wire = p.event.wire;
   e.index = slot;
   on_message(e);
+}
+
+bool CmFabric::hold_for_next_listener(Wire& m, int dev, std::uint8_t port) {
+  // Two processes race in wall time, which virtual time does not order: a server that closes
+  // a listener and opens the next on the same port (perftest -R does) may see a client's REQ
+  // in between, where on a host the next listen comes microseconds later. The kernel would
+  // reject it; the wait stands for those microseconds.
+  constexpr std::uint64_t kHoldNs = 250'000'000;
+  constexpr std::uint64_t kAgainNs = 100'000;  // virtual time between looks
+  SharedFabric* fabric = w.shared_fabric();
+  if (fabric == nullptr || !fabric->released_cm_port(m.dst.ip, m.dst.port, node(m.from).ud)) {
+    return false;
+  }
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::uint64_t wall = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+                             static_cast<std::uint64_t>(ts.tv_nsec);
+  if (m.held_since == 0) m.held_since = wall;
+  if (wall - m.held_since > kHoldNs) return false;
+  std::uint32_t slot;
+  if (free_wires.empty()) {
+    slot = static_cast<std::uint32_t>(wires.size());
+    wires.emplace_back();
+  } else {
+    slot = free_wires.back();
+    free_wires.pop_back();
+  }
+  wires[slot] = std::move(m);
+  Event e{};
+  e.time = w.now() + kAgainNs;
+  e.kind = EvKind::cm;
+  e.code = static_cast<std::uint8_t>(Code::message);
+  e.dev = static_cast<std::uint16_t>(dev);
+  e.wire = port;
+  e.index = slot;
+  w.schedule(e);
+  return true;
 }
 
 }  // namespace verbsim::sim

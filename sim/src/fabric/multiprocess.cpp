@@ -69,6 +69,7 @@ struct FabricLink {
   std::vector<std::uint8_t> scratch;  // a message's gathered payload
   std::vector<std::weak_ptr<const CqCore>> cqs;  // World::Impl::note_cq
   std::uint64_t safe = 0;             // the last SharedFabric::safe_time
+  std::uint64_t floor = 0;            // the program acts at this time or later (catch_up)
   bool passive = false;
   bool warned_large = false;
   bool left = false;
@@ -119,7 +120,7 @@ void World::Impl::leave_fabric() {
   const auto start = std::chrono::steady_clock::now();
   try {
     while (now_ < end && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200)) {
-      shared_run_until(end);
+      shared_run_until(end, /*pace=*/false);
       if (now_ < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   } catch (...) {
@@ -139,9 +140,23 @@ void World::Impl::give_back_qpn(const DevCore& dev, std::uint32_t qpn) noexcept 
 
 void World::Impl::publish_bound() {
   const std::uint64_t next = next_busy_time();
+  // The program posts no earlier than the floor (catch_up), so its posts arrive no sooner
+  // than the floor plus a link latency.
+  const std::uint64_t base = std::max(now_, link_->floor);
   const std::uint64_t bound =
-      link_->passive ? next : std::min(next, now_ + config_.link_latency_ns);
+      link_->passive ? next : std::min(next, base + config_.link_latency_ns);
   link_->fabric.publish(now_, bound, next);
+}
+
+void World::Impl::catch_up() {
+  FabricLink& l = *link_;
+  if (now_ >= l.floor) return;
+  // Events up to the floor run first; the others may still be short of it (spin: they are
+  // running, as their bound lets them pass it).
+  for (int spins = 0; now_ < l.floor; ++spins) {
+    shared_run_until(l.floor, /*pace=*/false);
+    if (now_ < l.floor && spins > 64) std::this_thread::yield();
+  }
 }
 
 void World::Impl::take_parcels() {
@@ -202,7 +217,11 @@ bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw)
   return ran;
 }
 
-void World::Impl::shared_run_until(std::uint64_t deadline) {
+void World::Impl::shared_run_until(std::uint64_t deadline, bool pace) {
+  // Time passes for a program that computes too: it acts next at the deadline or later
+  // (catch_up), which the bound tells the others at once, so that they need not creep up a
+  // link latency at a time meanwhile.
+  if (pace && deadline != UINT64_MAX) link_->floor = std::max(link_->floor, deadline);
   while (shared_step(deadline, /*passive=*/false, /*may_throw=*/true)) {
   }
   // Time passes up to the deadline, as far as the other processes allow (wall-clock pacing:

@@ -480,6 +480,15 @@ void SharedFabric::release_cm_port(std::uint32_t node) noexcept {
   }
 }
 
+bool SharedFabric::released_cm_port(const Ip& ip, std::uint16_t port, bool ud) noexcept {
+  const FileLock lock(fd_);
+  for (const CmPort& p : header().cm_ports) {
+    if (p.owner != static_cast<std::uint32_t>(self_ + 1) || p.state != kReleased) continue;
+    if (p.port == port && p.ud == ud && (p.any || p.ip == ip)) return true;
+  }
+  return false;
+}
+
 int SharedFabric::cm_listener(const Ip& ip, std::uint16_t port, bool ud) noexcept {
   const FileLock lock(fd_);
   int last = -1;

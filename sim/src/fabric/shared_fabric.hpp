@@ -128,6 +128,8 @@ class SharedFabric {
   // arrives between the two (in wall time) in its own virtual time, where its world answers
   // it as the kernel would at that moment.
   int cm_listener(const Ip& ip, std::uint16_t port, bool ud) noexcept;
+  // Whether this process had `port` (of `ip` or any address) and gave it up.
+  bool released_cm_port(const Ip& ip, std::uint16_t port, bool ud) noexcept;
   // The largest payload a parcel may carry.
   static constexpr std::size_t max_payload() noexcept { return kRingBytes / 4; }
 

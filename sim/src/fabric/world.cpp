@@ -376,7 +376,7 @@ std::uint64_t World::Impl::next_busy_time() {
 }
 
 void World::Impl::run_until(std::uint64_t deadline) {
-  if (link_ != nullptr) return shared_run_until(deadline);
+  if (link_ != nullptr) return shared_run_until(deadline, /*pace=*/false);
   for (;;) {
     // Stop before the first event later than the deadline (idle timers do not count).
     while (events_.drop_idle_timer_on_top(*this)) {
@@ -626,6 +626,14 @@ void World::add_observer(Observer& observer) { impl_->add_observer(&observer); }
 void World::finish_observers() { impl_->finish_observers(); }
 void World::leave_fabric() { impl_->leave_fabric(); }
 bool World::shared() const noexcept { return impl_->shared(); }
+void World::pace_until(std::uint64_t deadline_ns) {
+  if (!impl_->shared()) return run_until(deadline_ns);
+  impl_->pace_until(deadline_ns);
+}
+
+void World::catch_up() {
+  if (impl_->shared()) impl_->catch_up();
+}
 std::string World::process_file(const std::string& path) const {
   return sim::process_file(path, impl_->shared());
 }

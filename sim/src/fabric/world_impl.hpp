@@ -149,6 +149,8 @@ struct World::Impl {
   // A CQ of a world on a shared fabric: is_waiting() looks into it.
   void note_cq(const std::shared_ptr<const CqCore>& cq);
   void leave_fabric();  // World::leave_fabric
+  void catch_up();      // World::catch_up
+  void pace_until(std::uint64_t deadline) { shared_run_until(deadline, /*pace=*/true); }
   // A QP number unique in the fabric (0: none left), and giving it back.
   std::uint32_t take_qpn(const DevCore& dev);
   void give_back_qpn(const DevCore& dev, std::uint32_t qpn) noexcept;
@@ -278,7 +280,8 @@ struct World::Impl {
   // (`passive`: the program waits in the library, only events make it send).
   bool shared_step(std::uint64_t limit, bool passive, bool may_throw);
   void join_fabric();
-  void shared_run_until(std::uint64_t deadline);
+  // `pace`: World::pace_until (the program computes meanwhile, and acts next no earlier).
+  void shared_run_until(std::uint64_t deadline, bool pace);
   void take_parcels();
   void publish_bound();
   // The time of the earliest event that would do something (idle timers are dropped).

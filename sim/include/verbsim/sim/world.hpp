@@ -178,6 +178,14 @@ class World final : public Backend {
   void leave_fabric();
   // Whether the world is part of a fabric shared with other processes (Config::fabric).
   bool shared() const noexcept;
+  // run_until() for a program that computes meanwhile (the drop-in's progress thread, while
+  // another thread of the program runs outside the library). On a shared fabric it also tells
+  // the other processes that the program acts next at the deadline or later, so that they
+  // need not creep up on this one a link latency at a time; catch_up() keeps that promise.
+  void pace_until(std::uint64_t deadline_ns);
+  // On a shared fabric, after pace_until(): runs the world up to the time promised, before the
+  // program acts (the drop-in calls it as each verb that may send starts). Nothing otherwise.
+  void catch_up();
   // The name of a file this process writes (a capture, a timeline, a verb log): "%p" in
   // `path` becomes the process id; on a shared fabric a name without it gets ".<pid>" before
   // its extension (run.pcapng: run.4711.pcapng), so that the processes do not write one file.
