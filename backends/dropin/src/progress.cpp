@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,12 @@ constexpr std::uint64_t kRealTimePerTick = 1'000'000;     // 1 ms per 1 ms
 std::atomic<std::int64_t> g_last_call{0};
 std::atomic<bool> g_started{false};
 std::atomic<bool> g_wanted{false};
+
+// The drop-in's world is made from the environment (sim::Config::from_env).
+bool fabric_shared() noexcept {
+  const char* f = std::getenv("VERBSIM_FABRIC");
+  return f != nullptr && *f != '\0';
+}
 
 std::int64_t now_ticks() noexcept { return Clock::now().time_since_epoch().count(); }
 
@@ -97,11 +104,6 @@ bool has_pending_events() noexcept {
   return w != nullptr && w->pending_events() != 0;
 }
 
-// The drop-in's world is made from the environment (sim::Config::from_env).
-bool fabric_shared() noexcept {
-  const char* f = std::getenv("VERBSIM_FABRIC");
-  return f != nullptr && *f != '\0';
-}
 
 void run() noexcept {
   g_progress_tid.store(::gettid(), std::memory_order_relaxed);
@@ -112,6 +114,7 @@ void run() noexcept {
           .count();
   const auto tick = shared ? Clock::duration(kSharedTick) : Clock::duration(kTick);
   auto refreshed = Clock::now();
+  auto last_run = refreshed;
   for (;;) {
     std::this_thread::sleep_for(tick);
     if (const auto now = Clock::now(); now - refreshed >= kTick * kTicksPerRefresh) {
@@ -123,12 +126,28 @@ void run() noexcept {
     if (!has_pending_events()) continue;
     // A thread that computes outside the library sees time pass as on a device: virtual time
     // does not outrun the wall clock until every thread sleeps.
-    const std::uint64_t span = another_thread_computing() ? kRealTimePerTick : kVirtualPerTick;
+    const bool computing = another_thread_computing();
+    std::uint64_t span = computing ? kRealTimePerTick : kVirtualPerTick;
+    if (shared) {
+      // The same pace, by the wall time since the last run (short ticks take longer than
+      // they ask for: a sleep, /proc, the lock), at most one millisecond's worth.
+      const auto now = Clock::now();
+      const auto elapsed = std::min<std::uint64_t>(
+          static_cast<std::uint64_t>(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_run).count()),
+          1'000'000);
+      last_run = now;
+      span = span * elapsed / 1'000'000;
+    }
     std::lock_guard<std::recursive_mutex> held(global().mu);
     sim::World* w = global().world.get();
     if (w == nullptr) continue;
     try {
-      w->run_until(w->now() + span);
+      if (computing) {
+        w->pace_until(w->now() + span);  // the program acts next from there (catch_up)
+      } else {
+        w->run_until(w->now() + span);
+      }
     } catch (...) {
       // The world's events do not throw; if one ever did, the next verb call reports it.
     }
@@ -178,7 +197,10 @@ bool progress_running() noexcept { return g_started.load(std::memory_order_relax
 bool another_thread_computing() noexcept {
   const pid_t self = ::gettid();
   const pid_t progress = g_progress_tid.load(std::memory_order_relaxed);
-  const auto idle = std::chrono::duration_cast<Clock::duration>(kIdle).count();
+  static const bool shared = fabric_shared();
+  const auto idle = std::chrono::duration_cast<Clock::duration>(
+                        shared ? Clock::duration(kSharedIdle) : Clock::duration(kIdle))
+                        .count();
   DIR* tasks = ::opendir("/proc/self/task");
   if (tasks == nullptr) return false;
   bool computing = false;

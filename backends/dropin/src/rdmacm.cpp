@@ -798,12 +798,19 @@ const char* rdma_event_str(rdma_cm_event_type event) {
   return to_string(static_cast<CmEventType>(event)).data();  // the names are null-terminated
 }
 
-// Options change nothing the simulator models (type of service, address reuse, IPv6 only, the
-// ACK timeout and path records): accepted and ignored, as long as they are rdma_cm's.
+// The ACK timeout is the connection QP's (a u8, as the kernel's ucma_set_option_id takes it);
+// the other options change nothing the simulator models (type of service, address reuse, IPv6
+// only, path records): accepted and ignored, as long as they are rdma_cm's.
 int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t optlen) {
   if (id == nullptr || optval == nullptr || optlen == 0) return result(EINVAL);
   if (level != RDMA_OPTION_ID && level != RDMA_OPTION_IB) return result(ENOSYS);
-  (void)optname;
+  if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+    if (optlen != sizeof(std::uint8_t)) return result(EINVAL);
+    return call("rdma_set_option", [&] {
+      DCmId::from(id)->impl->set_ack_timeout(*static_cast<const std::uint8_t*>(optval));
+      return 0;
+    });
+  }
   return 0;
 }
 

@@ -81,7 +81,16 @@ bool others_quiet() noexcept {
 
 std::unique_lock<std::recursive_mutex> lock() noexcept {
   note_activity();
-  return lock_waiting();
+  auto held = lock_waiting();
+  // A shared fabric's world the progress thread moved on: the program acts from there.
+  if (sim::World* w = global().world.get(); w != nullptr && global().shared) [[unlikely]] {
+    try {
+      w->catch_up();
+    } catch (...) {
+      // A budget that ran out: the next call that runs the world reports it.
+    }
+  }
+  return held;
 }
 
 std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
@@ -111,7 +120,7 @@ bool follow_wall_clock(sim::World& w) noexcept {
       std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
   if (ns < kNearNs) return false;  // what is due within kNearNs has run already
   g_paced_at = now;
-  w.run_until(w.now() + ns);
+  w.pace_until(w.now() + ns);
   return true;
 }
 }  // namespace
@@ -154,6 +163,7 @@ sim::World* world() noexcept {
   try {
     g.world = std::make_unique<sim::World>(sim::Config::from_env());
     g.world->set_poll_horizon(kNearNs);  // farther only as polling() and shared_wait decide
+    g.shared = g.world->shared();
     g.world->count_port_traffic();       // for the port counters in sysfs (sysfs.hpp)
     // The world lives until exit: its observers (VERBSIM_PCAP, VERBSIM_TIMELINE,
     // VERBSIM_STATS) hear that the run is over then.

@@ -56,6 +56,7 @@ struct Global {
   // VERBSIM_VERB_LOG: the verb log every context is opened through (docs/OBSERVABILITY.md).
   std::optional<VerbLog> verb_log;
   bool tried = false;           // world creation was attempted
+  bool shared = false;          // the world is on a fabric shared with other processes
   std::string config_error;     // why it failed (bad VERBSIM_* variable)
   std::vector<DDevice*> devices;  // one per simulated device, never freed
   // Core resource -> the ibv_* object wrapping it, for the pointers completion and async events
