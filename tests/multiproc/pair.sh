@@ -3,20 +3,26 @@
 # libibverbs and librdmacm drop-ins, and passes when both exit 0 and the fabric is gone after.
 #
 #   tests/multiproc/pair.sh [--dropin DIR] [--timeout S] [--env NAME=VALUE]... \
-#       -- SERVER COMMAND... -- CLIENT COMMAND...
+#       [--expect-fail REGEX] [--fabric NAME] -- SERVER COMMAND... -- CLIENT COMMAND...
 #
+# --expect-fail: pass instead when both exit non-zero on their own (neither is killed by the
+# timeout) and the output of each matches REGEX (grep -E): a fault both ends must report.
 # In the commands, @PORT@ becomes a free TCP port (the one they exchange endpoints on) and
-# @HOST@ 127.0.0.1. VERBSIM_FABRIC is a name of its own per run.
+# @HOST@ 127.0.0.1. VERBSIM_FABRIC is a name of its own per run, or --fabric's.
 set -uo pipefail
 
 dropin=""
 timeout_s=60
 envs=()
+expect_fail=""
+fabric="pair-$$-$RANDOM"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dropin) dropin=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
+    --expect-fail) expect_fail=$2; shift 2 ;;
+    --fabric) fabric=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "pair.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -37,7 +43,6 @@ for tool in "${server[0]}" "${client[0]}"; do
 done
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-fabric="pair-$$-$RANDOM"
 subst() {
   local out=()
   for a in "$@"; do a=${a//@PORT@/$port}; out+=("${a//@HOST@/127.0.0.1}"); done
@@ -61,7 +66,7 @@ for attempt in 1 2 3 4 5; do
   timeout "$timeout_s" "${client[@]}" > "$work/client.out" 2>&1
   crc=$?
   # A client that found no listener yet tries again.
-  if [[ $crc -ne 0 ]] && grep -qiE "couldn't connect|connection refused|unable to connect|connect.*fail" "$work/client.out" \
+  if [[ $crc -ne 0 ]] && grep -qiE "couldn't connect|connection refused|unable to connect|connect.*fail|REJECTED" "$work/client.out" \
       && kill -0 $spid 2> /dev/null; then
     sleep 0.5
     continue
@@ -74,10 +79,25 @@ echo "--- server (exit $src): ${server[*]}"
 cat "$work/server.out"
 echo "--- client (exit $crc): ${client[*]}"
 cat "$work/client.out"
-left=$(ls /dev/shm 2> /dev/null | grep -c "verbsim-fabric-$(id -u)-$fabric" || true)
-if [[ "$left" -ne 0 ]]; then
+if [[ -e "/dev/shm/verbsim-fabric-$(id -u)-$fabric" ]]; then
   echo "pair.sh: the fabric's file is left in /dev/shm"
   exit 1
+fi
+if [[ -n "$expect_fail" ]]; then
+  for side in server client; do
+    rc=$src
+    [[ $side == client ]] && rc=$crc
+    if [[ $rc -eq 0 || $rc -eq 124 || $rc -eq 137 ]]; then
+      echo "pair.sh: FAILED: the $side exited $rc (expected to fail by itself)"
+      exit 1
+    fi
+    if ! grep -qE "$expect_fail" "$work/$side.out"; then
+      echo "pair.sh: FAILED: the $side did not report /$expect_fail/"
+      exit 1
+    fi
+  done
+  echo "pair.sh: both failed as expected (server $src, client $crc)"
+  exit 0
 fi
 if [[ $src -ne 0 || $crc -ne 0 ]]; then
   echo "pair.sh: FAILED (server $src, client $crc)"
