@@ -212,7 +212,7 @@ void SimQp::warn_if_windows_pin() const {
   std::fprintf(stderr,
                "verbsim: ibv_destroy_qp: QP %u destroyed while %d type 2 memory windows are bound "
                "through it; on rxe (kernel 6.1) this blocks 50 s and frees the QP under them (a "
-               "use-after-free; later kernels refuse it): invalidate or deallocate them first\n",
+               "use-after-free): invalidate or deallocate them first\n",
                qpn_, windows);
 }
 
