@@ -256,12 +256,17 @@ class Conformance : public testing::BackendTest {
   std::vector<WorkCompletion> poll_n(CompletionQueue& cq, std::size_t n);
   // Lets the "nothing arrives" interval pass (200 ms), then takes what is in the CQ.
   std::vector<WorkCompletion> poll_quiet(CompletionQueue& cq);
-  // Lets time pass: real time on ibverbs, virtual time on the simulator.
+  // Lets time pass: real time on ibverbs, virtual time on the simulator (and about as much of
+  // it behind the libibverbs drop-in).
   void pass_time(std::chrono::milliseconds d);
   // RNR NAKs port 1 has received (the rcvd_rnr_err counter of rxe and of the simulator): the
   // simulator's count, or the device's hw_counters/rcvd_rnr_err file under its ibdev_path
   // (the drop-in's private sysfs tree too). None where the device has none.
-  std::optional<std::uint64_t> rnr_naks_received();
+  std::optional<std::uint64_t> rnr_naks_received() { return hw_counter("rcvd_rnr_err"); }
+  // Port 1's counter `name` of rxe's hw_counters (rcvd_rnr_err, completer_retry_err,
+  // retry_exceeded_err, ...): the simulator's, or the device's sysfs file. None where the device
+  // has none.
+  std::optional<std::uint64_t> hw_counter(std::string_view name);
   // Async events pending now (call after poll_quiet/pass_time for the asynchronous ones).
   std::vector<AsyncEvent> take_async_events();
   // The QP's state once `want` is reached or 2 s passed (the device moves QPs on its own).
@@ -282,6 +287,7 @@ class Conformance : public testing::BackendTest {
   std::unique_ptr<ProtectionDomain> pd_;
   std::vector<std::uint64_t> mem_;
   std::unique_ptr<MemoryRegion> mr_;
+  bool through_dropin_ = false;  // the Ibverbs instantiation on the drop-in's simulator
   int gid_index_ = 1;
   Gid gid_;
   std::string observations_;
