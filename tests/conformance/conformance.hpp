@@ -123,6 +123,9 @@ struct Expect {
   bool mw_range_is_mr;
   // ibv_rereg_mr is supported (hardware); rxe has none (EOPNOTSUPP).
   bool rereg_mr;
+  // A READ's or atomic's own SGEs are checked when its response arrives (rxe): a bad rkey is
+  // found first, and an atomic with a bad local key has executed.
+  bool local_check_on_response;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

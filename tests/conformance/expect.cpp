@@ -58,6 +58,7 @@ constexpr Expect kRxe{
     .max_mw = 524287,
     .mw_range_is_mr = true,
     .rereg_mr = false,
+    .local_check_on_response = true,
 };
 
 constexpr Expect kStrict{
@@ -109,6 +110,7 @@ constexpr Expect kStrict{
     .max_mw = 65536,
     .mw_range_is_mr = false,
     .rereg_mr = true,
+    .local_check_on_response = false,
 };
 
 constexpr Expect kMlx5 = [] {

@@ -248,6 +248,7 @@ void SimQp::transmit_as() {
   PortCore& egress = World::Impl::egress(*dev_, port);
   e.src_qpn = qpn_;
   e.epoch = epoch_;
+  const bool local_on_response = rc && checks_local_on_response();
   while (sq_sent_ != sq_post_) {
     SendWqe& wq = sq_at(sq_sent_);
     const bool rd = is_read_or_atomic(wq.opcode);
@@ -275,8 +276,9 @@ void SimQp::transmit_as() {
       }
     }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
-    // stay in order, so wait for everything before it first.
-    if (!wq.inlined &&
+    // stay in order, so wait for everything before it first. A READ's or atomic's buffers are
+    // only written by its response, which is where rxe checks them (on_ack).
+    if (!wq.inlined && !(rd && local_on_response) &&
         !sges_valid(sq_sge(sq_sent_), wq.num_sge, touched_bytes(wq), local_need(wq))) {
       if (sq_done_ != sq_sent_) break;
       const WcStatus status = local_fault_status(sq_sent_);

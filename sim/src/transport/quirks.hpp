@@ -1,0 +1,30 @@
+// Where the profiles' transports differ in what the second round of fidelity work measured on
+// rxe (docs/FIDELITY.md, "rxe facts found by the suite"). One table per profile, looked up by
+// the world's profile; it sits beside ProfileTraits (fabric/profile.hpp) while that file is being
+// reworked, and its fields move there with the next change to it.
+#pragma once
+
+#include "verbsim/sim/world.hpp"
+
+namespace verbsim::sim {
+
+struct TransportQuirks {
+  // rxe: the local SGEs of an RDMA READ or atomic are checked when the response arrives (the
+  // completer copies it into them), not before the request is sent: a bad rkey is found first
+  // (REM_ACCESS_ERR, the responder to ERR), and an atomic with a bad local key has executed at
+  // the responder when its requester fails with LOC_PROT_ERR. Elsewhere the requester checks
+  // them first, as a NIC does when it posts the WQE.
+  bool read_atomic_local_check_on_response;
+
+  static const TransportQuirks& of(Profile p) noexcept {
+    static constexpr TransportQuirks kStrict{
+        .read_atomic_local_check_on_response = false,
+    };
+    static constexpr TransportQuirks kRxe{
+        .read_atomic_local_check_on_response = true,   // measured: Precedence.*
+    };
+    return p == Profile::rxe ? kRxe : kStrict;  // mlx5 as strict
+  }
+};
+
+}  // namespace verbsim::sim
