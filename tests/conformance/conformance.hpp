@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -17,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verbsim/sim/extensions.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/testing/backend_test.hpp"
 #include "verbsim/verbsim.hpp"
@@ -126,6 +129,9 @@ struct Expect {
   // A READ's or atomic's own SGEs are checked when its response arrives (rxe): a bad rkey is
   // found first, and an atomic with a bad local key has executed.
   bool local_check_on_response;
+  // post_send's refusal of a QP in RESET, INIT or RTR comes from a system call (rxe's
+  // doorbell), which leaves it in errno too.
+  bool post_state_error_in_errno;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere
@@ -270,6 +276,28 @@ class Conformance : public testing::BackendTest {
   // retry_exceeded_err, ...): the simulator's, or the device's sysfs file. None where the device
   // has none.
   std::optional<std::uint64_t> hw_counter(std::string_view name);
+  // errno as a C program finds it after `post` (returning a PostResult, kept in `result`):
+  // "untouched" or the errno's name. On ibverbs errno itself, set first to EDOM, which no verb
+  // returns; on the simulator what the libibverbs drop-in leaves, the post's error where the
+  // profile's provider got it from a system call (sim::post_error_in_errno).
+  template <class F>
+  std::string errno_after_post(F&& post, PostResult& result) {
+    errno = EDOM;
+    result = post();
+    const int after = errno;
+    if (world_ != nullptr) return sim::post_error_in_errno(result) ? errno_name(result.err) : "untouched";
+    return after == EDOM ? "untouched" : errno_name(after);
+  }
+  // The same for a control verb, whose errno (or 0) goes to `err`: on the simulator the
+  // drop-in leaves every control verb's error in errno, as libibverbs' commands to the kernel do.
+  template <class F>
+  std::string errno_after_verb(F&& verb, int& err) {
+    errno = EDOM;
+    err = verb_errno(verb);
+    const int after = errno;
+    if (world_ != nullptr) return err != 0 ? errno_name(err) : "untouched";
+    return after == EDOM ? "untouched" : errno_name(after);
+  }
   // Async events pending now (call after poll_quiet/pass_time for the asynchronous ones).
   std::vector<AsyncEvent> take_async_events();
   // The QP's state once `want` is reached or 2 s passed (the device moves QPs on its own).

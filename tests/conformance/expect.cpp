@@ -59,6 +59,7 @@ constexpr Expect kRxe{
     .mw_range_is_mr = true,
     .rereg_mr = false,
     .local_check_on_response = true,
+    .post_state_error_in_errno = true,
 };
 
 constexpr Expect kStrict{
@@ -111,6 +112,7 @@ constexpr Expect kStrict{
     .mw_range_is_mr = false,
     .rereg_mr = true,
     .local_check_on_response = false,
+    .post_state_error_in_errno = false,
 };
 
 constexpr Expect kMlx5 = [] {

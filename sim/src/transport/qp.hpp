@@ -18,6 +18,14 @@
 
 namespace verbsim::sim {
 
+// The reasons of a post_send whose doorbell rxe's kernel refused (a write() to the uverbs device,
+// in RESET, INIT or RTR), the one refusal of a post that libibverbs leaves in errno
+// (post_error_in_errno, verbsim/sim/extensions.hpp): every WR was queued (and runs once the QP
+// is in RTS and a later post rings), or WR `posted` was refused before the doorbell and the
+// ones before it were queued.
+extern const char kDoorbellRefused[];
+extern const char kDoorbellRefusedWrRefused[];
+
 // A queue pair is both handle and state: nothing else keeps it alive. Not final: with a fault
 // plan that targets its verbs, the QP is a FaultyQp (below), chosen when it is created.
 class alignas(64) SimQp : public QueuePair {

@@ -38,6 +38,10 @@ bool opcode_allowed(QpType type, WrOpcode op) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Posting
 
+const char kDoorbellRefused[] = "QP is not in RTS";
+const char kDoorbellRefusedWrRefused[] =
+    "QP is not in RTS, and the WR did not fit the send queue or was invalid";
+
 template <QpType Type>
 [[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
                                                  const char*& reason,
@@ -156,7 +160,11 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
     const char* reason = "";
     if (const int err = check_send<Type>(wrs[i], length, reason); err != 0) {
       if (observed && s != QpState::err) [[unlikely]] observe_posts(wrs.first(i));
-      if (i > 0 && s == QpState::rts) transmit();
+      // rxe rings the doorbell after its loop whatever the loop found: in RTS the WRs before
+      // this one (and any kept from before RTS) run; before RTS the doorbell's EINVAL is what
+      // the post returns.
+      if (early && t.rejected_send_stays_queued) return {i, EINVAL, kDoorbellRefusedWrRefused};
+      if ((i > 0 || !t.rts_starts_send_queue) && s == QpState::rts) transmit();
       return {i, err, reason};
     }
     enqueue_send<Type>(wrs[i], static_cast<std::uint32_t>(length));
@@ -173,7 +181,7 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   if (early && t.post_send_needs_rts) {
     // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
     // once the QP is in RTS and a later post_send rings the doorbell.
-    return {0, EINVAL, "QP is not in RTS"};
+    return {0, EINVAL, kDoorbellRefused};
   }
   if (s == QpState::rts) transmit();
   check_queues();
