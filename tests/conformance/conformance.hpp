@@ -132,6 +132,10 @@ struct Expect {
   // post_send's refusal of a QP in RESET, INIT or RTR comes from a system call (rxe's
   // doorbell), which leaves it in errno too.
   bool post_state_error_in_errno;
+  // A UD message's IPv4 TTL is the AH's hop limit (rxe: the route's, 64).
+  bool ud_ttl_is_hop_limit;
+  // The IPv4 header of a message to the sender's own device has its checksum (rxe: 0).
+  bool loopback_ipv4_checksum;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

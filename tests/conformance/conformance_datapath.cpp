@@ -1,6 +1,8 @@
 // The data path: SEND/WRITE/READ/atomics, immediates, inline, scatter/gather, UD, and the order
 // completions come in.
 #include <cerrno>
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -743,6 +745,111 @@ TEST_P(Ud, GrhAreaHoldsIpv4Header) {
   CHECK_OBS("addrs", std::string(addrs), "10.0.0.1>10.0.0.1");
 }
 
+// The address vector's traffic class, hop limit and flow label on the wire: RoCE v2 over IPv4
+// puts the traffic class in the IPv4 header's TOS byte and the hop limit in its TTL; the flow
+// label has no field there (it only picks the UDP source port). The receiver's 40-byte GRH
+// area shows the IPv4 header as it arrived.
+class UdGrh : public Ud {
+ protected:
+  // The 40 bytes a UD receive gets for a 16-byte SEND through an AH with `attr`'s route.
+  std::array<unsigned char, 40> grh_area(const GlobalRoute& route, std::uint8_t sl = 0,
+                                         WorkCompletion* out = nullptr) {
+    UdPair u = make_ud();
+    AhAttr attr = ah_attr();
+    attr.grh.traffic_class = route.traffic_class;
+    attr.grh.hop_limit = route.hop_limit;
+    attr.grh.flow_label = route.flow_label;
+    attr.sl = sl;
+    u.ah = pd().create_ah(attr);
+    const Sge s = sge(kSrc, 16);
+    const Sge r = sge(kDst, 40 + 16);
+    std::memset(mem(kDst), 0xee, 40);
+    std::array<unsigned char, 40> g{};
+    if (u.p.b->post_recv(recv_wr(2, &r)).error() || u.p.a->post_send(ud_send(u, 1, &s)).error()) {
+      ADD_FAILURE() << "post";
+      return g;
+    }
+    const auto rw = poll_n(*u.p.cq_b, 1);
+    if (rw.size() != 1) {
+      ADD_FAILURE() << "no receive";
+      return g;
+    }
+    if (out != nullptr) *out = rw[0];
+    std::memcpy(g.data(), mem(kDst), 40);
+    return g;
+  }
+  static GlobalRoute route(std::uint8_t tclass, std::uint8_t hop_limit, std::uint32_t flow) {
+    GlobalRoute r;
+    r.traffic_class = tclass;
+    r.hop_limit = hop_limit;
+    r.flow_label = flow;
+    return r;
+  }
+  // The IPv4 header's checksum holds (its 16-bit one's complement sum is 0xffff).
+  static bool checksum_ok(const std::array<unsigned char, 40>& g) {
+    std::uint32_t sum = 0;
+    for (int i = 20; i < 40; i += 2) sum += static_cast<std::uint32_t>(g[i] << 8 | g[i + 1]);
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+  }
+};
+
+TEST_P(UdGrh, TrafficClassIsTheIpv4Tos) {
+  const auto a = grh_area(route(0x28, 64, 0));
+  CHECK_OBS("tos_0x28", static_cast<int>(a[21]), 0x28);
+  const auto b = grh_area(route(0xb9, 64, 0));  // DSCP 46 with ECN bits 01
+  CHECK_OBS("tos_0xb9", static_cast<int>(b[21]), 0xb9);
+  CHECK_OBS("checksums_ok", checksum_ok(a) && checksum_ok(b), expect().loopback_ipv4_checksum);
+}
+
+// rxe sends with the kernel's AH, whose hop limit its address resolution set to the route's.
+TEST_P(UdGrh, HopLimitIsTheIpv4Ttl) {
+  const bool given = expect().ud_ttl_is_hop_limit;
+  const auto a = grh_area(route(0, 5, 0));
+  CHECK_OBS("ttl_5", static_cast<int>(a[28]), given ? 5 : 64);
+  const auto b = grh_area(route(0, 255, 0));
+  CHECK_OBS("ttl_255", static_cast<int>(b[28]), given ? 255 : 64);
+}
+
+TEST_P(UdGrh, FlowLabelLeavesTheIpv4HeaderAlone) {
+  const auto a = grh_area(route(0, 64, 0));
+  const auto b = grh_area(route(0, 64, 0xabcde));
+  // Everything but the identification and the checksum (which covers it) is the same.
+  bool same = true;
+  for (int i = 0; i < 40; ++i) {
+    if (i == 24 || i == 25 || i == 30 || i == 31) continue;
+    same = same && a[i] == b[i];
+  }
+  CHECK_OBS("same_header", same, true);
+  CHECK_OBS("first20_zero", std::all_of(b.begin(), b.begin() + 20, [](unsigned char c) { return c == 0; }), true);
+}
+
+TEST_P(UdGrh, Ipv4HeaderFields) {
+  const auto g = grh_area(route(0, 64, 0));
+  CHECK_OBS("total_length", g[22] << 8 | g[23], 20 + 8 + 12 + 8 + 16 + 4);  // IP UDP BTH DETH data ICRC
+  CHECK_OBS("flags_fragment", g[26] << 8 | g[27], 0x4000);  // don't fragment
+  CHECK_OBS("tos", static_cast<int>(g[21]), 0);
+  CHECK_OBS("ttl", static_cast<int>(g[28]), 64);
+  // A message to the sender's own device: rxe loops it back without the IP stack's output,
+  // which would fill in the checksum.
+  CHECK_OBS("checksum_ok", checksum_ok(g), expect().loopback_ipv4_checksum);
+  CHECK_OBS("checksum_zero", g[30] == 0 && g[31] == 0, !expect().loopback_ipv4_checksum);
+  CHECK_OBS("addresses", std::memcmp(&g[32], &g[36], 4) == 0, true);
+}
+
+// What a UD receive completion says of its sender besides the QP number: SL, P_Key index, LID
+// fields (none on RoCE), for an AH with SL 3 and traffic class 0x28.
+TEST_P(UdGrh, ReceiveCompletionOfARoute) {
+  WorkCompletion wc{};
+  (void)grh_area(route(0x28, 64, 0x12345), 3, &wc);
+  CHECK_OBS("sl", static_cast<int>(wc.sl), 0);
+  CHECK_OBS("pkey_index", wc.pkey_index, 0);
+  CHECK_OBS("slid", wc.slid, 0);
+  CHECK_OBS("dlid_path_bits", static_cast<int>(wc.dlid_path_bits), 0);
+  CHECK_OBS("wc_flags", static_cast<unsigned>(to_underlying(wc.wc_flags)),
+            static_cast<unsigned>(to_underlying(WcFlags::grh)));
+}
+
 TEST_P(Ud, SendWithImmediate) {
   UdPair u = make_ud();
   const Sge s = sge(kSrc, 8);
@@ -867,6 +974,7 @@ TEST_P(Ud, RdmaWriteOnUd) {
 VERBSIM_CONFORMANCE_SUITE(Datapath);
 VERBSIM_CONFORMANCE_SUITE(Ordering);
 VERBSIM_CONFORMANCE_SUITE(Ud);
+VERBSIM_CONFORMANCE_SUITE(UdGrh);
 
 }  // namespace
 }  // namespace verbsim::conformance

@@ -60,6 +60,8 @@ constexpr Expect kRxe{
     .rereg_mr = false,
     .local_check_on_response = true,
     .post_state_error_in_errno = true,
+    .ud_ttl_is_hop_limit = false,
+    .loopback_ipv4_checksum = false,
 };
 
 constexpr Expect kStrict{
@@ -113,6 +115,8 @@ constexpr Expect kStrict{
     .rereg_mr = true,
     .local_check_on_response = false,
     .post_state_error_in_errno = false,
+    .ud_ttl_is_hop_limit = true,
+    .loopback_ipv4_checksum = true,
 };
 
 constexpr Expect kMlx5 = [] {

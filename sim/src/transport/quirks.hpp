@@ -15,13 +15,24 @@ struct TransportQuirks {
   // the responder when its requester fails with LOC_PROT_ERR. Elsewhere the requester checks
   // them first, as a NIC does when it posts the WQE.
   bool read_atomic_local_check_on_response;
+  // rxe: the IPv4 TTL of a UD message is the route's (64), not the AH's hop limit: the kernel's
+  // AH, which rxe sends with, takes the hop limit its address resolution found
+  // (ib_resolve_unicast_gid_dmac). Elsewhere the AH's hop limit is the TTL.
+  bool ud_ttl_from_route;
+  // rxe: a message to its own device never passes the IP stack's output (rxe_loopback), so the
+  // IPv4 header in the receiver's GRH area has checksum 0.
+  bool loopback_ipv4_checksum_zero;
 
   static const TransportQuirks& of(Profile p) noexcept {
     static constexpr TransportQuirks kStrict{
         .read_atomic_local_check_on_response = false,
+        .ud_ttl_from_route = false,
+        .loopback_ipv4_checksum_zero = false,
     };
     static constexpr TransportQuirks kRxe{
         .read_atomic_local_check_on_response = true,   // measured: Precedence.*
+        .ud_ttl_from_route = true,                     // measured: UdGrh.HopLimitIsTheIpv4Ttl
+        .loopback_ipv4_checksum_zero = true,           // measured: UdGrh.Ipv4HeaderFields
     };
     return p == Profile::rxe ? kRxe : kStrict;  // mlx5 as strict
   }

@@ -105,6 +105,8 @@ template <QpType Type>
     const auto* ah = static_cast<const SimAh*>(wr.ah);
     w.dst_dev = ah->pd() == pd_.get() || !traits().ud_ah_pd_checked ? ah->dst_dev()
                                                                      : kAhOfAnotherPd;
+    w.tclass = ah->attr().grh.traffic_class;
+    w.hop_limit = ah->attr().grh.hop_limit;
   } else {
     w.remote_addr = wr.remote_addr;
     w.rkey = wr.rkey;

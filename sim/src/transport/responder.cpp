@@ -118,7 +118,14 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   }
   // 40 bytes of network header, then the payload.
   std::uint8_t payload[4096 + 40];
-  build_grh(payload, req.dev_->ports[0].gids.back(), dev_->ports[0].gids.back(), wq.length);
+  const Gid& sgid = req.dev_->ports[0].gids.back();
+  const Gid& dgid = dev_->ports[0].gids.back();
+  const TransportQuirks& q = TransportQuirks::of(traits().profile);
+  NetworkHeader h;
+  h.tclass = wq.tclass;
+  h.ttl = q.ud_ttl_from_route ? kRouteTtl : wq.hop_limit;
+  h.ipv4_checksum = !(q.loopback_ipv4_checksum_zero && sgid == dgid);
+  build_grh(payload, sgid, dgid, wq.length, h);
   if (wq.inlined) {
     std::memcpy(payload + 40, src_inline, wq.length);
   } else {
