@@ -136,6 +136,9 @@ struct Expect {
   bool ud_ttl_is_hop_limit;
   // The IPv4 header of a message to the sender's own device has its checksum (rxe: 0).
   bool loopback_ipv4_checksum;
+  // A receive a QP takes from an SRQ of another PD is checked against the QP's PD (rxe's
+  // copy_data with qp->pd), not the SRQ's.
+  bool srq_recv_checked_in_qp_pd;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

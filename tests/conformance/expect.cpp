@@ -62,6 +62,7 @@ constexpr Expect kRxe{
     .post_state_error_in_errno = true,
     .ud_ttl_is_hop_limit = false,
     .loopback_ipv4_checksum = false,
+    .srq_recv_checked_in_qp_pd = true,
 };
 
 constexpr Expect kStrict{
@@ -117,6 +118,7 @@ constexpr Expect kStrict{
     .post_state_error_in_errno = false,
     .ud_ttl_is_hop_limit = true,
     .loopback_ipv4_checksum = true,
+    .srq_recv_checked_in_qp_pd = true,
 };
 
 constexpr Expect kMlx5 = [] {
