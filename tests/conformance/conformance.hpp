@@ -139,6 +139,9 @@ struct Expect {
   // A receive a QP takes from an SRQ of another PD is checked against the QP's PD (rxe's
   // copy_data with qp->pd), not the SRQ's.
   bool srq_recv_checked_in_qp_pd;
+  // An RC QP going to ERR flushes its receives before its sends (rxe); UC and UD, and other
+  // stacks, the sends first.
+  bool rc_flushes_receives_first;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

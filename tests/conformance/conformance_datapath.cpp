@@ -706,6 +706,137 @@ TEST_P(Ordering, ErrorCompletionsFollowSuccessfulOnes) {
                 err_wc(WcStatus::wr_flush_err, WcOpcode::send, 16));
 }
 
+// Completions of one CQ that takes a QP's sends and receives, where a send refused before RTS
+// runs later (rxe keeps it, and it runs when a later post rings the doorbell): it completes
+// after a receive that arrived in the meantime. "RECV:20" is the receive of wr_id 20 (success),
+// "SEND:1" the send of wr_id 1.
+class SharedCq : public Ordering {
+ protected:
+  static std::string order(const std::vector<WorkCompletion>& wcs) {
+    std::string out;
+    for (const auto& wc : wcs) {
+      if (!out.empty()) out += ',';
+      const bool recv = wc.status == WcStatus::success ? wc.opcode == WcOpcode::recv : wc.wr_id >= 20;
+      out += (recv ? "RECV:" : "SEND:") + std::to_string(wc.wr_id);
+      if (wc.status != WcStatus::success) out += "/" + obs_str(wc.status);
+    }
+    return out.empty() ? "none" : out;
+  }
+  // What a's CQ holds, in order, when a's SEND of wr_id 1 was posted in `early` (RESET, INIT
+  // or RTR), then b's SEND arrived into a's receive 20, then a posted its SEND of wr_id 2.
+  void run(QpState early) {
+    auto cq = make_cq(16);
+    auto cq_b = make_cq(16);
+    auto a = make_qp(*cq, *cq);
+    auto b = make_qp(*cq_b, *cq_b);
+    const Sge r = sge(kDst, 64);
+    const Sge rb = sge(kAux, 64);
+    if (early != QpState::reset) modify_to_init(*a, options());
+    if (early == QpState::rtr) {
+      ASSERT_FALSE(a->post_recv(recv_wr(20, &r)).error());
+      modify_to_rtr(*a, endpoint(*b, 200), options());
+    }
+    const Sge s1 = sge(kSrc, 16);
+    CHECK_ERR("early_post", a->post_send(send_wr(1, &s1)).error(), expect().post_send_before_rts);
+    modify_to_init(*b, options());
+    for (std::uint64_t i = 10; i < 12; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &rb)).error());
+    connect(*b, 200, endpoint(*a, 100), options());
+    if (early != QpState::rtr) {
+      if (early == QpState::reset) modify_to_init(*a, options());
+      ASSERT_FALSE(a->post_recv(recv_wr(20, &r)).error());
+      modify_to_rtr(*a, endpoint(*b, 200), options());
+    }
+    modify_to_rts(*a, 100, options());
+    pass_time(std::chrono::milliseconds(50));
+    const Sge sb = sge(kSrc, 24);
+    ASSERT_FALSE(b->post_send(send_wr(30, &sb)).error());
+    pass_time(std::chrono::milliseconds(50));
+    const Sge s2 = sge(kSrc, 32);
+    CHECK_ERR("post", a->post_send(send_wr(2, &s2)).error(), 0);
+    const bool kept = expect().early_send_kept;
+    const bool at_rts = kept && expect().rts_starts_send_queue;
+    std::string want = "RECV:20,SEND:2";
+    if (kept) want = at_rts ? "SEND:1,RECV:20,SEND:2" : "RECV:20,SEND:1,SEND:2";
+    CHECK_OBS("a_cq", order(poll_n(*cq, kept ? 3 : 2)), want);
+    CHECK_OBS("b_cq", summary(poll_n(*cq_b, kept ? 3 : 2)), kept ? "3*SUCCESS" : "2*SUCCESS");
+  }
+};
+
+TEST_P(SharedCq, SendRefusedInResetCompletesAfterALaterReceive) { run(QpState::reset); }
+TEST_P(SharedCq, SendRefusedInRtrCompletesAfterAReceiveInRtr) { run(QpState::rtr); }
+
+// A send refused in INIT and kept, a receive completed in RTR, another receive waiting: the
+// move to ERR flushes both; in which order they reach the shared CQ.
+TEST_P(SharedCq, RefusedSendAndReceiveFlushedOnErr) {
+  auto cq = make_cq(16);
+  auto cq_b = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  auto b = make_qp(*cq_b, *cq_b);
+  const Sge r = sge(kDst, 64);
+  modify_to_init(*a, options());
+  const Sge s1 = sge(kSrc, 16);
+  CHECK_ERR("early_post", a->post_send(send_wr(1, &s1)).error(), expect().post_send_before_rts);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  connect(*b, 200, endpoint(*a, 100), options());
+  modify_to_rtr(*a, endpoint(*b, 200), options());
+  const Sge sb = sge(kSrc, 24);
+  ASSERT_FALSE(b->post_send(send_wr(30, &sb)).error());
+  CHECK_OBS("received", order(poll_n(*cq, 1)), "RECV:20");
+  move_to(*a, QpState::err);
+  const bool kept = expect().early_send_kept;
+  const std::string send = kept ? "SEND:1/WR_FLUSH_ERR" : "";
+  const std::string recv = "RECV:21/WR_FLUSH_ERR";
+  std::string want = recv;
+  if (kept) want = expect().rc_flushes_receives_first ? recv + "," + send : send + "," + recv;
+  CHECK_OBS("flushed", order(poll_n(*cq, kept ? 2 : 1)), want);
+  CHECK_OBS("more", order(poll_quiet(*cq)), "none");
+}
+
+// A UD QP in INIT with two receives and a send refused there (kept on rxe), moved to ERR: the
+// send queue goes first (rxe's completer runs at once for UD and UC; for RC it is scheduled
+// after the responder's task, which flushes the receives).
+TEST_P(SharedCq, UdFlushOrderOnErr) {
+  auto cq = make_cq(16);
+  auto a = make_qp(*cq, *cq, QpCap{16, 16, 2, 2, 0}, QpType::ud);
+  modify_to_init(*a, options());
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  auto ah = pd().create_ah(ah_attr());
+  const Sge s1 = sge(kSrc, 16);
+  SendWr wr = send_wr(1, &s1);
+  wr.ah = ah.get();
+  wr.remote_qpn = a->qp_num();
+  wr.remote_qkey = 0x11111111;
+  CHECK_ERR("early_post", a->post_send(wr).error(), expect().post_send_before_rts);
+  move_to(*a, QpState::err);
+  const bool kept = expect().early_send_kept;
+  const auto wcs = poll_n(*cq, kept ? 3 : 2);
+  CHECK_OBS("flushed", order(wcs),
+            kept ? "SEND:1/WR_FLUSH_ERR,RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR"
+                 : "RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR");
+}
+
+// An RC QP with two receives waiting fails a WRITE (bad rkey) with a SEND behind it: the
+// error, then the flushes, in which order on the shared CQ.
+TEST_P(SharedCq, FlushOrderAfterARemoteAccessError) {
+  auto cq = make_cq(16);
+  auto cq_b = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  auto b = make_qp(*cq_b, *cq_b);
+  connect_pair(*a, *b);
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  const Sge s = sge(kSrc, 16);
+  const SendWr wrs[] = {rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey() ^ 0x100),
+                        send_wr(2, &s)};
+  CHECK_ERR("post", a->post_send(wrs).error(), 0);
+  const std::string sends = "SEND:2/WR_FLUSH_ERR";
+  const std::string recvs = "RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR";
+  CHECK_OBS("a_cq", order(poll_n(*cq, 4)),
+            "SEND:1/REM_ACCESS_ERR," + (expect().rc_flushes_receives_first ? recvs + "," + sends
+                                                                           : sends + "," + recvs));
+}
+
 // ---------------------------------------------------------------------------------------------
 // UD
 
@@ -973,6 +1104,7 @@ TEST_P(Ud, RdmaWriteOnUd) {
 
 VERBSIM_CONFORMANCE_SUITE(Datapath);
 VERBSIM_CONFORMANCE_SUITE(Ordering);
+VERBSIM_CONFORMANCE_SUITE(SharedCq);
 VERBSIM_CONFORMANCE_SUITE(Ud);
 VERBSIM_CONFORMANCE_SUITE(UdGrh);
 

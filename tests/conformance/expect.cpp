@@ -63,6 +63,7 @@ constexpr Expect kRxe{
     .ud_ttl_is_hop_limit = false,
     .loopback_ipv4_checksum = false,
     .srq_recv_checked_in_qp_pd = true,
+    .rc_flushes_receives_first = true,
 };
 
 constexpr Expect kStrict{
@@ -119,6 +120,7 @@ constexpr Expect kStrict{
     .ud_ttl_is_hop_limit = true,
     .loopback_ipv4_checksum = true,
     .srq_recv_checked_in_qp_pd = true,
+    .rc_flushes_receives_first = false,
 };
 
 constexpr Expect kMlx5 = [] {

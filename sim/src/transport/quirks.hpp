@@ -15,6 +15,10 @@ struct TransportQuirks {
   // the responder when its requester fails with LOC_PROT_ERR. Elsewhere the requester checks
   // them first, as a NIC does when it posts the WQE.
   bool read_atomic_local_check_on_response;
+  // rxe: an RC QP going to ERR flushes its receive queue before its send queue (rxe_qp_error
+  // schedules the responder's task first, then the completer's); UC and UD flush the send queue
+  // first (their completer runs at once). A shared CQ shows the order.
+  bool rc_flushes_receives_first;
   // rxe: the IPv4 TTL of a UD message is the route's (64), not the AH's hop limit: the kernel's
   // AH, which rxe sends with, takes the hop limit its address resolution found
   // (ib_resolve_unicast_gid_dmac). Elsewhere the AH's hop limit is the TTL.
@@ -26,11 +30,13 @@ struct TransportQuirks {
   static const TransportQuirks& of(Profile p) noexcept {
     static constexpr TransportQuirks kStrict{
         .read_atomic_local_check_on_response = false,
+        .rc_flushes_receives_first = false,
         .ud_ttl_from_route = false,
         .loopback_ipv4_checksum_zero = false,
     };
     static constexpr TransportQuirks kRxe{
         .read_atomic_local_check_on_response = true,   // measured: Precedence.*
+        .rc_flushes_receives_first = true,             // measured: SharedCq.*Flush*
         .ud_ttl_from_route = true,                     // measured: UdGrh.HopLimitIsTheIpv4Ttl
         .loopback_ipv4_checksum_zero = true,           // measured: UdGrh.Ipv4HeaderFields
     };
