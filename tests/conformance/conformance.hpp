@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -17,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "verbsim/sim/extensions.hpp"
 #include "verbsim/sim/world.hpp"
 #include "verbsim/testing/backend_test.hpp"
 #include "verbsim/verbsim.hpp"
@@ -123,6 +126,22 @@ struct Expect {
   bool mw_range_is_mr;
   // ibv_rereg_mr is supported (hardware); rxe has none (EOPNOTSUPP).
   bool rereg_mr;
+  // A READ's or atomic's own SGEs are checked when its response arrives (rxe): a bad rkey is
+  // found first, and an atomic with a bad local key has executed.
+  bool local_check_on_response;
+  // post_send's refusal of a QP in RESET, INIT or RTR comes from a system call (rxe's
+  // doorbell), which leaves it in errno too.
+  bool post_state_error_in_errno;
+  // A UD message's IPv4 TTL is the AH's hop limit (rxe: the route's, 64).
+  bool ud_ttl_is_hop_limit;
+  // The IPv4 header of a message to the sender's own device has its checksum (rxe: 0).
+  bool loopback_ipv4_checksum;
+  // A receive a QP takes from an SRQ of another PD is checked against the QP's PD (rxe's
+  // copy_data with qp->pd), not the SRQ's.
+  bool srq_recv_checked_in_qp_pd;
+  // An RC QP going to ERR flushes its receives before its sends (rxe); UC and UD, and other
+  // stacks, the sends first.
+  bool rc_flushes_receives_first;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere
@@ -256,12 +275,39 @@ class Conformance : public testing::BackendTest {
   std::vector<WorkCompletion> poll_n(CompletionQueue& cq, std::size_t n);
   // Lets the "nothing arrives" interval pass (200 ms), then takes what is in the CQ.
   std::vector<WorkCompletion> poll_quiet(CompletionQueue& cq);
-  // Lets time pass: real time on ibverbs, virtual time on the simulator.
+  // Lets time pass: real time on ibverbs, virtual time on the simulator (and about as much of
+  // it behind the libibverbs drop-in).
   void pass_time(std::chrono::milliseconds d);
   // RNR NAKs port 1 has received (the rcvd_rnr_err counter of rxe and of the simulator): the
   // simulator's count, or the device's hw_counters/rcvd_rnr_err file under its ibdev_path
   // (the drop-in's private sysfs tree too). None where the device has none.
-  std::optional<std::uint64_t> rnr_naks_received();
+  std::optional<std::uint64_t> rnr_naks_received() { return hw_counter("rcvd_rnr_err"); }
+  // Port 1's counter `name` of rxe's hw_counters (rcvd_rnr_err, completer_retry_err,
+  // retry_exceeded_err, ...): the simulator's, or the device's sysfs file. None where the device
+  // has none.
+  std::optional<std::uint64_t> hw_counter(std::string_view name);
+  // errno as a C program finds it after `post` (returning a PostResult, kept in `result`):
+  // "untouched" or the errno's name. On ibverbs errno itself, set first to EDOM, which no verb
+  // returns; on the simulator what the libibverbs drop-in leaves, the post's error where the
+  // profile's provider got it from a system call (sim::post_error_in_errno).
+  template <class F>
+  std::string errno_after_post(F&& post, PostResult& result) {
+    errno = EDOM;
+    result = post();
+    const int after = errno;
+    if (world_ != nullptr) return sim::post_error_in_errno(result) ? errno_name(result.err) : "untouched";
+    return after == EDOM ? "untouched" : errno_name(after);
+  }
+  // The same for a control verb, whose errno (or 0) goes to `err`: on the simulator the
+  // drop-in leaves every control verb's error in errno, as libibverbs' commands to the kernel do.
+  template <class F>
+  std::string errno_after_verb(F&& verb, int& err) {
+    errno = EDOM;
+    err = verb_errno(verb);
+    const int after = errno;
+    if (world_ != nullptr) return err != 0 ? errno_name(err) : "untouched";
+    return after == EDOM ? "untouched" : errno_name(after);
+  }
   // Async events pending now (call after poll_quiet/pass_time for the asynchronous ones).
   std::vector<AsyncEvent> take_async_events();
   // The QP's state once `want` is reached or 2 s passed (the device moves QPs on its own).
@@ -282,6 +328,7 @@ class Conformance : public testing::BackendTest {
   std::unique_ptr<ProtectionDomain> pd_;
   std::vector<std::uint64_t> mem_;
   std::unique_ptr<MemoryRegion> mr_;
+  bool through_dropin_ = false;  // the Ibverbs instantiation on the drop-in's simulator
   int gid_index_ = 1;
   Gid gid_;
   std::string observations_;

@@ -1,6 +1,8 @@
 // The data path: SEND/WRITE/READ/atomics, immediates, inline, scatter/gather, UD, and the order
 // completions come in.
 #include <cerrno>
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -704,6 +706,137 @@ TEST_P(Ordering, ErrorCompletionsFollowSuccessfulOnes) {
                 err_wc(WcStatus::wr_flush_err, WcOpcode::send, 16));
 }
 
+// Completions of one CQ that takes a QP's sends and receives, where a send refused before RTS
+// runs later (rxe keeps it, and it runs when a later post rings the doorbell): it completes
+// after a receive that arrived in the meantime. "RECV:20" is the receive of wr_id 20 (success),
+// "SEND:1" the send of wr_id 1.
+class SharedCq : public Ordering {
+ protected:
+  static std::string order(const std::vector<WorkCompletion>& wcs) {
+    std::string out;
+    for (const auto& wc : wcs) {
+      if (!out.empty()) out += ',';
+      const bool recv = wc.status == WcStatus::success ? wc.opcode == WcOpcode::recv : wc.wr_id >= 20;
+      out += (recv ? "RECV:" : "SEND:") + std::to_string(wc.wr_id);
+      if (wc.status != WcStatus::success) out += "/" + obs_str(wc.status);
+    }
+    return out.empty() ? "none" : out;
+  }
+  // What a's CQ holds, in order, when a's SEND of wr_id 1 was posted in `early` (RESET, INIT
+  // or RTR), then b's SEND arrived into a's receive 20, then a posted its SEND of wr_id 2.
+  void run(QpState early) {
+    auto cq = make_cq(16);
+    auto cq_b = make_cq(16);
+    auto a = make_qp(*cq, *cq);
+    auto b = make_qp(*cq_b, *cq_b);
+    const Sge r = sge(kDst, 64);
+    const Sge rb = sge(kAux, 64);
+    if (early != QpState::reset) modify_to_init(*a, options());
+    if (early == QpState::rtr) {
+      ASSERT_FALSE(a->post_recv(recv_wr(20, &r)).error());
+      modify_to_rtr(*a, endpoint(*b, 200), options());
+    }
+    const Sge s1 = sge(kSrc, 16);
+    CHECK_ERR("early_post", a->post_send(send_wr(1, &s1)).error(), expect().post_send_before_rts);
+    modify_to_init(*b, options());
+    for (std::uint64_t i = 10; i < 12; ++i) ASSERT_FALSE(b->post_recv(recv_wr(i, &rb)).error());
+    connect(*b, 200, endpoint(*a, 100), options());
+    if (early != QpState::rtr) {
+      if (early == QpState::reset) modify_to_init(*a, options());
+      ASSERT_FALSE(a->post_recv(recv_wr(20, &r)).error());
+      modify_to_rtr(*a, endpoint(*b, 200), options());
+    }
+    modify_to_rts(*a, 100, options());
+    pass_time(std::chrono::milliseconds(50));
+    const Sge sb = sge(kSrc, 24);
+    ASSERT_FALSE(b->post_send(send_wr(30, &sb)).error());
+    pass_time(std::chrono::milliseconds(50));
+    const Sge s2 = sge(kSrc, 32);
+    CHECK_ERR("post", a->post_send(send_wr(2, &s2)).error(), 0);
+    const bool kept = expect().early_send_kept;
+    const bool at_rts = kept && expect().rts_starts_send_queue;
+    std::string want = "RECV:20,SEND:2";
+    if (kept) want = at_rts ? "SEND:1,RECV:20,SEND:2" : "RECV:20,SEND:1,SEND:2";
+    CHECK_OBS("a_cq", order(poll_n(*cq, kept ? 3 : 2)), want);
+    CHECK_OBS("b_cq", summary(poll_n(*cq_b, kept ? 3 : 2)), kept ? "3*SUCCESS" : "2*SUCCESS");
+  }
+};
+
+TEST_P(SharedCq, SendRefusedInResetCompletesAfterALaterReceive) { run(QpState::reset); }
+TEST_P(SharedCq, SendRefusedInRtrCompletesAfterAReceiveInRtr) { run(QpState::rtr); }
+
+// A send refused in INIT and kept, a receive completed in RTR, another receive waiting: the
+// move to ERR flushes both; in which order they reach the shared CQ.
+TEST_P(SharedCq, RefusedSendAndReceiveFlushedOnErr) {
+  auto cq = make_cq(16);
+  auto cq_b = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  auto b = make_qp(*cq_b, *cq_b);
+  const Sge r = sge(kDst, 64);
+  modify_to_init(*a, options());
+  const Sge s1 = sge(kSrc, 16);
+  CHECK_ERR("early_post", a->post_send(send_wr(1, &s1)).error(), expect().post_send_before_rts);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  connect(*b, 200, endpoint(*a, 100), options());
+  modify_to_rtr(*a, endpoint(*b, 200), options());
+  const Sge sb = sge(kSrc, 24);
+  ASSERT_FALSE(b->post_send(send_wr(30, &sb)).error());
+  CHECK_OBS("received", order(poll_n(*cq, 1)), "RECV:20");
+  move_to(*a, QpState::err);
+  const bool kept = expect().early_send_kept;
+  const std::string send = kept ? "SEND:1/WR_FLUSH_ERR" : "";
+  const std::string recv = "RECV:21/WR_FLUSH_ERR";
+  std::string want = recv;
+  if (kept) want = expect().rc_flushes_receives_first ? recv + "," + send : send + "," + recv;
+  CHECK_OBS("flushed", order(poll_n(*cq, kept ? 2 : 1)), want);
+  CHECK_OBS("more", order(poll_quiet(*cq)), "none");
+}
+
+// A UD QP in INIT with two receives and a send refused there (kept on rxe), moved to ERR: the
+// send queue goes first (rxe's completer runs at once for UD and UC; for RC it is scheduled
+// after the responder's task, which flushes the receives).
+TEST_P(SharedCq, UdFlushOrderOnErr) {
+  auto cq = make_cq(16);
+  auto a = make_qp(*cq, *cq, QpCap{16, 16, 2, 2, 0}, QpType::ud);
+  modify_to_init(*a, options());
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  auto ah = pd().create_ah(ah_attr());
+  const Sge s1 = sge(kSrc, 16);
+  SendWr wr = send_wr(1, &s1);
+  wr.ah = ah.get();
+  wr.remote_qpn = a->qp_num();
+  wr.remote_qkey = 0x11111111;
+  CHECK_ERR("early_post", a->post_send(wr).error(), expect().post_send_before_rts);
+  move_to(*a, QpState::err);
+  const bool kept = expect().early_send_kept;
+  const auto wcs = poll_n(*cq, kept ? 3 : 2);
+  CHECK_OBS("flushed", order(wcs),
+            kept ? "SEND:1/WR_FLUSH_ERR,RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR"
+                 : "RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR");
+}
+
+// An RC QP with two receives waiting fails a WRITE (bad rkey) with a SEND behind it: the
+// error, then the flushes, in which order on the shared CQ.
+TEST_P(SharedCq, FlushOrderAfterARemoteAccessError) {
+  auto cq = make_cq(16);
+  auto cq_b = make_cq(16);
+  auto a = make_qp(*cq, *cq);
+  auto b = make_qp(*cq_b, *cq_b);
+  connect_pair(*a, *b);
+  const Sge r = sge(kDst, 64);
+  for (std::uint64_t i = 20; i < 22; ++i) ASSERT_FALSE(a->post_recv(recv_wr(i, &r)).error());
+  const Sge s = sge(kSrc, 16);
+  const SendWr wrs[] = {rdma_wr(1, WrOpcode::rdma_write, &s, mr().address(kDst), mr().rkey() ^ 0x100),
+                        send_wr(2, &s)};
+  CHECK_ERR("post", a->post_send(wrs).error(), 0);
+  const std::string sends = "SEND:2/WR_FLUSH_ERR";
+  const std::string recvs = "RECV:20/WR_FLUSH_ERR,RECV:21/WR_FLUSH_ERR";
+  CHECK_OBS("a_cq", order(poll_n(*cq, 4)),
+            "SEND:1/REM_ACCESS_ERR," + (expect().rc_flushes_receives_first ? recvs + "," + sends
+                                                                           : sends + "," + recvs));
+}
+
 // ---------------------------------------------------------------------------------------------
 // UD
 
@@ -741,6 +874,111 @@ TEST_P(Ud, GrhAreaHoldsIpv4Header) {
   std::snprintf(addrs, sizeof addrs, "%d.%d.%d.%d>%d.%d.%d.%d", g[32], g[33], g[34], g[35], g[36],
                 g[37], g[38], g[39]);
   CHECK_OBS("addrs", std::string(addrs), "10.0.0.1>10.0.0.1");
+}
+
+// The address vector's traffic class, hop limit and flow label on the wire: RoCE v2 over IPv4
+// puts the traffic class in the IPv4 header's TOS byte and the hop limit in its TTL; the flow
+// label has no field there (it only picks the UDP source port). The receiver's 40-byte GRH
+// area shows the IPv4 header as it arrived.
+class UdGrh : public Ud {
+ protected:
+  // The 40 bytes a UD receive gets for a 16-byte SEND through an AH with `attr`'s route.
+  std::array<unsigned char, 40> grh_area(const GlobalRoute& route, std::uint8_t sl = 0,
+                                         WorkCompletion* out = nullptr) {
+    UdPair u = make_ud();
+    AhAttr attr = ah_attr();
+    attr.grh.traffic_class = route.traffic_class;
+    attr.grh.hop_limit = route.hop_limit;
+    attr.grh.flow_label = route.flow_label;
+    attr.sl = sl;
+    u.ah = pd().create_ah(attr);
+    const Sge s = sge(kSrc, 16);
+    const Sge r = sge(kDst, 40 + 16);
+    std::memset(mem(kDst), 0xee, 40);
+    std::array<unsigned char, 40> g{};
+    if (u.p.b->post_recv(recv_wr(2, &r)).error() || u.p.a->post_send(ud_send(u, 1, &s)).error()) {
+      ADD_FAILURE() << "post";
+      return g;
+    }
+    const auto rw = poll_n(*u.p.cq_b, 1);
+    if (rw.size() != 1) {
+      ADD_FAILURE() << "no receive";
+      return g;
+    }
+    if (out != nullptr) *out = rw[0];
+    std::memcpy(g.data(), mem(kDst), 40);
+    return g;
+  }
+  static GlobalRoute route(std::uint8_t tclass, std::uint8_t hop_limit, std::uint32_t flow) {
+    GlobalRoute r;
+    r.traffic_class = tclass;
+    r.hop_limit = hop_limit;
+    r.flow_label = flow;
+    return r;
+  }
+  // The IPv4 header's checksum holds (its 16-bit one's complement sum is 0xffff).
+  static bool checksum_ok(const std::array<unsigned char, 40>& g) {
+    std::uint32_t sum = 0;
+    for (int i = 20; i < 40; i += 2) sum += static_cast<std::uint32_t>(g[i] << 8 | g[i + 1]);
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+  }
+};
+
+TEST_P(UdGrh, TrafficClassIsTheIpv4Tos) {
+  const auto a = grh_area(route(0x28, 64, 0));
+  CHECK_OBS("tos_0x28", static_cast<int>(a[21]), 0x28);
+  const auto b = grh_area(route(0xb9, 64, 0));  // DSCP 46 with ECN bits 01
+  CHECK_OBS("tos_0xb9", static_cast<int>(b[21]), 0xb9);
+  CHECK_OBS("checksums_ok", checksum_ok(a) && checksum_ok(b), expect().loopback_ipv4_checksum);
+}
+
+// rxe sends with the kernel's AH, whose hop limit its address resolution set to the route's.
+TEST_P(UdGrh, HopLimitIsTheIpv4Ttl) {
+  const bool given = expect().ud_ttl_is_hop_limit;
+  const auto a = grh_area(route(0, 5, 0));
+  CHECK_OBS("ttl_5", static_cast<int>(a[28]), given ? 5 : 64);
+  const auto b = grh_area(route(0, 255, 0));
+  CHECK_OBS("ttl_255", static_cast<int>(b[28]), given ? 255 : 64);
+}
+
+TEST_P(UdGrh, FlowLabelLeavesTheIpv4HeaderAlone) {
+  const auto a = grh_area(route(0, 64, 0));
+  const auto b = grh_area(route(0, 64, 0xabcde));
+  // Everything but the identification and the checksum (which covers it) is the same.
+  bool same = true;
+  for (int i = 0; i < 40; ++i) {
+    if (i == 24 || i == 25 || i == 30 || i == 31) continue;
+    same = same && a[i] == b[i];
+  }
+  CHECK_OBS("same_header", same, true);
+  CHECK_OBS("first20_zero", std::all_of(b.begin(), b.begin() + 20, [](unsigned char c) { return c == 0; }), true);
+}
+
+TEST_P(UdGrh, Ipv4HeaderFields) {
+  const auto g = grh_area(route(0, 64, 0));
+  CHECK_OBS("total_length", g[22] << 8 | g[23], 20 + 8 + 12 + 8 + 16 + 4);  // IP UDP BTH DETH data ICRC
+  CHECK_OBS("flags_fragment", g[26] << 8 | g[27], 0x4000);  // don't fragment
+  CHECK_OBS("tos", static_cast<int>(g[21]), 0);
+  CHECK_OBS("ttl", static_cast<int>(g[28]), 64);
+  // A message to the sender's own device: rxe loops it back without the IP stack's output,
+  // which would fill in the checksum.
+  CHECK_OBS("checksum_ok", checksum_ok(g), expect().loopback_ipv4_checksum);
+  CHECK_OBS("checksum_zero", g[30] == 0 && g[31] == 0, !expect().loopback_ipv4_checksum);
+  CHECK_OBS("addresses", std::memcmp(&g[32], &g[36], 4) == 0, true);
+}
+
+// What a UD receive completion says of its sender besides the QP number: SL, P_Key index, LID
+// fields (none on RoCE), for an AH with SL 3 and traffic class 0x28.
+TEST_P(UdGrh, ReceiveCompletionOfARoute) {
+  WorkCompletion wc{};
+  (void)grh_area(route(0x28, 64, 0x12345), 3, &wc);
+  CHECK_OBS("sl", static_cast<int>(wc.sl), 0);
+  CHECK_OBS("pkey_index", wc.pkey_index, 0);
+  CHECK_OBS("slid", wc.slid, 0);
+  CHECK_OBS("dlid_path_bits", static_cast<int>(wc.dlid_path_bits), 0);
+  CHECK_OBS("wc_flags", static_cast<unsigned>(to_underlying(wc.wc_flags)),
+            static_cast<unsigned>(to_underlying(WcFlags::grh)));
 }
 
 TEST_P(Ud, SendWithImmediate) {
@@ -866,7 +1104,9 @@ TEST_P(Ud, RdmaWriteOnUd) {
 
 VERBSIM_CONFORMANCE_SUITE(Datapath);
 VERBSIM_CONFORMANCE_SUITE(Ordering);
+VERBSIM_CONFORMANCE_SUITE(SharedCq);
 VERBSIM_CONFORMANCE_SUITE(Ud);
+VERBSIM_CONFORMANCE_SUITE(UdGrh);
 
 }  // namespace
 }  // namespace verbsim::conformance

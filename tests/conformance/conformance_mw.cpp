@@ -460,6 +460,90 @@ TEST_P(MemoryWindows, DeallocPdWithWindow) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Protection domains: a window, its MR and the QP that binds it, and the QP a request through
+// it arrives at, of different PDs (the spec wants them all the same; rxe checks only that a
+// type 2 window's QP is of its PD when binding, and that a request arrives at a QP of the
+// window's PD).
+
+// A window and its MR of a second PD, bound through the fixture's QP of the first, then
+// written through by the peer.
+void bind_across_pds(MemoryWindows& t, MwType type);
+
+TEST_P(MemoryWindows, Type1BindThroughQpOfAnotherPd) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto mw = pd2->alloc_mw(MwType::type1);
+  // rxe binds it (the spec says the QP, the window and the MR share one PD): the simulator
+  // does too, on every profile.
+  CHECK_OBS("bind", bind1(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("binder", p.b->state(), QpState::rts);
+  // A request through it arriving at the binder, a QP of another PD than the window's.
+  fill_source();
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
+  CHECK_OBS("landed", landed(kWinOff), false);
+}
+
+TEST_P(MemoryWindows, Type2BindThroughQpOfAnotherPd) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto mw = pd2->alloc_mw(MwType::type2);
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)),
+            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("binder", wait_state(*p.b, QpState::err), QpState::err);
+}
+
+// The window of the QP's PD, its MR of another.
+TEST_P(MemoryWindows, Type2BindToRegionOfAnotherPd) {
+  REQUIRE_MW(MwType::type2);
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto mw = pd().alloc_mw(MwType::type2);
+  // rxe binds it (the spec wants the MR of the window's PD): the simulator does too.
+  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  CHECK_OBS("binder", p.b->state(), QpState::rts);
+  // A request through the window, arriving at the QP that bound it.
+  fill_source();
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("landed", landed(kWinOff), true);
+}
+
+// A type 1 window bound in a second PD (through a QP of that PD), used through a QP of the
+// first: the responder finds no window of its PD.
+TEST_P(MemoryWindows, Type1WindowOfAnotherPdThanTheResponder) {
+  REQUIRE_MW(MwType::type1);
+  Pair p = make_pair();
+  auto pd2 = ctx().alloc_pd();
+  auto cq2 = make_cq(16);
+  auto c = make_qp(*cq2, *cq2, QpCap{16, 16, 4, 4, 0}, QpType::rc, nullptr, false, pd2.get());
+  auto d = make_qp(*cq2, *cq2, QpCap{16, 16, 4, 4, 0}, QpType::rc, nullptr, false, pd2.get());
+  connect_pair(*c, *d);
+  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto mw = pd2->alloc_mw(MwType::type1);
+  CHECK_OBS("bind", bind1(*c, *cq2, *mw, window(*r)), "SUCCESS/BIND_MW/0");
+  fill_source();
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, r->address(kWinOff), mw->rkey()),
+            write_fails());
+  CHECK_OBS("landed", landed(kWinOff), false);
+  CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
+  // Through a QP of its own PD it serves: c writes to d, from the region's last 64 bytes.
+  std::memcpy(mem(kRegion + kRegionLen - 64), mem(kSrc), 64);
+  const Sge own = r->sge(kRegionLen - 64, 64);
+  CHECK_ERR("post_same_pd",
+            c->post_send(rdma_wr(2, WrOpcode::rdma_write, &own, r->address(kWinOff), mw->rkey()))
+                .error(),
+            0);
+  CHECK_OBS("write_same_pd", describe(poll_n(*cq2, 1)), "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("landed_same_pd", landed(kWinOff), true);
+}
+
 VERBSIM_CONFORMANCE_SUITE(MemoryWindows);
 
 }  // namespace verbsim::conformance

@@ -58,6 +58,12 @@ constexpr Expect kRxe{
     .max_mw = 524287,
     .mw_range_is_mr = true,
     .rereg_mr = false,
+    .local_check_on_response = true,
+    .post_state_error_in_errno = true,
+    .ud_ttl_is_hop_limit = false,
+    .loopback_ipv4_checksum = false,
+    .srq_recv_checked_in_qp_pd = true,
+    .rc_flushes_receives_first = true,
 };
 
 constexpr Expect kStrict{
@@ -109,6 +115,12 @@ constexpr Expect kStrict{
     .max_mw = 65536,
     .mw_range_is_mr = false,
     .rereg_mr = true,
+    .local_check_on_response = false,
+    .post_state_error_in_errno = false,
+    .ud_ttl_is_hop_limit = true,
+    .loopback_ipv4_checksum = true,
+    .srq_recv_checked_in_qp_pd = true,
+    .rc_flushes_receives_first = false,
 };
 
 constexpr Expect kMlx5 = [] {

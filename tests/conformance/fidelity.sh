@@ -4,21 +4,26 @@
 # in the VM (tests/rxe/rxe-run), compares what every case observed, and writes the table case by
 # case with the agreement figure as the document's last line.
 #
-#   tests/conformance/fidelity.sh [--build DIR] [--no-vm | --rxe-log FILE]
+#   tests/conformance/fidelity.sh [--build DIR] [--no-vm | --rxe-log FILE] [--check]
 #
 #   --build DIR     build directory with tests/conformance/conformance_test (default: build)
 #   --no-vm         take the rxe side from tests/conformance/rxe-results.tsv (the last VM run)
 #   --rxe-log FILE  take the rxe side from FILE (lines as VERBSIM_CONFORMANCE_LOG writes them)
+#   --check         write nothing: compare what would be written with docs/FIDELITY.md, print
+#                   the differences and exit 1 if there are any (ctest fidelity_doc, with --no-vm)
 #
 # A VM run saves its log as tests/conformance/rxe-results.tsv. Everything above the section
-# (and any "## " section after it) is kept. Exit status: 0, 1 on error, 77 when the VM cannot run
-# on this host (then use --no-vm).
+# (and any "## " section after it) is kept; the section's text besides the table comes from
+# fidelity-notes.md (the rxe facts) and deviations.tsv (why a case deviates): edit those, not the
+# document. Exit status: 0, 1 on error (or, with --check, a difference), 77 when the VM cannot
+# run on this host (then use --no-vm).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$root/build
 rxe_log=
 use_vm=1
+check=0
 doc=$root/docs/FIDELITY.md
 heading='## Conformance suite'
 
@@ -31,6 +36,7 @@ while (($#)); do
 	--build) build=${2:?--build needs a directory}; shift 2 ;;
 	--no-vm) use_vm=0; rxe_log=$here/rxe-results.tsv; shift ;;
 	--rxe-log) use_vm=0; rxe_log=${2:?--rxe-log needs a file}; shift 2 ;;
+	--check) check=1; shift ;;
 	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
 	*) die "unknown argument '$1' (see --help)" ;;
 	esac
@@ -46,6 +52,7 @@ env -u VERBSIM_BACKEND -u VERBSIM_PROFILE VERBSIM_CONFORMANCE_LOG="$work/sim.log
 [[ -s $work/sim.log ]] || { tail -n 30 "$work/sim.out" >&2; die "the simulator run logged nothing"; }
 
 # Real rxe: the guest prints each log line on stdout behind a VERBSIM-CONFORMANCE tab.
+((check && use_vm)) && die "--check compares saved results: add --no-vm or --rxe-log FILE"
 if ((use_vm)); then
 	echo "fidelity.sh: running the Ibverbs instantiation on rxe in the VM" >&2
 	set +e
@@ -160,5 +167,17 @@ fi
 	cat "$work/rest.md"
 	echo
 	cat "$work/section.md"
-} >"$doc"
+} >"$work/doc.md"
+if ((check)); then
+	if ! diff -u "$doc" "$work/doc.md" >"$work/doc.diff"; then
+		cat "$work/doc.diff"
+		echo "fidelity.sh: $doc is not what the saved rxe results and this build give;" \
+			"regenerate it (tests/conformance/fidelity.sh --no-vm) and move any hand edit into" \
+			"fidelity-notes.md or deviations.tsv" >&2
+		exit 1
+	fi
+	echo "fidelity.sh: $doc is what the saved results give ($(tail -n 1 "$doc"))" >&2
+	exit 0
+fi
+cp "$work/doc.md" "$doc"
 echo "fidelity.sh: wrote $doc ($(tail -n 1 "$doc"))" >&2

@@ -3,6 +3,8 @@
 // ibv_wr_* builder of ibv_qp_ex.
 #include <arpa/inet.h>
 
+#include <cerrno>
+
 #include <cstring>
 #include <span>
 #include <vector>
@@ -148,13 +150,19 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
       return EINVAL;
     }
     DQp* q = DQp::from(qp);
+    int in_errno = 0;  // a refusal the provider got from a system call (rxe's doorbell)
     const int err = post_list<ibv_send_wr, SendWr>(
         wr, bad,
         [q](const ibv_send_wr& in, SendWr& out, std::size_t i) {
           return to_send_wr(*q, in, out, q->post_binds[i]);
         },
-        [q](std::span<const SendWr> b) { return q->impl->post_send(b); });
+        [q, &in_errno](std::span<const SendWr> b) {
+          const PostResult r = q->impl->post_send(b);
+          if (sim::post_error_in_errno(r)) in_errno = r.err;
+          return r;
+        });
     settle();
+    if (in_errno != 0) errno = in_errno;
     return err;
   } catch (...) {
     *bad = wr;
@@ -455,6 +463,7 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
     if (r.err == 0) r = q.impl->post_send(q.flat);
     q.batch.clear();
     settle();
+    if (sim::post_error_in_errno(r)) errno = r.err;  // rxe's doorbell, as in post_send
     return r.err;
   } catch (...) {
     q.batch.clear();

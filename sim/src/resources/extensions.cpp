@@ -24,6 +24,10 @@ PostResult check_post_send(QueuePair& qp, std::span<const SendWr> wrs) noexcept 
   return q->check_posts(wrs);
 }
 
+bool post_error_in_errno(const PostResult& r) noexcept {
+  return r.err != 0 && (r.reason == kDoorbellRefused || r.reason == kDoorbellRefusedWrRefused);
+}
+
 void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
   auto* s = dynamic_cast<SimSrq*>(&unlogged(srq));
   if (s == nullptr) throw_verb_error("ibv_modify_srq", EINVAL, "not an SRQ of the simulator");

@@ -23,6 +23,16 @@ void SimQp::on_ack(const Event& e) {
     enter_error();
     return;
   }
+  if (type_ == QpType::rc && is_read_or_atomic(sq_at(e.index).opcode)) [[unlikely]] {
+    if (checks_local_on_response() && !response_lands(e.index)) {
+      // rxe's completer copies the response into the WQE's SGEs, and fails the WQE when one
+      // of them does not take it (the responder has executed the request).
+      if (!acknowledge_until(e.index)) return;
+      complete_next(WcStatus::loc_prot_err);
+      enter_error();
+      return;
+    }
+  }
   if (!acknowledge_until(e.index + 1)) return;
   retry_left_ = hot_.retry_cnt;
   rnr_left_ = hot_.rnr_retry;

@@ -212,7 +212,7 @@ void SimQp::warn_if_windows_pin() const {
   std::fprintf(stderr,
                "verbsim: ibv_destroy_qp: QP %u destroyed while %d type 2 memory windows are bound "
                "through it; on rxe (kernel 6.1) this blocks 50 s and frees the QP under them (a "
-               "use-after-free; later kernels refuse it): invalidate or deallocate them first\n",
+               "use-after-free): invalidate or deallocate them first\n",
                qpn_, windows);
 }
 
@@ -246,16 +246,21 @@ void SimQp::raise(AsyncEventType type) {
 }
 
 void SimQp::flush_all() {
-  while (sq_done_ != sq_post_) complete_next(WcStatus::wr_flush_err);
-  sq_sent_ = sq_done_;
-  rd_atomic_outstanding_ = 0;
-  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
-  if (!srq_) {
+  const auto flush_receives = [this] {
+    if (srq_) return;
     while (rq_.size() > 0) {
       const RecvWqe w = rq_.at(rq_.head++);
       complete_recv(w, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, WcFlags::none, 0, false);
     }
-  }
+  };
+  const bool receives_first =
+      type_ == QpType::rc && TransportQuirks::of(traits().profile).rc_flushes_receives_first;
+  if (receives_first) flush_receives();
+  while (sq_done_ != sq_post_) complete_next(WcStatus::wr_flush_err);
+  sq_sent_ = sq_done_;
+  rd_atomic_outstanding_ = 0;
+  if (!traits().retire_on_poll) sq_retired_ = sq_done_;
+  if (!receives_first) flush_receives();
   check_queues();
 }
 

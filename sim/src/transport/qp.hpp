@@ -11,10 +11,20 @@
 #include "fabric/event.hpp"
 #include "fabric/world_impl.hpp"
 #include "resources/handles.hpp"
+#include "transport/quirks.hpp"
 #include "transport/send_wqe.hpp"
+#include "transport/wire.hpp"
 #include "verbsim/queue_pair.hpp"
 
 namespace verbsim::sim {
+
+// The reasons of a post_send whose doorbell rxe's kernel refused (a write() to the uverbs device,
+// in RESET, INIT or RTR), the one refusal of a post that libibverbs leaves in errno
+// (post_error_in_errno, verbsim/sim/extensions.hpp): every WR was queued (and runs once the QP
+// is in RTS and a later post rings), or WR `posted` was refused before the doorbell and the
+// ones before it were queued.
+extern const char kDoorbellRefused[];
+extern const char kDoorbellRefusedWrRefused[];
 
 // A queue pair is both handle and state: nothing else keeps it alive. Not final: with a fault
 // plan that targets its verbs, the QP is a FaultyQp (below), chosen when it is created.
@@ -163,6 +173,20 @@ class alignas(64) SimQp : public QueuePair {
  protected:
   World::Impl& world() const noexcept { return *world_; }
   const ProfileTraits& traits() const noexcept { return world_->traits(); }
+  // A READ's or atomic's own SGEs are checked when its response arrives, not before it is sent
+  // (TransportQuirks; rxe). Not in a shared fabric, where a response from another process is
+  // written into the SGEs before the requester looks at it: there they are checked first.
+  bool checks_local_on_response() const noexcept {
+    return TransportQuirks::of(traits().profile).read_atomic_local_check_on_response &&
+           !world_->shared();
+  }
+  // Can the response to READ or atomic WQE `index` be written into its SGEs? (Only asked where
+  // checks_local_on_response(); a stand-in's SGEs are its parcel's buffer.)
+  bool response_lands(std::uint32_t index) noexcept {
+    const SendWqe& wq = sq_at(index);
+    return pd_ == nullptr || wq.inlined ||
+           sges_valid(sq_sge(index), wq.num_sge, touched_bytes(wq), Access::local_write);
+  }
   // post_send for a QP of type `Type`, and its steps for each WR.
   template <QpType Type>
   PostResult post_send_as(std::span<const SendWr> wrs) noexcept;

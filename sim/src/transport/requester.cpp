@@ -38,6 +38,10 @@ bool opcode_allowed(QpType type, WrOpcode op) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Posting
 
+const char kDoorbellRefused[] = "QP is not in RTS";
+const char kDoorbellRefusedWrRefused[] =
+    "QP is not in RTS, and the WR did not fit the send queue or was invalid";
+
 template <QpType Type>
 [[gnu::always_inline]] inline int SimQp::check_send(const SendWr& wr, std::uint64_t& length,
                                                  const char*& reason,
@@ -101,6 +105,8 @@ template <QpType Type>
     const auto* ah = static_cast<const SimAh*>(wr.ah);
     w.dst_dev = ah->pd() == pd_.get() || !traits().ud_ah_pd_checked ? ah->dst_dev()
                                                                      : kAhOfAnotherPd;
+    w.tclass = ah->attr().grh.traffic_class;
+    w.hop_limit = ah->attr().grh.hop_limit;
   } else {
     w.remote_addr = wr.remote_addr;
     w.rkey = wr.rkey;
@@ -156,7 +162,11 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
     const char* reason = "";
     if (const int err = check_send<Type>(wrs[i], length, reason); err != 0) {
       if (observed && s != QpState::err) [[unlikely]] observe_posts(wrs.first(i));
-      if (i > 0 && s == QpState::rts) transmit();
+      // rxe rings the doorbell after its loop whatever the loop found: in RTS the WRs before
+      // this one (and any kept from before RTS) run; before RTS the doorbell's EINVAL is what
+      // the post returns.
+      if (early && t.rejected_send_stays_queued) return {i, EINVAL, kDoorbellRefusedWrRefused};
+      if ((i > 0 || !t.rts_starts_send_queue) && s == QpState::rts) transmit();
       return {i, err, reason};
     }
     enqueue_send<Type>(wrs[i], static_cast<std::uint32_t>(length));
@@ -173,7 +183,7 @@ PostResult SimQp::post_send_as(std::span<const SendWr> wrs) noexcept {
   if (early && t.post_send_needs_rts) {
     // rxe writes the WQEs into its queue before the kernel refuses the doorbell: they run
     // once the QP is in RTS and a later post_send rings the doorbell.
-    return {0, EINVAL, "QP is not in RTS"};
+    return {0, EINVAL, kDoorbellRefused};
   }
   if (s == QpState::rts) transmit();
   check_queues();
@@ -248,6 +258,7 @@ void SimQp::transmit_as() {
   PortCore& egress = World::Impl::egress(*dev_, port);
   e.src_qpn = qpn_;
   e.epoch = epoch_;
+  const bool local_on_response = rc && checks_local_on_response();
   while (sq_sent_ != sq_post_) {
     SendWqe& wq = sq_at(sq_sent_);
     const bool rd = is_read_or_atomic(wq.opcode);
@@ -275,8 +286,9 @@ void SimQp::transmit_as() {
       }
     }
     // Local protection: the NIC finds a bad lkey when it reads the WQE's buffers. Completions
-    // stay in order, so wait for everything before it first.
-    if (!wq.inlined &&
+    // stay in order, so wait for everything before it first. A READ's or atomic's buffers are
+    // only written by its response, which is where rxe checks them (on_ack).
+    if (!wq.inlined && !(rd && local_on_response) &&
         !sges_valid(sq_sge(sq_sent_), wq.num_sge, touched_bytes(wq), local_need(wq))) {
       if (sq_done_ != sq_sent_) break;
       const WcStatus status = local_fault_status(sq_sent_);

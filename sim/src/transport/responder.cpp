@@ -118,7 +118,14 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   }
   // 40 bytes of network header, then the payload.
   std::uint8_t payload[4096 + 40];
-  build_grh(payload, req.dev_->ports[0].gids.back(), dev_->ports[0].gids.back(), wq.length);
+  const Gid& sgid = req.dev_->ports[0].gids.back();
+  const Gid& dgid = dev_->ports[0].gids.back();
+  const TransportQuirks& q = TransportQuirks::of(traits().profile);
+  NetworkHeader h;
+  h.tclass = wq.tclass;
+  h.ttl = q.ud_ttl_from_route ? kRouteTtl : wq.hop_limit;
+  h.ipv4_checksum = !(q.loopback_ipv4_checksum_zero && sgid == dgid);
+  build_grh(payload, sgid, dgid, wq.length, h);
   if (wq.inlined) {
     std::memcpy(payload + 40, src_inline, wq.length);
   } else {
@@ -358,6 +365,9 @@ bool SimQp::execute_read(const Event& e, SimQp& req) {
     fail_request(e, nak, AsyncEventType::qp_access_err);
     return false;
   }
+  // Where the requester checks its SGEs when the response arrives (rxe), a response that
+  // cannot land there is sent all the same, and the requester fails the READ (on_ack).
+  if (checks_local_on_response() && !req.response_lands(e.index)) [[unlikely]] return true;
   const Sge source{wq.remote_addr, wq.length, wq.rkey};
   sg_copy(req.sq_sge(e.index), wq.num_sge, &source, 1);
   return true;
@@ -388,6 +398,9 @@ bool SimQp::execute_atomic(const Event& e, SimQp& req) {
       *target = original + op.compare_add;
     }
   }
+  // The atomic has executed; its original value reaches the requester's SGEs only if they
+  // take it (rxe checks them when the response arrives: on_ack).
+  if (checks_local_on_response() && !req.response_lands(e.index)) [[unlikely]] return true;
   scatter(req.sq_sge(e.index), wq.num_sge, reinterpret_cast<const std::uint8_t*>(&original), 8);
   return true;
 }

@@ -31,6 +31,9 @@ struct SendWqe {
   // Sent, and an MR its SGEs name was deregistered or re-registered before it arrived
   // (SimQp::mr_changed): on arrival it may not touch them.
   bool buffers_gone;
+  // UD: the AH's traffic class and hop limit, for the network header.
+  std::uint8_t tclass;
+  std::uint8_t hop_limit;
 };
 static_assert(sizeof(SendWqe) == 48);
 

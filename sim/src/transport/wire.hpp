@@ -100,11 +100,24 @@ inline void sg_copy_lists(const Sge* dst, std::uint32_t nd, const Sge* src,
           src->length);
 }
 
+// What the network header of a UD message says beyond its addresses: the AH's traffic class,
+// the TTL (hop limit), and whether the IPv4 checksum is filled in. (The flow label has no field
+// in IPv4, where RoCE v2 puts it into the UDP source port; the IPv6 header leaves it 0.)
+// The TTL a route gives (Linux's net.ipv4.ip_default_ttl).
+inline constexpr std::uint8_t kRouteTtl = 64;
+
+struct NetworkHeader {
+  std::uint8_t tclass = 0;
+  std::uint8_t ttl = 64;
+  bool ipv4_checksum = true;
+};
+
 // The 40 bytes a UD receive gets before the payload. RoCE v2 over IPv4 (IPv4-mapped GIDs), as
-// rxe's build_rdma_network_hdr and mlx5 lay it out: 20 unused bytes, then the IPv4 header;
-// otherwise an IPv6 header (RoCE v2 over IPv6, next header UDP).
-inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid,
-                      std::uint32_t length) noexcept {
+// rxe's build_rdma_network_hdr and mlx5 lay it out: 20 unused bytes, then the IPv4 header (the
+// traffic class is its TOS; it has no flow label); otherwise an IPv6 header (RoCE v2 over IPv6,
+// next header UDP).
+inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid, std::uint32_t length,
+                      const NetworkHeader& h) noexcept {
   std::memset(out, 0, 40);
   // UDP (8) + BTH (12) + DETH (8) + payload + ICRC (4)
   const std::uint32_t udp_len = 8 + 12 + 8 + length + 4;
@@ -112,13 +125,15 @@ inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid,
     std::uint8_t* ip = out + 20;
     const std::uint32_t total = 20 + udp_len;
     ip[0] = 0x45;  // version 4, 5 words
+    ip[1] = h.tclass;
     ip[2] = static_cast<std::uint8_t>(total >> 8);
     ip[3] = static_cast<std::uint8_t>(total);
     ip[6] = 0x40;  // don't fragment
-    ip[8] = 64;    // TTL
+    ip[8] = h.ttl;
     ip[9] = 17;    // UDP
     std::memcpy(ip + 12, sgid.raw.data() + 12, 4);
     std::memcpy(ip + 16, dgid.raw.data() + 12, 4);
+    if (!h.ipv4_checksum) return;
     std::uint32_t sum = 0;
     for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(ip[i] << 8 | ip[i + 1]);
     while (sum > 0xffff) sum = (sum & 0xffff) + (sum >> 16);
@@ -126,11 +141,12 @@ inline void build_grh(std::uint8_t* out, const Gid& sgid, const Gid& dgid,
     ip[11] = static_cast<std::uint8_t>(~sum);
     return;
   }
-  out[0] = 0x60;
+  out[0] = static_cast<std::uint8_t>(0x60 | h.tclass >> 4);
+  out[1] = static_cast<std::uint8_t>((h.tclass & 0xf) << 4);
   out[4] = static_cast<std::uint8_t>(udp_len >> 8);
   out[5] = static_cast<std::uint8_t>(udp_len);
   out[6] = 17;  // UDP
-  out[7] = 64;  // hop limit
+  out[7] = h.ttl;
   std::memcpy(out + 8, sgid.raw.data(), 16);
   std::memcpy(out + 24, dgid.raw.data(), 16);
 }

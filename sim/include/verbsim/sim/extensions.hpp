@@ -26,6 +26,13 @@ bool set_window_key(MemoryWindow& mw, std::uint32_t rkey) noexcept;
 // {0, EINVAL} for a QP that is not the simulator's.
 PostResult check_post_send(QueuePair& qp, std::span<const SendWr> wrs) noexcept;
 
+// Whether the refusal `r` of a post leaves its error in errno too for a C program: where the
+// provider got it from a system call. Only rxe's post_send does, when the kernel refuses the
+// doorbell of a QP in RESET, INIT or RTR; a full queue, too many SGEs and every refusal of a
+// receive are the provider's own, in user space, and leave errno alone, as does every post on
+// the strict and mlx5 profiles (mlx5's posts never enter the kernel).
+bool post_error_in_errno(const PostResult& r) noexcept;
+
 // ibv_modify_srq with IBV_SRQ_MAX_WR: the SRQ holds `max_wr` receives from now on (rounded as at
 // creation), keeping those posted, on the rxe profile (rxe has IBV_DEVICE_SRQ_RESIZE). EINVAL
 // on the other profiles (mlx5 has no SRQ resize), for max_wr out of range, below an armed limit
