@@ -28,10 +28,10 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "kill.sh: FAILED: $*"; for f in "$work"/*.out; do echo "--- $f"; cat "$f"; done; exit 1; }
 
 # 1. Kill the server of a running ib_send_bw.
-ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" > "$work/server.out" 2>&1 &
+stdbuf -oL ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" > "$work/server.out" 2>&1 &
 spid=$!
 sleep 0.3
-timeout 60 ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" 127.0.0.1 > "$work/client.out" 2>&1 &
+timeout 60 stdbuf -oL ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" 127.0.0.1 > "$work/client.out" 2>&1 &
 cpid=$!
 # Until the traffic runs (the client has printed its header and the peer's address).
 for _ in $(seq 100); do grep -q "remote address" "$work/client.out" && break; sleep 0.1; done
@@ -56,10 +56,10 @@ echo "kill.sh: the next pair on the same fabric ran and exited 0"
 
 # 3. A stale fabric: both processes killed while it is in use.
 stale="$fabric-stale"
-VERBSIM_FABRIC=$stale ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" > "$work/s2.out" 2>&1 &
+VERBSIM_FABRIC=$stale stdbuf -oL ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" > "$work/s2.out" 2>&1 &
 s2=$!
 sleep 0.3
-VERBSIM_FABRIC=$stale ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" 127.0.0.1 > "$work/c2.out" 2>&1 &
+VERBSIM_FABRIC=$stale stdbuf -oL ib_send_bw -d sim0 -x 1 -n 100000000 -p "$port" 127.0.0.1 > "$work/c2.out" 2>&1 &
 c2=$!
 for _ in $(seq 100); do grep -q "remote address" "$work/c2.out" && break; sleep 0.1; done
 kill -KILL $s2 $c2

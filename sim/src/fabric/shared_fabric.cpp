@@ -365,8 +365,10 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
       seen_bound_[s] = b;
       still_[s] = 0;
       seen_at_[s] = 0;
-    } else if (b < safe && ++still_[s] % kStillCalls == 0) {
-      // It holds this process back and has not moved for a while: is it still there?
+    } else if (++still_[s] % kStillCalls == 0) {
+      // It has not moved for a while: is it still there? (Checked whether or not its bound
+      // holds this process back now: the parcels this process sent it may, and a process
+      // that is gone takes none.)
       const std::uint64_t wall = wall_ns();
       if (seen_at_[s] == 0) {
         seen_at_[s] = wall;
