@@ -99,7 +99,7 @@ void World::Impl::observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore
 
 namespace {
 
-// Copies the bytes an SGE list names (already checked by the requester) into `out`; pages the
+// Copies the bytes an SGE list names (checked by the requester: response_written) into `out`; pages the
 // program unmapped meanwhile read as zeros (transport/user_memory.hpp).
 void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
             std::uint64_t len) {
@@ -178,11 +178,16 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
         // The responder has written the data into the requester's buffers already.
         r.kind = PacketKind::read_response;
         r.length = wq.length;
-        gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+        if (req->response_written(e.index)) {
+          gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+        } else {
+          payload_.assign(wq.length, 0);  // what the responder sent is not kept: zeros
+        }
       } else if (e.kind == EvKind::ack && is_atomic(wq.opcode)) {
         r.kind = PacketKind::atomic_response;
         r.length = 8;
-        gather(payload_, req->sq_sge(e.index), wq.num_sge, 8);
+        payload_.clear();
+        if (req->response_written(e.index)) gather(payload_, req->sq_sge(e.index), wq.num_sge, 8);
         if (payload_.size() == 8) std::memcpy(&r.atomic_original, payload_.data(), 8);
         payload_.clear();
       }

@@ -155,6 +155,11 @@ class alignas(64) SimQp : public QueuePair {
   std::uint8_t port_num() const noexcept { return hot_.port_num; }
   bool holds_wqe(std::uint32_t i) const noexcept { return sq_post_ - i - 1 <= sq_mask_; }
   std::uint32_t epoch() const noexcept { return epoch_; }
+  // Whether the response to READ or atomic WQE `index` was written into its SGEs (on the rxe
+  // profile they are checked only when it lands: observers must not read them otherwise).
+  bool response_written(std::uint32_t index) noexcept {
+    return !checks_local_on_response() || response_lands(index);
+  }
   const PdCore* pd() const noexcept { return pd_.get(); }
   // The counters of the QP's port (port 1's before the QP has one).
   PortHwCounters& port_counters() noexcept {
