@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fabric/world_impl.hpp"
+#include "transport/memory_keys.hpp"
 #include "transport/qp.hpp"
 #include "transport/user_memory.hpp"
 #include "transport/wire.hpp"
