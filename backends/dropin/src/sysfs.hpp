@@ -4,7 +4,7 @@
 // and ibv_read_sysfs_file, which answers those files live from the world.
 //
 // The tree is <dir>/verbsim-sysfs-<pid>-XXXXXX (mode 0700; dir is $XDG_RUNTIME_DIR, else
-// $TMPDIR, else /tmp) with class/infiniband/<dev>/ under it: ibv_get_sysfs_path() returns its
+// /dev/shm, else $TMPDIR, else /tmp) with class/infiniband/<dev>/ under it: ibv_get_sysfs_path() returns its
 // root and each device's ibdev_path names its directory. It is removed when the process that
 // made it exits normally (not by a fork child, not when killed; a later process removes trees
 // left by processes that are gone). Counter files are rewritten, only those whose value
