@@ -312,6 +312,10 @@ int SharedFabric::remote_owner(int dev, std::uint32_t qpn) noexcept {
 }
 
 void SharedFabric::publish(std::uint64_t now, std::uint64_t bound, std::uint64_t next) noexcept {
+  // Most steps of a spinning process change nothing: a store would still take the slot's
+  // cache line away from the others, who read it on every step of theirs.
+  if (now == published_.now && bound == published_.bound && next == published_.next) return;
+  published_ = {now, bound, next};
   Slot& me = header().slots[self_];
   me.now.store(now, std::memory_order_relaxed);
   me.next.store(next, std::memory_order_relaxed);

@@ -197,6 +197,9 @@ class SharedFabric {
   bool gone_[kSlots] = {};
   bool left_ = false;
   std::uint64_t others_next_ = kNever;
+  struct Published {
+    std::uint64_t now, bound, next;
+  } published_{kNever, kNever, kNever};  // what publish() stored last (none yet: never, never)
 };
 
 }  // namespace verbsim::sim
