@@ -160,6 +160,47 @@ TEST_P(ZeroBased, IovaAddressesReceiveSges) {
   CHECK_OBS("landed", landed(256), true);
 }
 
+// A READ's and an atomic's response land in SGEs at the iova.
+TEST_P(ZeroBased, IovaAddressesResponseSges) {
+  auto r = region_at(kIova);
+  Pair p = make_pair();
+  for (std::size_t i = 0; i < 64; ++i) mem(1024)[i] = static_cast<char>(0x70 + i);
+  const Sge into{kIova + 256, 64, r->lkey()};
+  CHECK_ERR("read_post",
+            p.a->post_send(rdma_wr(1, WrOpcode::rdma_read, &into, mr().address(1024), mr().rkey()))
+                .error(),
+            0);
+  CHECK_OBS("read", describe(poll_n(*p.cq_a, 1)), "SUCCESS/RDMA_READ/64");
+  CHECK_OBS("fetched", std::memcmp(region_mem(256), mem(1024), 64) == 0, true);
+  const std::uint64_t word = 99;
+  std::memcpy(mem(2048), &word, 8);
+  const Sge old{kIova + 512, 8, r->lkey()};
+  SendWr add = rdma_wr(2, WrOpcode::atomic_fetch_and_add, &old, mr().address(2048), mr().rkey());
+  add.compare_add = 1;
+  CHECK_ERR("atomic_post", p.a->post_send(add).error(), 0);
+  CHECK_OBS("atomic", describe(poll_n(*p.cq_a, 1)), "SUCCESS/FETCH_ADD/8");
+  CHECK_OBS("original", word_at(512), 99);
+}
+
+// A receive posted to an SRQ, into an MR with an iova, at the iova.
+TEST_P(ZeroBased, IovaAddressesSrqReceives) {
+  auto r = region_at(kIova);
+  auto srq = pd().create_srq(SrqInitAttr{8, 1, 0});
+  auto cq_a = make_cq(16);
+  auto cq_b = make_cq(16);
+  auto a = make_qp(*cq_a, *cq_a);
+  auto b = make_qp(*cq_b, *cq_b, QpCap{16, 0, 1, 1, 0}, QpType::rc, srq.get());
+  connect_pair(*a, *b);
+  fill_source();
+  const Sge into{kIova + 768, 64, r->lkey()};
+  CHECK_ERR("recv_post", srq->post_recv(recv_wr(2, &into)).error(), 0);
+  const Sge s = sge(kSrc, 64);
+  CHECK_ERR("send_post", a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*cq_a, 1)), "SUCCESS/SEND/64");
+  CHECK_OBS("receiver", describe(poll_n(*cq_b, 1)), "SUCCESS/RECV/64");
+  CHECK_OBS("landed", landed(768), true);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Zero-based type 2 windows
 
