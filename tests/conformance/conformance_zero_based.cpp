@@ -317,14 +317,31 @@ TEST_P(ZeroBased, Type2WindowsOnAnIovaMr) {
   CHECK_OBS("landed_zero_based", landed(kWinOff + 512), true);
 }
 
-// No window binds to an MR registered with IBV_ACCESS_ZERO_BASED.
-TEST_P(ZeroBased, WindowOnAZeroBasedRegion) {
+// A zero-based window on a zero-based MR (iova 0): the window's start is an offset into the
+// MR, a request's address an offset into the window.
+TEST_P(ZeroBased, Type2WindowOnAnMrAtIovaZero) {
   REQUIRE_MW(MwType::type2);
   Pair p = make_pair();
-  auto r = region(kAll | Access::zero_based);
+  auto r = region_at(0);
   auto mw = pd().alloc_mw(MwType::type2);
-  CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)),
-            err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  CHECK_OBS("bind", bind_zero_based(p, *mw, *r, kWinOff), "SUCCESS/BIND_MW/0");
+  fill_source();
+  CHECK_OBS("write", rdma(*p.a, *p.cq_a, WrOpcode::rdma_write, 64, mw->rkey()),
+            "SUCCESS/RDMA_WRITE/64");
+  CHECK_OBS("landed", landed(kWinOff + 64), true);
+}
+
+// No window binds to an MR registered with IBV_ACCESS_ZERO_BASED, zero-based or not.
+TEST_P(ZeroBased, WindowOnAZeroBasedRegion) {
+  REQUIRE_MW(MwType::type2);
+  auto r = region(kAll | Access::zero_based);
+  for (const Access zero : {Access::none, Access::zero_based}) {
+    Pair p = make_pair();
+    auto mw = pd().alloc_mw(MwType::type2);
+    CHECK_OBS(zero == Access::none ? "bind" : "bind_zero_based",
+              bind2(*p.b, *p.cq_b, *mw, window(*r, kRemote | zero)),
+              err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 // a key, and the check of where its data landed.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -29,8 +31,9 @@ class WindowTest : public Conformance {
   // The offset into the fixture's buffer of the region's first byte: the first page boundary
   // from kRegion on (an iova must have the buffer's offset in its page).
   std::size_t region_offset() {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     const auto at = reinterpret_cast<std::uintptr_t>(mem(kRegion));
-    return kRegion + ((4096 - at % 4096) % 4096);
+    return kRegion + (page - at % page) % page;
   }
   char* region_mem(std::size_t offset = 0) { return mem(region_offset() + offset); }
   // The region windows bind to (the fixture's buffer registered a second time).
