@@ -521,6 +521,7 @@ class LoggedMr final : public MemoryRegion {
   ~LoggedMr() override { implicit_destroy(*this, in_, Verb::dereg_mr, destroyed_, "mr", id); }
   void destroy() override { explicit_destroy(*this, *in_, Verb::dereg_mr, "mr", id, destroyed_); }
   void* addr() const noexcept override { return in_->addr(); }
+  std::uint64_t iova() const noexcept override { return in_->iova(); }
   std::size_t length() const noexcept override { return in_->length(); }
   std::uint32_t lkey() const noexcept override { return in_->lkey(); }
   std::uint32_t rkey() const noexcept override { return in_->rkey(); }
@@ -902,15 +903,17 @@ class LoggedPd final : public ProtectionDomain {
   ~LoggedPd() override { implicit_destroy(*this, in_, Verb::dealloc_pd, destroyed_, "pd", id); }
   void destroy() override { explicit_destroy(*this, *in_, Verb::dealloc_pd, "pd", id, destroyed_); }
 
-  std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) override {
+  std::unique_ptr<MemoryRegion> reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova,
+                                            Access access) override {
     return control(
         *c.log, Verb::reg_mr, c.clk.get(),
         [&](Rec& r) {
           r.obj("pd", id).hex("addr", reinterpret_cast<std::uintptr_t>(addr)).kv("len", length);
+          if (iova != reinterpret_cast<std::uintptr_t>(addr)) r.hex("iova", iova);
           r.hex("access", static_cast<std::uint32_t>(access));
         },
         [&]() -> std::unique_ptr<MemoryRegion> {
-          return std::make_unique<LoggedMr>(c, in_->reg_mr(addr, length, access));
+          return std::make_unique<LoggedMr>(c, in_->reg_mr_iova(addr, length, iova, access));
         },
         [](Rec& r, const std::unique_ptr<MemoryRegion>& mr) {
           r.ok().obj("mr", static_cast<LoggedMr&>(*mr).id).hex("lkey", mr->lkey()).hex("rkey", mr->rkey());

@@ -4,85 +4,12 @@
 #include <cerrno>
 #include <cstring>
 
-#include "conformance.hpp"
+#include "windows.hpp"
 
 namespace verbsim::conformance {
 namespace {
 
-constexpr std::size_t kSrc = 0;          // the requester's data
-constexpr std::size_t kRegion = 32768;   // the MR windows bind to: [kRegion, kRegion + kRegionLen)
-constexpr std::size_t kRegionLen = 16384;
-constexpr std::size_t kWinOff = 4096;    // the window: kWinLen bytes at kWinOff into the region
-constexpr std::size_t kWinLen = 4096;
-constexpr Access kRemote = Access::remote_write | Access::remote_read;
-
-class MemoryWindows : public Conformance {
- protected:
-  bool supports(MwType t) {
-    const DeviceAttr a = ctx().query_device();
-    return t == MwType::type1 ? a.mw_type1 : a.mw_type2;
-  }
-  // The region windows bind to (the fixture's buffer registered a second time).
-  std::unique_ptr<MemoryRegion> region(Access access = Access::local_write | kRemote |
-                                                       Access::mw_bind) {
-    return pd().reg_mr(mem(kRegion), kRegionLen, access);
-  }
-  static MwBindInfo window(const MemoryRegion& r, Access access = kRemote) {
-    return {&r, r.address(kWinOff), kWinLen, access};
-  }
-  // A BIND_MW of `bind` (which must outlive the post) giving the window `rkey`.
-  static SendWr bind_wr(std::uint64_t id, const BindMwWr& bind, std::uint32_t rkey) {
-    SendWr wr = send_wr(id, nullptr, WrOpcode::bind_mw);
-    wr.bind_mw = &bind;
-    wr.rkey = rkey;
-    return wr;
-  }
-  static SendWr inv_wr(std::uint64_t id, WrOpcode op, std::uint32_t key, const Sge* s = nullptr) {
-    SendWr wr = send_wr(id, s, op);
-    wr.imm_data = key;  // LOCAL_INV and SEND_WITH_INV name the key here
-    return wr;
-  }
-  // Binds the type 1 window on `qp`, expecting success; returns the bind's completion.
-  std::string bind1(QueuePair& qp, CompletionQueue& cq, MemoryWindow& mw, const MwBindInfo& info) {
-    const PostResult r = qp.bind_mw(mw, MwBind{7, SendFlags::signaled, info});
-    CHECK_ERR("bind_post", r.error(), 0);
-    return describe(poll_n(cq, 1));
-  }
-  // Binds the type 2 window on `qp` with the next key, expecting success; returns the bind's
-  // completion.
-  std::string bind2(QueuePair& qp, CompletionQueue& cq, MemoryWindow& mw, const MwBindInfo& info) {
-    const BindMwWr bind{&mw, info};
-    const PostResult r = qp.post_send(bind_wr(7, bind, inc_rkey(mw.rkey())));
-    CHECK_ERR("bind_post", r.error(), 0);
-    return describe(poll_n(cq, 1));
-  }
-  // One signaled RDMA operation of `len` bytes from kSrc; returns its completion.
-  std::string rdma(QueuePair& from, CompletionQueue& cq, WrOpcode op, std::uint64_t addr,
-                   std::uint32_t rkey, std::uint32_t len = 64) {
-    const Sge s = sge(kSrc, len);
-    const PostResult r = from.post_send(rdma_wr(1, op, &s, addr, rkey));
-    if (r.error()) return "post:" + errno_name(r.error());
-    return describe(poll_n(cq, 1));
-  }
-  std::string write_fails() const {
-    return err_wc(WcStatus::rem_access_err, WcOpcode::rdma_write, 64);
-  }
-  void fill_source() {
-    for (std::size_t i = 0; i < 64; ++i) mem(kSrc)[i] = static_cast<char>(0xa0 + i);
-  }
-  bool landed(std::size_t region_offset) {
-    return std::memcmp(mem(kRegion + region_offset), mem(kSrc), 64) == 0;
-  }
-};
-
-// Skips the test when the device has no windows of type `t`.
-#define REQUIRE_MW(t)                                                                 \
-  do {                                                                                \
-    if (!supports(t)) {                                                               \
-      GTEST_SKIP() << "the device has no type " << (t == MwType::type1 ? 1 : 2)       \
-                   << " memory windows";                                              \
-    }                                                                                 \
-  } while (0)
+class MemoryWindows : public WindowTest {};
 
 // ---------------------------------------------------------------------------------------------
 // Device attributes
@@ -474,7 +401,7 @@ TEST_P(MemoryWindows, Type1BindThroughQpOfAnotherPd) {
   REQUIRE_MW(MwType::type1);
   Pair p = make_pair();
   auto pd2 = ctx().alloc_pd();
-  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto r = pd2->reg_mr(region_mem(), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
   auto mw = pd2->alloc_mw(MwType::type1);
   // rxe binds it (the spec says the QP, the window and the MR share one PD): the simulator
   // does too, on every profile.
@@ -491,7 +418,7 @@ TEST_P(MemoryWindows, Type2BindThroughQpOfAnotherPd) {
   REQUIRE_MW(MwType::type2);
   Pair p = make_pair();
   auto pd2 = ctx().alloc_pd();
-  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto r = pd2->reg_mr(region_mem(), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
   auto mw = pd2->alloc_mw(MwType::type2);
   CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)),
             err_wc(WcStatus::mw_bind_err, WcOpcode::bind_mw, 0));
@@ -503,7 +430,7 @@ TEST_P(MemoryWindows, Type2BindToRegionOfAnotherPd) {
   REQUIRE_MW(MwType::type2);
   Pair p = make_pair();
   auto pd2 = ctx().alloc_pd();
-  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto r = pd2->reg_mr(region_mem(), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
   auto mw = pd().alloc_mw(MwType::type2);
   // rxe binds it (the spec wants the MR of the window's PD): the simulator does too.
   CHECK_OBS("bind", bind2(*p.b, *p.cq_b, *mw, window(*r)), "SUCCESS/BIND_MW/0");
@@ -525,7 +452,7 @@ TEST_P(MemoryWindows, Type1WindowOfAnotherPdThanTheResponder) {
   auto c = make_qp(*cq2, *cq2, QpCap{16, 16, 4, 4, 0}, QpType::rc, nullptr, false, pd2.get());
   auto d = make_qp(*cq2, *cq2, QpCap{16, 16, 4, 4, 0}, QpType::rc, nullptr, false, pd2.get());
   connect_pair(*c, *d);
-  auto r = pd2->reg_mr(mem(kRegion), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
+  auto r = pd2->reg_mr(region_mem(), kRegionLen, Access::local_write | kRemote | Access::mw_bind);
   auto mw = pd2->alloc_mw(MwType::type1);
   CHECK_OBS("bind", bind1(*c, *cq2, *mw, window(*r)), "SUCCESS/BIND_MW/0");
   fill_source();
@@ -534,7 +461,7 @@ TEST_P(MemoryWindows, Type1WindowOfAnotherPdThanTheResponder) {
   CHECK_OBS("landed", landed(kWinOff), false);
   CHECK_OBS("responder", wait_state(*p.b, QpState::err), QpState::err);
   // Through a QP of its own PD it serves: c writes to d, from the region's last 64 bytes.
-  std::memcpy(mem(kRegion + kRegionLen - 64), mem(kSrc), 64);
+  std::memcpy(region_mem(kRegionLen - 64), mem(kSrc), 64);
   const Sge own = r->sge(kRegionLen - 64, 64);
   CHECK_ERR("post_same_pd",
             c->post_send(rdma_wr(2, WrOpcode::rdma_write, &own, r->address(kWinOff), mw->rkey()))

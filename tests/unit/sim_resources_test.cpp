@@ -149,6 +149,35 @@ TEST(Registration, ZeroLengthRegionsAsTheKernelPinsThem) {
   }
 }
 
+// An MR at an iova (ibv_reg_mr_iova2) is addressed from it for its rkey and its lkey alike; once
+// re-registered to another range it is addressed by that range's addresses, as the providers
+// pass the new address as the iova (the strict profile: rxe has no rereg).
+TEST(Registration, AnIovaMrReregisteredIsAddressedByItsNewRange) {
+  testing::SimPair p(testing::config_for(Profile::strict));
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<char> buf(3 * page);
+  char* at = buf.data() + (page - reinterpret_cast<std::uintptr_t>(buf.data()) % page);
+  constexpr std::uint64_t kIova = 0x10000000;
+  auto r = p.b.pd->reg_mr_iova(at, page, kIova, Access::local_write | Access::remote_write);
+  EXPECT_EQ(r->iova(), kIova);
+  EXPECT_EQ(r->address(8), kIova + 8);
+  EXPECT_EQ(r->sge(8, 64).addr, kIova + 8);
+  EXPECT_TRUE(throws_verb_error([&] { (void)p.b.pd->reg_mr_iova(at, page, kIova + 8, Access::none); },
+                                "ibv_reg_mr", EINVAL))
+      << "the iova's offset in its page must be the buffer's";
+  MrChange change;
+  change.addr = at + page;
+  change.length = page;
+  r->rereg(change);
+  EXPECT_EQ(r->iova(), reinterpret_cast<std::uintptr_t>(at + page));
+  std::memset(p.a.buf.data(), 0x5a, 64);
+  ASSERT_FALSE(p.a.qp->post_send(rdma_wr(1, WrOpcode::rdma_write, p.a.sge(0, 64), *r, 8)).error());
+  const auto wcs = testing::bounded_poll(p.world, *p.a.cq, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::success);
+  EXPECT_EQ(std::memcmp(at + page + 8, p.a.buf.data(), 64), 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Devices
 

@@ -12,22 +12,21 @@ using namespace verbsim::dropin;
 namespace verbsim::dropin {
 
 int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept {
-  constexpr unsigned kRemote =
-      IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  // Remote rights, and IBV_ACCESS_ZERO_BASED: a request's address is an offset into the window.
+  constexpr unsigned kWindow = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                               IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
   const unsigned access = in.mw_access_flags;
-  // Zero-based windows (remote addresses as offsets into the window) are not modelled.
-  if ((access & IBV_ACCESS_ZERO_BASED) != 0) return EOPNOTSUPP;
-  // A window grants remote access only; IBV_ACCESS_LOCAL_WRITE and IBV_ACCESS_MW_BIND, which
-  // programs pass along (pyverbs does), mean nothing for it and are ignored, as rxe does
-  // (conformance MemoryWindows.Type1WindowAccessWithLocalFlags).
-  if ((access & ~(kRemote | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)) != 0) return EINVAL;
+  // IBV_ACCESS_LOCAL_WRITE and IBV_ACCESS_MW_BIND, which programs pass along (pyverbs does),
+  // mean nothing for a window and are ignored, as rxe does (conformance
+  // MemoryWindows.Type1WindowAccessWithLocalFlags).
+  if ((access & ~(kWindow | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND)) != 0) return EINVAL;
   if (in.mr == nullptr && (in.addr != 0 || in.length != 0)) return EINVAL;
   if (in.mr != nullptr && check(in.mr, Kind::mr) != 0) return EINVAL;
   out = MwBindInfo{};
   out.mr = in.mr != nullptr ? DMr::from(in.mr)->impl.get() : nullptr;
   out.addr = in.addr;
   out.length = in.length;
-  out.access = static_cast<Access>(access & kRemote);
+  out.access = static_cast<Access>(access & kWindow);
   return 0;
 }
 

@@ -45,10 +45,10 @@ int mw_bind_op(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) noexcept;
 // Helpers one file defines for another.
 
 // An ibv_mw_bind_info as the core's MwBindInfo (ibv_bind_mw, IBV_WR_BIND_MW, ibv_wr_bind_mw):
-// 0, EINVAL for access flags a window cannot have or an address range without an MR,
-// EOPNOTSUPP for a zero-based window. mw.cpp.
+// 0, or EINVAL for access flags a window cannot have or an address range without an MR.
+// mw.cpp.
 int to_bind_info(const ibv_mw_bind_info& in, MwBindInfo& out) noexcept;
-// A BIND_MW's window and range (IBV_WR_BIND_MW, ibv_wr_bind_mw): 0 or EINVAL / EOPNOTSUPP.
+// A BIND_MW's window and range (IBV_WR_BIND_MW, ibv_wr_bind_mw): 0 or EINVAL.
 int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept;
 
 // A new ibv_context over `impl` (opened, or shared with the context it is imported from);

@@ -21,11 +21,13 @@ using namespace verbsim::dropin;
 namespace {
 
 // The flags the core's Access has, with the same values (IBV_ACCESS_MW_BIND: memory windows
-// may be bound to the MR).
+// may be bound to the MR; IBV_ACCESS_ZERO_BASED: none may, and it is addressed from its iova
+// all the same, as on rxe).
 constexpr unsigned kCoreAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                 IBV_ACCESS_MW_BIND;
+                                 IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED;
 static_assert(IBV_ACCESS_MW_BIND == static_cast<unsigned>(Access::mw_bind));
+static_assert(IBV_ACCESS_ZERO_BASED == static_cast<unsigned>(Access::zero_based));
 // Accepted and without effect on the simulator: huge pages are the program's business, relaxed
 // ordering (an optional flag: providers that do not know it ignore it) changes nothing in a
 // simulation that delivers in order anyway.
@@ -34,7 +36,7 @@ constexpr unsigned kHarmlessAccess = IBV_ACCESS_HUGETLB;
 // The core access flags for a registration, or an errno for flags the simulator lacks.
 int mr_access(unsigned access, Access& out) noexcept {
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  if ((access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND)) != 0) return EOPNOTSUPP;
+  if ((access & IBV_ACCESS_ON_DEMAND) != 0) return EOPNOTSUPP;
   if ((access & ~(kCoreAccess | kHarmlessAccess)) != 0) return EINVAL;
   out = static_cast<Access>(access & kCoreAccess);
   return 0;
@@ -49,12 +51,9 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, std::uint64_t iova, unsign
     if (length > UINTPTR_MAX - start) return fail_null<ibv_mr>(EINVAL);
     Access a{};
     if (const int err = mr_access(access, a)) return fail_null<ibv_mr>(err);
-    // The simulator addresses remote memory by virtual address: an I/O virtual address other
-    // than the buffer's own is not modelled.
-    if (iova != reinterpret_cast<std::uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
     DPd* p = DPd::from(pd);
     auto mr = std::make_unique<DMr>();
-    mr->impl = p->real().reg_mr(addr, length, a);
+    mr->impl = p->real().reg_mr_iova(addr, length, iova, a);
     mr->context = pd->context;
     mr->pd = pd;
     mr->addr = addr;

@@ -20,16 +20,27 @@ std::string describe(const void* addr, std::size_t length, Access access) {
   return buf;
 }
 
+std::string describe(const void* addr, std::size_t length, std::uint64_t iova, Access access) {
+  std::string s = describe(addr, length, access);
+  if (iova != reinterpret_cast<std::uintptr_t>(addr)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " iova=0x%llx", static_cast<unsigned long long>(iova));
+    s += buf;
+  }
+  return s;
+}
+
 }  // namespace
 
-IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access)
-    : addr_(addr), length_(length), access_(access) {
-  // NULL and length 0 go to the provider: the kernel decides (ib_umem_get).
+IbvMr::IbvMr(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, Access access)
+    : addr_(addr), iova_(iova), length_(length), access_(access) {
+  // NULL and length 0 go to the provider: the kernel decides (ib_umem_get). ibv_reg_mr is this
+  // call with iova = addr.
   errno = 0;
-  mr_ = ::ibv_reg_mr(pd, addr, length, abi::to_ibv(access));
+  mr_ = ::ibv_reg_mr_iova2(pd, addr, length, iova, abi::to_ibv(access));
   if (mr_ == nullptr) {
     const int err = creator_errno();
-    throw_verb_error("ibv_reg_mr", err, describe(addr, length, access));
+    throw_verb_error("ibv_reg_mr", err, describe(addr, length, iova, access));
   }
   lkey_ = mr_->lkey;
   rkey_ = mr_->rkey;
@@ -61,7 +72,10 @@ void IbvMr::rereg(const MrChange& change) {
   if (::ibv_rereg_mr(mr_, flags, pd, addr, length, change.access ? abi::to_ibv(access) : 0) != 0) {
     throw_verb_error("ibv_rereg_mr", errno != 0 ? errno : EINVAL, describe(addr, length, access));
   }
-  addr_ = addr;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    addr_ = addr;
+    iova_ = reinterpret_cast<std::uintptr_t>(addr);  // providers pass the new address as iova
+  }
   length_ = length;
   access_ = access;
   lkey_ = mr_->lkey;

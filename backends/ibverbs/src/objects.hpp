@@ -101,7 +101,8 @@ class IbvPd final : public ProtectionDomain {
   ~IbvPd() override;
 
   void destroy() override;
-  std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<MemoryRegion> reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova,
+                                            Access access) override;
   std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
   std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
   std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
@@ -118,11 +119,13 @@ class IbvPd final : public ProtectionDomain {
 
 class IbvMr final : public MemoryRegion {
  public:
-  IbvMr(ibv_pd* pd, void* addr, std::size_t length, Access access);  // ibv_reg_mr
+  // ibv_reg_mr_iova2
+  IbvMr(ibv_pd* pd, void* addr, std::size_t length, std::uint64_t iova, Access access);
   ~IbvMr() override;
 
   void destroy() override;
   void* addr() const noexcept override { return addr_; }
+  std::uint64_t iova() const noexcept override { return iova_; }
   std::size_t length() const noexcept override { return length_; }
   std::uint32_t lkey() const noexcept override { return lkey_; }
   std::uint32_t rkey() const noexcept override { return rkey_; }
@@ -136,6 +139,7 @@ class IbvMr final : public MemoryRegion {
 
   ibv_mr* mr_ = nullptr;
   void* addr_;
+  std::uint64_t iova_;
   std::size_t length_;
   std::uint32_t lkey_ = 0;
   std::uint32_t rkey_ = 0;

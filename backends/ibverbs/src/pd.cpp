@@ -34,8 +34,9 @@ void IbvPd::destroy() {
   if (err != 0) throw_verb_error("ibv_dealloc_pd", err);
 }
 
-std::unique_ptr<MemoryRegion> IbvPd::reg_mr(void* addr, std::size_t length, Access access) {
-  return std::make_unique<IbvMr>(pd_, addr, length, access);
+std::unique_ptr<MemoryRegion> IbvPd::reg_mr_iova(void* addr, std::size_t length,
+                                                 std::uint64_t iova, Access access) {
+  return std::make_unique<IbvMr>(pd_, addr, length, iova, access);
 }
 
 std::unique_ptr<QueuePair> IbvPd::create_qp(const QpInitAttr& attr) {

@@ -23,6 +23,9 @@ struct MrChange {
 class MemoryRegion : public Resource {
  public:
   virtual void* addr() const noexcept = 0;
+  // The address its first byte has for work requests through its keys (reg_mr_iova's iova;
+  // addr() for ibv_reg_mr).
+  virtual std::uint64_t iova() const noexcept = 0;
   virtual std::size_t length() const noexcept = 0;
   virtual std::uint32_t lkey() const noexcept = 0;
   virtual std::uint32_t rkey() const noexcept = 0;
@@ -38,11 +41,10 @@ class MemoryRegion : public Resource {
 
   // An SGE covering `length` bytes at `offset` into this region.
   Sge sge(std::size_t offset, std::uint32_t length) const noexcept {
-    return {reinterpret_cast<std::uint64_t>(static_cast<char*>(addr()) + offset), length, lkey()};
+    return {address(offset), length, lkey()};
   }
-  std::uint64_t address(std::size_t offset = 0) const noexcept {
-    return reinterpret_cast<std::uint64_t>(static_cast<char*>(addr()) + offset);
-  }
+  // The address of the byte at `offset` for work requests through its keys.
+  std::uint64_t address(std::size_t offset = 0) const noexcept { return iova() + offset; }
 };
 
 }  // namespace verbsim

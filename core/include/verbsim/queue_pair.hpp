@@ -42,7 +42,8 @@ class QueuePair : public Resource {
   // bind complete with an error, the key given is not valid (as with libibverbs). The bind
   // runs and completes (WcOpcode::bind_mw) in send-queue order; a window or MR it may not
   // bind completes with WcStatus::mw_bind_err and takes the QP to ERR. Errors on post:
-  // EINVAL for a type 2 window, a UD QP or remote access in `bind.info` the MR cannot give,
+  // EINVAL for a type 2 window, a UD QP, Access::zero_based (a type 1 window is never
+  // zero-based: the providers refuse it) or remote access in `bind.info` the MR cannot give,
   // as for post_send otherwise.
   virtual PostResult bind_mw(MemoryWindow& mw, const MwBind& bind) noexcept = 0;
   PostResult post_send(const SendWr& wr) noexcept { return post_send(std::span(&wr, 1)); }

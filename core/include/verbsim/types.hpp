@@ -102,6 +102,9 @@ enum class Access : std::uint32_t {
   remote_read = 1u << 2,
   remote_atomic = 1u << 3,
   mw_bind = 1u << 4,  // memory windows may be bound to the MR
+  // IBV_ACCESS_ZERO_BASED. In a window's bind: a request's address is an offset into the window.
+  // In a registration: what the device does with it varies (ProtectionDomain::reg_mr_iova).
+  zero_based = 1u << 5,
 };
 template <>
 struct is_flag_enum<Access> : std::true_type {};
@@ -249,9 +252,10 @@ struct Sge {
   std::uint32_t lkey = 0;
 };
 
-// What a bind gives a memory window (ibv_mw_bind_info): `length` bytes at `addr`, inside `mr`
-// (registered with Access::mw_bind), with remote `access`. Binding a type 1 window with
-// length 0 unbinds it.
+// What a bind gives a memory window (ibv_mw_bind_info): `length` bytes at `addr` (an address of
+// `mr`'s, from its iova), inside `mr` (registered with Access::mw_bind), with remote `access`;
+// with Access::zero_based (type 2 only) requests address the window by offsets from 0. Binding
+// a type 1 window with length 0 unbinds it.
 struct MwBindInfo {
   const MemoryRegion* mr = nullptr;
   std::uint64_t addr = 0;

@@ -292,16 +292,22 @@ void SimPd::destroy() {
   destroyed_ = true;
 }
 
-std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Access access) {
+std::unique_ptr<MemoryRegion> SimPd::reg_mr_iova(void* addr, std::size_t length,
+                                                 std::uint64_t iova, Access access) {
   if (const int err = core_->ctx->world->verb_fault(Verb::reg_mr, 0, core_->ctx->dev)) {
     throw_verb_error("ibv_reg_mr", err, "injected by the fault plan");
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  if ((iova ^ start) % static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE)) != 0) {
+    // ib_uverbs_reg_mr: the iova maps the buffer page by page.
+    throw_verb_error("ibv_reg_mr", EINVAL, "the iova's offset in its page is not the buffer's");
   }
   if (any(access, Access::remote_write | Access::remote_atomic) &&
       !any(access, Access::local_write)) {
     throw_verb_error("ibv_reg_mr", EINVAL, "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE");
   }
   const auto known = Access::local_write | Access::remote_write | Access::remote_read |
-                     Access::remote_atomic | Access::mw_bind;
+                     Access::remote_atomic | Access::mw_bind | Access::zero_based;
   if (any(access, ~known)) throw_verb_error("ibv_reg_mr", EINVAL, "unknown access flags");
   // No check of its own for NULL or length 0: the pin decides, as in the kernel.
   std::string why;
@@ -318,6 +324,7 @@ std::unique_ptr<MemoryRegion> SimPd::reg_mr(void* addr, std::size_t length, Acce
   mr.addr = static_cast<char*>(addr);
   mr.length = length;
   mr.access = access;
+  mr.to_host = start - iova;
   if (dev.mr_indices.fresh_left()) {
     const std::uint32_t index = dev.mr_indices.take_fresh();
     const auto key_byte = static_cast<std::uint32_t>(core_->ctx->world->rng().next() & 0xff);
@@ -357,6 +364,7 @@ std::unique_ptr<AddressHandle> SimPd::create_ah(const AhAttr& attr) {
 SimMr::SimMr(MrCore core) : core_(std::move(core)) {
   ++core_.pd->users;
   ++core_.dev->live_mrs;
+  if (core_.to_host != 0) ++core_.dev->live_iova_mrs;
   core_.dev->mrs.insert(core_.key >> 8, &core_);
 }
 
@@ -429,6 +437,8 @@ void SimMr::rereg(const MrChange& change) {
   if (change.addr != nullptr) {
     core.addr = static_cast<char*>(change.addr);
     core.length = change.length;
+    if (core.to_host != 0) --core.dev->live_iova_mrs;
+    core.to_host = 0;  // the providers pass the new address as the iova
   }
   core.access = access;
   mr_changed(*core.dev, core.key);
@@ -439,6 +449,7 @@ void SimMr::rereg(const MrChange& change) {
 void SimMr::release() noexcept {
   core_.dev->mrs.erase(core_.key >> 8);
   --core_.dev->live_mrs;
+  if (core_.to_host != 0) --core_.dev->live_iova_mrs;
   core_.dev->mr_indices.give_back(core_.key);
   mr_changed(*core_.dev, core_.key);
   --core_.pd->users;

@@ -43,8 +43,17 @@ struct MrCore {
   std::size_t length;
   Access access;
   std::uint32_t key;
+  // What turns an address through its keys (from its iova on) into the buffer's: addr - iova,
+  // modulo 2^64 (0 for an MR addressed by its buffer's addresses).
+  std::uint64_t to_host = 0;
   int windows = 0;  // memory windows bound to it: it cannot be deregistered meanwhile
 };
+
+// The buffer's address of `a`, an address through `mr`'s keys. Addresses outside its iova range
+// land outside [addr, addr + length), so covers() checks either.
+inline std::uint64_t host_address(const MrCore& mr, std::uint64_t a) noexcept {
+  return a + mr.to_host;
+}
 
 // Does [addr, addr+len) lie within [base, base+size)?
 inline bool spans(std::uint64_t base, std::uint64_t size, std::uint64_t addr,
@@ -69,11 +78,14 @@ struct MwCore {
   MwType type;
   std::uint32_t key;          // the current rkey: a bind changes its low byte
   std::uint32_t mr_key = 0;   // the MR it is bound to (0: none)
-  std::uint64_t addr = 0;
+  std::uint64_t addr = 0;     // where it starts, in its MR's addresses (from the MR's iova)
   std::uint64_t length = 0;
   Access access = Access::none;
   std::uint32_t qpn = 0;      // type 2: the QP that bound it
   bool bound = false;         // type 2: bound (valid), else free
+
+  // The address of its first byte for requests through its key: 0 when zero-based.
+  std::uint64_t base() const noexcept { return any(access, Access::zero_based) ? 0 : addr; }
 };
 
 inline MrCore* DevCore::mr_of(std::uint32_t key) const noexcept {
@@ -84,6 +96,18 @@ inline MrCore* DevCore::mr_of(std::uint32_t key) const noexcept {
 inline MwCore* DevCore::window_of(std::uint32_t key) const noexcept {
   MwCore* mw = mws.find(key >> 8);
   return mw != nullptr && mw->key == key ? mw : nullptr;
+}
+
+// A work request's local SGEs are addressed as requests through the same keys are: from the
+// MR's iova (rxe and mlx5: conformance ZeroBased.IovaAddresses*Sges). Rewrites the addresses
+// of a WR's SGEs, copied into its queue slot, into buffer addresses when it is posted (an MR
+// re-registered later leaves them as they are); nothing to do while the device has no MR with
+// an iova. Inline data is copied from the buffer's addresses (the provider's memcpy).
+inline void sges_to_host(const DevCore& dev, Sge* sges, std::size_t n) noexcept {
+  if (dev.live_iova_mrs == 0) [[likely]] return;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (const MrCore* mr = dev.mr_of(sges[i].lkey)) sges[i].addr = host_address(*mr, sges[i].addr);
+  }
 }
 
 struct ChannelCore {

@@ -244,6 +244,7 @@ PostResult SimSrq::post_recv(std::span<const RecvWr> wrs) noexcept {
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
     copy_sges(wr.sg_list, rq.sge_at(rq.tail));
+    sges_to_host(*core_->pd->ctx->dev, rq.sge_at(rq.tail), wr.sg_list.size());
     ++rq.tail;
     ++core_->pd->ctx->world->acct().posted;
   }

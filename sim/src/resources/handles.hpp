@@ -59,7 +59,8 @@ class SimPd final : public ProtectionDomain {
   explicit SimPd(std::shared_ptr<PdCore> core) : core_(std::move(core)) {}
   ~SimPd() override;
   void destroy() override;
-  std::unique_ptr<MemoryRegion> reg_mr(void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<MemoryRegion> reg_mr_iova(void* addr, std::size_t length, std::uint64_t iova,
+                                            Access access) override;
   std::unique_ptr<QueuePair> create_qp(const QpInitAttr& attr) override;
   std::unique_ptr<SharedReceiveQueue> create_srq(const SrqInitAttr& attr) override;
   std::unique_ptr<AddressHandle> create_ah(const AhAttr& attr) override;
@@ -78,6 +79,9 @@ class SimMr final : public MemoryRegion {
   ~SimMr() override;
   void destroy() override;
   void* addr() const noexcept override { return core_.addr; }
+  std::uint64_t iova() const noexcept override {
+    return reinterpret_cast<std::uintptr_t>(core_.addr) - core_.to_host;
+  }
   std::size_t length() const noexcept override { return core_.length; }
   std::uint32_t lkey() const noexcept override { return core_.key; }
   std::uint32_t rkey() const noexcept override;

@@ -129,6 +129,7 @@ struct DevCore {
   int live_qps = 0;
   int live_cqs = 0;
   int live_mrs = 0;
+  int live_iova_mrs = 0;  // MRs addressed from an iova other than their buffer's address
   int live_pds = 0;
   int live_ahs = 0;
 };

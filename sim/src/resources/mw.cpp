@@ -14,7 +14,8 @@ namespace verbsim::sim {
 namespace {
 
 constexpr Access kWindowAccess = Access::local_write | Access::remote_read |
-                                 Access::remote_write | Access::remote_atomic | Access::mw_bind;
+                                 Access::remote_write | Access::remote_atomic | Access::mw_bind |
+                                 Access::zero_based;
 
 // Forgets what `mw` is bound to.
 void unbind(MwCore& mw) noexcept {
@@ -101,6 +102,10 @@ PostResult SimQp::bind_mw(MemoryWindow& window, const MwBind& bind) noexcept {
       return {0, EPERM, "the MR and the window belong to different PDs"};
     }
   }
+  // The providers' own check (rxe's and mlx5's bind_mw), o10-36.2.2.
+  if (any(info.access, Access::zero_based)) {
+    return {0, EINVAL, "a type 1 window cannot be zero-based"};
+  }
   const BindMwWr what{mw, info};
   SendWr wr;
   wr.wr_id = bind.wr_id;
@@ -164,13 +169,11 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
     if (mw->bound || mw->pd.get() != pd_.get() || mr == nullptr) return WcStatus::mw_bind_err;
   }
   if (any(b.access, ~kWindowAccess)) return WcStatus::mw_bind_err;
-  if (mr != nullptr) {
-    // C10-73 (the MR allows binds) and C10-75 (the range lies in it), then C10-74.
-    if (!covers(*mr, wq.remote_addr, b.length, Access::mw_bind)) return WcStatus::mw_bind_err;
-    if (any(b.access, Access::remote_write | Access::remote_atomic) &&
-        !any(mr->access, Access::local_write)) {
-      return WcStatus::mw_bind_err;
-    }
+  // o10-36.2.2: type 1 windows are never zero-based. QueuePair::bind_mw refuses it at post, as
+  // the providers do; a BIND_MW work request naming a type 1 window gets here, as to rxe's kernel.
+  if (mw->type == MwType::type1 && any(b.access, Access::zero_based)) return WcStatus::mw_bind_err;
+  if (mr != nullptr && !bind_fits(*mr, wq.remote_addr, b.length, b.access)) {
+    return WcStatus::mw_bind_err;
   }
   unbind(*mw);
   mw->key = (mw->key & 0xffffff00u) | (wq.rkey & 0xffu);
@@ -186,6 +189,22 @@ WcStatus SimQp::run_local_op(std::uint32_t index) noexcept {
     mw->qpn = qpn_;
   }
   return WcStatus::success;
+}
+
+bool SimQp::bind_fits(const MrCore& mr, std::uint64_t addr, std::uint64_t length,
+                      Access access) const noexcept {
+  // C10-73: the MR allows binds; rxe binds no window to an MR registered zero-based (mlx5's
+  // provider refuses such a type 1 bind at post).
+  if (!all(mr.access, Access::mw_bind) || any(mr.access, Access::zero_based)) return false;
+  // C10-74
+  if (any(access, Access::remote_write | Access::remote_atomic) &&
+      !any(mr.access, Access::local_write)) {
+    return false;
+  }
+  // C10-75: the window lies in the MR. rxe, which checks requests against the MR's range and
+  // not the window's, checks only a zero-based window's length, not where it starts.
+  if (any(access, Access::zero_based) && traits().window_range_is_mr) return length <= mr.length;
+  return covers(mr, host_address(mr, addr), length, Access::none);
 }
 
 bool SimQp::invalidate(std::uint32_t key, const char* what) noexcept {
@@ -205,8 +224,8 @@ bool SimQp::invalidate(std::uint32_t key, const char* what) noexcept {
 // ---------------------------------------------------------------------------------------------
 // The responder's check
 
-bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
-                          Access need) const noexcept {
+bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len, Access need,
+                          std::uint64_t& target) const noexcept {
   const MwCore* mw = dev_->window_of(key);
   if (mw == nullptr || mw->length == 0 || mw->pd.get() != pd_.get()) return false;
   if (mw->type == MwType::type2 && (!mw->bound || mw->qpn != qpn_)) return false;
@@ -214,8 +233,13 @@ bool SimQp::window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t l
   // Its MR is gone only if the program dropped the MR's handle with the window bound.
   const MrCore* mr = dev_->mr_of(mw->mr_key);
   if (mr == nullptr) return false;
-  if (world().traits().window_range_is_mr) return covers(*mr, addr, len, Access::none);
-  return spans(mw->addr, mw->length, addr, len);
+  // rxe checks the MR's range only (check_rkey adds a zero-based window's start and checks the
+  // MR's bounds); the spec, the window's.
+  if (!world().traits().window_range_is_mr && !spans(mw->base(), mw->length, addr, len)) {
+    return false;
+  }
+  target = host_address(*mr, addr - mw->base() + mw->addr);
+  return covers(*mr, target, len, Access::none);
 }
 
 }  // namespace verbsim::sim

@@ -216,9 +216,12 @@ class alignas(64) SimQp : public QueuePair {
   void fail_invalidation(const Event& e, const SendWqe& wq, std::uint64_t wr_id);
   void fail_request(const Event& e, Nak code, AsyncEventType event);
   // Does the window of `key` let requests arriving at this QP reach [addr, addr+len) with
-  // every access bit of `need`?
-  bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len,
-                     Access need) const noexcept;
+  // every access bit of `need`? If so, `target` is where in the buffer addr is.
+  bool window_covers(std::uint32_t key, std::uint64_t addr, std::uint64_t len, Access need,
+                     std::uint64_t& target) const noexcept;
+  // May a window with `access` be bound to `length` bytes at `addr` of `mr`?
+  bool bind_fits(const MrCore& mr, std::uint64_t addr, std::uint64_t length,
+                 Access access) const noexcept;
   void deliver_from(const Event& e, SimQp& req);  // on_deliver once the requester is found
   void transmit();
   template <QpType Type>
@@ -262,7 +265,8 @@ class alignas(64) SimQp : public QueuePair {
   // The responder's steps for a message (responder.cpp): its PSN, the remote access check, a
   // missing receive, and executing each opcode family (false: not to be ACKed).
   bool in_sequence(const Event& e, const SendWqe& wq);
-  bool remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak) noexcept;
+  bool remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak,
+                 std::uint64_t& target) noexcept;
   void no_receive(const Event& e, const SendWqe& wq);
   bool execute_send(const Event& e, SimQp& req);
   bool execute_write(const Event& e, SimQp& req);

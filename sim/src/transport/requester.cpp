@@ -133,6 +133,7 @@ template <QpType Type>
     w.num_sge = 0;
   } else {
     copy_sges(wr.sg_list, sq_sge(i));
+    sges_to_host(*dev_, sq_sge(i), wr.sg_list.size());
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   }
 }

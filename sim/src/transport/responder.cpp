@@ -42,6 +42,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     w.wr_id = wr.wr_id;
     w.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
     copy_sges(wr.sg_list, rq_.sge_at(tail));
+    sges_to_host(*dev_, rq_.sge_at(tail), wr.sg_list.size());
     ++tail;
   }
   rq_.tail = tail;
@@ -237,18 +238,25 @@ void SimQp::on_deliver_from(const Event& e, SimQp& req) { deliver_from(e, req); 
 }
 
 // Does the QP (its access flags) and the key of `wq` (an MR, or a window) let the request reach
-// `len` bytes at its remote address with every bit of `need`? When not, `nak` says how it is
-// NAKed: as an invalid request where the QP's flags forbid it on rxe, else a remote access error.
-bool SimQp::remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak) noexcept {
+// `len` bytes at its remote address with every bit of `need`? If so, `target` is where that
+// address is in the buffer (the key's MR may be addressed from an iova, or the window from 0).
+// When not, `nak` says how it is NAKed: as an invalid request where the QP's flags forbid it on
+// rxe, else a remote access error.
+bool SimQp::remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak,
+                      std::uint64_t& target) noexcept {
   nak = Nak::rem_access;
   if (!all(attr_.qp_access_flags, need)) {
     if (traits().qp_access_nak_inv_req) nak = Nak::inv_req;
     return false;
   }
+  target = wq.remote_addr;
   if (len == 0) return true;
   const MrCore* mr = find_mr(wq.rkey);
-  if (mr != nullptr) [[likely]] return covers(*mr, wq.remote_addr, len, need);
-  return window_covers(wq.rkey, wq.remote_addr, len, need);
+  if (mr != nullptr) [[likely]] {
+    target = host_address(*mr, wq.remote_addr);
+    return covers(*mr, target, len, need);
+  }
+  return window_covers(wq.rkey, wq.remote_addr, len, need, target);
 }
 
 // A message that needs a receive finds none: RC NAKs it (receiver not ready), UC loses it.
@@ -309,7 +317,8 @@ bool SimQp::execute_write(const Event& e, SimQp& req) {
   const SendWqe& wq = req.sq_at(e.index);
   const bool with_imm = wq.opcode == WrOpcode::rdma_write_with_imm;
   Nak nak;
-  if (!remote_ok(wq, Access::remote_write, wq.length, nak)) {
+  std::uint64_t target;
+  if (!remote_ok(wq, Access::remote_write, wq.length, nak, target)) {
     if (type_ != QpType::rc) {
       // UC has no NAK to send: the message is dropped and the QP carries on (rxe's drop_msg;
       // conformance Datapath.UcWrite*).
@@ -337,11 +346,11 @@ bool SimQp::execute_write(const Event& e, SimQp& req) {
     no_receive(e, wq);
     return false;
   }
-  const Sge target{wq.remote_addr, wq.length, wq.rkey};
+  const Sge into{target, wq.length, wq.rkey};
   if (wq.inlined) {
-    scatter(&target, 1, req.sq_inline(e.index), wq.length);
+    scatter(&into, 1, req.sq_inline(e.index), wq.length);
   } else {
-    sg_copy(&target, 1, req.sq_sge(e.index), wq.num_sge);
+    sg_copy(&into, 1, req.sq_sge(e.index), wq.num_sge);
   }
   if (with_imm &&
       !complete_recv_ok(rw.wr_id, WcOpcode::recv_rdma_with_imm, wq.length, wq.imm,
@@ -361,14 +370,15 @@ bool SimQp::execute_read(const Event& e, SimQp& req) {
     return false;
   }
   Nak nak;
-  if (!remote_ok(wq, Access::remote_read, wq.length, nak)) {
+  std::uint64_t target;
+  if (!remote_ok(wq, Access::remote_read, wq.length, nak, target)) {
     fail_request(e, nak, AsyncEventType::qp_access_err);
     return false;
   }
   // Where the requester checks its SGEs when the response arrives (rxe), a response that
   // cannot land there is sent all the same, and the requester fails the READ (on_ack).
   if (checks_local_on_response() && !req.response_lands(e.index)) [[unlikely]] return true;
-  const Sge source{wq.remote_addr, wq.length, wq.rkey};
+  const Sge source{target, wq.length, wq.rkey};
   sg_copy(req.sq_sge(e.index), wq.num_sge, &source, 1);
   return true;
 }
@@ -382,11 +392,12 @@ bool SimQp::execute_atomic(const Event& e, SimQp& req) {
     return false;
   }
   Nak nak;
-  if (!remote_ok(wq, Access::remote_atomic, 8, nak)) {
+  std::uint64_t at;
+  if (!remote_ok(wq, Access::remote_atomic, 8, nak, at)) {
     fail_request(e, nak, AsyncEventType::qp_access_err);
     return false;
   }
-  auto* target = reinterpret_cast<std::uint64_t*>(wq.remote_addr);
+  auto* target = reinterpret_cast<std::uint64_t*>(at);
   std::uint64_t original;
   {
     const user_memory::Touching touching;  // MR memory (wire.hpp, copy_mr)

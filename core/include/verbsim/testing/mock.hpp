@@ -61,6 +61,7 @@ class MockMemoryRegion : public MemoryRegion {
  public:
   MOCK_METHOD(void, destroy, (), (override));
   MOCK_METHOD(void*, addr, (), (const, noexcept, override));
+  MOCK_METHOD(std::uint64_t, iova, (), (const, noexcept, override));
   MOCK_METHOD(std::size_t, length, (), (const, noexcept, override));
   MOCK_METHOD(std::uint32_t, lkey, (), (const, noexcept, override));
   MOCK_METHOD(std::uint32_t, rkey, (), (const, noexcept, override));
@@ -78,8 +79,8 @@ class MockMemoryWindow : public MemoryWindow {
 class MockProtectionDomain : public ProtectionDomain {
  public:
   MOCK_METHOD(void, destroy, (), (override));
-  MOCK_METHOD(std::unique_ptr<MemoryRegion>, reg_mr, (void* addr, std::size_t length, Access access),
-              (override));
+  MOCK_METHOD(std::unique_ptr<MemoryRegion>, reg_mr_iova,
+              (void* addr, std::size_t length, std::uint64_t iova, Access access), (override));
   MOCK_METHOD(std::unique_ptr<QueuePair>, create_qp, (const QpInitAttr& attr), (override));
   MOCK_METHOD(std::unique_ptr<SharedReceiveQueue>, create_srq, (const SrqInitAttr& attr),
               (override));

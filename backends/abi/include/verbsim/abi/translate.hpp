@@ -103,6 +103,7 @@ static_assert(num(Access::remote_write) == IBV_ACCESS_REMOTE_WRITE);
 static_assert(num(Access::remote_read) == IBV_ACCESS_REMOTE_READ);
 static_assert(num(Access::remote_atomic) == IBV_ACCESS_REMOTE_ATOMIC);
 static_assert(num(Access::mw_bind) == IBV_ACCESS_MW_BIND);
+static_assert(num(Access::zero_based) == IBV_ACCESS_ZERO_BASED);
 
 static_assert(num(MwType::type1) == IBV_MW_TYPE_1);
 static_assert(num(MwType::type2) == IBV_MW_TYPE_2);
@@ -232,11 +233,11 @@ inline Mtu from_ibv(ibv_mtu m) noexcept { return static_cast<Mtu>(m); }
 inline PortState from_ibv(ibv_port_state s) noexcept { return static_cast<PortState>(s); }
 inline AsyncEventType from_ibv(ibv_event_type t) noexcept { return static_cast<AsyncEventType>(t); }
 
-// Only the access bits verbsim names (ZERO_BASED, ON_DEMAND, ... are dropped).
+// Only the access bits verbsim names (ON_DEMAND, HUGETLB, ... are dropped).
 inline Access access_from_ibv(unsigned flags) noexcept {
   return static_cast<Access>(flags & to_underlying(Access::local_write | Access::remote_write |
                                                    Access::remote_read | Access::remote_atomic |
-                                                   Access::mw_bind));
+                                                   Access::mw_bind | Access::zero_based));
 }
 
 // ---------------------------------------------------------------------------------------------
