@@ -13,6 +13,7 @@ std::string_view to_string(Target t) noexcept {
     case Target::sim_rxe: return "SimRxe";
     case Target::sim_mlx5: return "SimMlx5";
     case Target::ibverbs: return "Ibverbs";
+    case Target::sim_file: return "SimFile";
   }
   return "?";
 }
@@ -22,6 +23,7 @@ std::optional<sim::Profile> BackendTest::profile() const {
     case Target::sim_strict: return sim::Profile::strict;
     case Target::sim_rxe: return sim::Profile::rxe;
     case Target::sim_mlx5: return sim::Profile::mlx5;
+    case Target::sim_file: return file_ ? std::optional(file_->family()) : std::nullopt;
     case Target::ibverbs: return std::nullopt;
   }
   return std::nullopt;
@@ -30,12 +32,21 @@ std::optional<sim::Profile> BackendTest::profile() const {
 sim::Config BackendTest::sim_config(sim::Profile profile) const {
   sim::Config c = sim::Config::from_env();
   c.profile = profile;
+  c.profile_file = target() == Target::sim_file ? file_ : std::nullopt;
   c.devices = std::max(c.devices, 2);
   return c;
 }
 
 void BackendTest::SetUp() {
   const char* env_backend = std::getenv("VERBSIM_BACKEND");
+  if (target() == Target::sim_file) {
+    const char* path = std::getenv("VERBSIM_PROFILE");
+    const std::string_view p = path != nullptr ? path : "";
+    if (p.empty() || p == "strict" || p == "rxe" || p == "mlx5") {
+      GTEST_SKIP() << "VERBSIM_PROFILE names no profile file";
+    }
+    file_ = sim::ProfileFile::load(path);
+  }
   if (const std::optional<sim::Profile> p = profile()) {
     if (env_backend != nullptr && std::string_view(env_backend) == "ibverbs") {
       GTEST_SKIP() << "VERBSIM_BACKEND=ibverbs: only the Ibverbs instantiation runs";

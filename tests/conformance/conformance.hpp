@@ -352,7 +352,9 @@ class Conformance : public testing::BackendTest {
   } while (0)
 
 // Instantiates a suite derived from Conformance for every backend.
-#define VERBSIM_CONFORMANCE_SUITE(Suite) VERBSIM_BACKEND_SUITE(Suite)
+#define VERBSIM_CONFORMANCE_SUITE(Suite) \
+  VERBSIM_BACKEND_SUITE(Suite);          \
+  VERBSIM_PROFILE_FILE_SUITE(Suite)
 
 // Work request builders.
 inline SendWr send_wr(std::uint64_t id, const Sge* sge, WrOpcode op = WrOpcode::send,

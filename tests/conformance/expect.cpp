@@ -151,7 +151,8 @@ const Expect& expect_for(Target t, std::string_view device_name, std::string_vie
     case Target::sim_rxe: return kRxe;
     case Target::sim_strict: return kStrict;
     case Target::sim_mlx5: return kMlx5;
-    case Target::ibverbs: break;
+    case Target::ibverbs:
+    case Target::sim_file: break;  // a file's profile: its family, in fw_ver
   }
   if (fw_ver.starts_with("verbsim-")) {
     if (fw_ver.ends_with("(rxe)")) return kRxe;

@@ -350,11 +350,10 @@ void wr_set_ud_addr(ibv_qp_ex* qp, ibv_ah* ah, std::uint32_t remote_qpn,
 }
 
 // The errno the ibv_wr_* builder remembers for a work request past the QP's limits (more
-// SGEs than max_send_sge, more inline data than max_inline_data): ENOSPC on rxe (librxe's
-// wr_set_sge_list and wr_set_inline_data*), ENOMEM on mlx5 and strict (providers/mlx5/qp.c).
+// SGEs than max_send_sge, more inline data than max_inline_data), as the profile says.
 int builder_limit_errno() noexcept {
   const sim::World* w = global().world.get();
-  return w != nullptr && w->config().profile == sim::Profile::rxe ? ENOSPC : ENOMEM;
+  return w != nullptr ? sim::dropin_traits(*w).builder_limit_errno : ENOMEM;
 }
 
 // The count is checked before the list is read: a count past the QP's max_send_sge (however

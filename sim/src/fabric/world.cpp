@@ -95,7 +95,15 @@ std::string Budget::to_string() const {
 Config Config::from_env() {
   Config c;
   c.seed = env_u64("VERBSIM_SEED", c.seed);
-  if (const char* p = std::getenv("VERBSIM_PROFILE")) c.profile = parse_profile(p);
+  if (const char* p = std::getenv("VERBSIM_PROFILE"); p != nullptr && *p != '\0') {
+    const std::string_view name(p);
+    if (name == "strict" || name == "rxe" || name == "mlx5") {
+      c.profile = parse_profile(name);
+    } else {
+      c.profile_file = ProfileFile::load(p);  // a path; std::invalid_argument names it
+      c.profile = c.profile_file->family();
+    }
+  }
   c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
   c.faults = FaultPlan::from_env();
   c.env_faults = false;  // read just above
@@ -172,9 +180,22 @@ std::string process_file(const std::string& path, bool shared) {
   return has_ext ? out.substr(0, dot) + "." + pid + out.substr(dot) : out + "." + pid;
 }
 
+namespace {
+
+// The profile a world runs: its file's, else the built-in one the config names.
+std::unique_ptr<const ProfileTraits> traits_from(Config& c) {
+  if (!c.profile_file) return nullptr;
+  auto t = std::make_unique<const ProfileTraits>(ProfileTraits::from(*c.profile_file));
+  c.profile = t->family;
+  return t;
+}
+
+}  // namespace
+
 World::Impl::Impl(Config c)
     : config_(std::move(c)),
-      traits_(&ProfileTraits::of(config_.profile)),
+      own_traits_(traits_from(config_)),
+      traits_(own_traits_ ? own_traits_.get() : &ProfileTraits::of(config_.profile)),
       rng_(config_.seed),
       devs_(make_devices(config_, *traits_)),
       events_(devs_.size() * static_cast<std::size_t>(config_.ports_per_device)),
@@ -650,8 +671,11 @@ Stats World::stats() const {
 
 std::string World::report() const {
   const Config& c = impl_->config();
-  std::string out = "seed " + std::to_string(c.seed) + ", profile " +
-                    std::string(to_string(c.profile)) + ", fault plan '" + c.faults.to_string() +
+  const std::string profile = c.profile_file ? "'" + impl_->traits().name + "' (a file, family " +
+                                                   std::string(to_string(c.profile)) + ")"
+                                             : std::string(to_string(c.profile));
+  std::string out = "seed " + std::to_string(c.seed) + ", profile " + profile + ", fault plan '" +
+                    c.faults.to_string() +
                     "', virtual time " + std::to_string(impl_->now()) + " ns\n";
   if (const FlightRecorder* r = impl_->recorder(); r != nullptr) return out + r->report();
   return out + "last fabric events (attach a sim::FlightRecorder for verbs and packets):\n" +

@@ -292,6 +292,7 @@ struct World::Impl {
   void run_parcel(const Event& e);
 
   Config config_;
+  std::unique_ptr<const ProfileTraits> own_traits_;  // from config_.profile_file, if set
   const ProfileTraits* traits_;
   Rng rng_;
   Digest digest_;

@@ -138,13 +138,13 @@ void SimContext::destroy() {}
 DeviceAttr SimContext::query_device() const {
   const ProfileTraits& t = core_->world->traits();
   DeviceAttr a;
-  a.fw_ver = "verbsim-0.1 (" + std::string(to_string(t.profile)) + ")";
+  a.fw_ver = "verbsim-0.1 (" + std::string(to_string(t.family)) + ")";
   a.node_guid = core_->dev->guid;
   a.sys_image_guid = core_->dev->guid;
   a.max_mr_size = ~0ull;
   a.page_size_cap = 0xfffff000;
   a.vendor_id = 0xffffff;  // none: a simulated device
-  a.vendor_part_id = static_cast<std::uint32_t>(t.profile);
+  a.vendor_part_id = static_cast<std::uint32_t>(t.family);
   const ObjectLimits& lim = core_->dev->limits;
   a.max_qp = lim.max_qp;
   a.max_qp_wr = static_cast<int>(t.limits.max_qp_wr);
@@ -225,7 +225,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   if (ignore_overrun && !w.traits().cq_ignore_overrun) {
     throw_verb_error("ibv_create_cq_ex", EOPNOTSUPP,
                      "IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (the " +
-                         std::string(to_string(w.traits().profile)) +
+                         w.traits().name +
                          " profile's provider takes no CQ create flags)");
   }
   if (const int err = w.verb_fault(Verb::create_cq, 0, core_->dev)) {

@@ -35,12 +35,12 @@ void resize_srq(SharedReceiveQueue& srq, std::uint32_t max_wr) {
 }
 
 bool can_resize_srq(const World& world) noexcept {
-  return ProfileTraits::of(world.config().profile).srq_resize;
+  return world.impl().traits().srq_resize;
 }
 
 DropinTraits dropin_traits(const World& world) noexcept {
-  const ProfileTraits& t = ProfileTraits::of(world.config().profile);
-  return {t.parent_domain, t.import_device, t.create_reports_requested};
+  const ProfileTraits& t = world.impl().traits();
+  return {t.parent_domain, t.import_device, t.create_reports_requested, t.builder_limit_errno};
 }
 
 }  // namespace verbsim::sim
@@ -48,11 +48,11 @@ DropinTraits dropin_traits(const World& world) noexcept {
 namespace verbsim::sim {
 
 ProviderModel verb_log_model(const World& world) noexcept {
-  return ProfileTraits::of(world.config().profile).kernel_crossings;
+  return world.impl().traits().kernel_crossings;
 }
 
 std::string verb_log_model_source(const World& world) {
-  return "sim profile " + std::string(to_string(world.config().profile));
+  return "sim profile " + world.impl().traits().name;
 }
 
 }  // namespace verbsim::sim

@@ -254,7 +254,7 @@ void SimQp::flush_all() {
     }
   };
   const bool receives_first =
-      type_ == QpType::rc && TransportQuirks::of(traits().profile).rc_flushes_receives_first;
+      type_ == QpType::rc && traits().rc_flushes_receives_first;
   if (receives_first) flush_receives();
   while (sq_done_ != sq_post_) complete_next(WcStatus::wr_flush_err);
   sq_sent_ = sq_done_;

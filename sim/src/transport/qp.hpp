@@ -11,7 +11,6 @@
 #include "fabric/event.hpp"
 #include "fabric/world_impl.hpp"
 #include "resources/handles.hpp"
-#include "transport/quirks.hpp"
 #include "transport/send_wqe.hpp"
 #include "transport/wire.hpp"
 #include "verbsim/queue_pair.hpp"
@@ -182,7 +181,7 @@ class alignas(64) SimQp : public QueuePair {
   // (TransportQuirks; rxe). Not in a shared fabric, where a response from another process is
   // written into the SGEs before the requester looks at it: there they are checked first.
   bool checks_local_on_response() const noexcept {
-    return TransportQuirks::of(traits().profile).read_atomic_local_check_on_response &&
+    return traits().read_atomic_local_check_on_response &&
            !world_->shared();
   }
   // Can the response to READ or atomic WQE `index` be written into its SGEs? (Only asked where

@@ -121,7 +121,7 @@ void SimQp::deliver_ud(SimQp& req, std::uint32_t index) {
   std::uint8_t payload[4096 + 40];
   const Gid& sgid = req.dev_->ports[0].gids.back();
   const Gid& dgid = dev_->ports[0].gids.back();
-  const TransportQuirks& q = TransportQuirks::of(traits().profile);
+  const ProfileTraits& q = traits();
   NetworkHeader h;
   h.tclass = wq.tclass;
   h.ttl = q.ud_ttl_from_route ? kRouteTtl : wq.hop_limit;

@@ -49,6 +49,8 @@ struct DropinTraits {
   bool import_device;  // ibv_import_device is supported (rxe: EOPNOTSUPP)
   bool create_reports_requested;  // ibv_create_srq leaves the requested max_wr and max_sge in
                                   // its init attributes (rxe), instead of what was given
+  int builder_limit_errno;  // what ibv_wr_complete returns for a WR past the QP's SGE or inline
+                            // limits: ENOSPC on rxe (librxe), ENOMEM on mlx5
 };
 DropinTraits dropin_traits(const World& world) noexcept;
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include "verbsim/sim/faults.hpp"
 #include "verbsim/sim/observe.hpp"
 #include "verbsim/sim/port_counters.hpp"
+#include "verbsim/sim/profile.hpp"
 
 namespace verbsim::sim {
 
@@ -72,6 +74,9 @@ inline constexpr std::string_view kTestKitBudget = "stall=60s";
 struct Config {
   std::uint64_t seed = 1;
   Profile profile = Profile::strict;
+  // A profile from a file (ProfileFile::load, or one a program builds): wins over `profile`,
+  // which the world then sets to the file's family. VERBSIM_PROFILE=<path> sets it.
+  std::optional<ProfileFile> profile_file;
   int devices = 2;  // named sim0, sim1, ...; every port is on one switch
   int ports_per_device = 1;
   std::uint64_t link_latency_ns = 1000;  // one way, port to port
@@ -215,6 +220,7 @@ class World final : public Backend {
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
+  const Impl& impl() const noexcept { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;

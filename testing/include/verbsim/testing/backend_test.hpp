@@ -27,10 +27,12 @@
 
 namespace verbsim::testing {
 
-// Where a BackendTest runs.
-enum class Target : std::uint8_t { sim_strict, sim_rxe, sim_mlx5, ibverbs };
+// Where a BackendTest runs. sim_file: the simulator in the profile file VERBSIM_PROFILE names
+// (a profile captured from a device with verbsim-probe); it skips when that names none.
+enum class Target : std::uint8_t { sim_strict, sim_rxe, sim_mlx5, ibverbs, sim_file };
 
-// "SimStrict", "SimRxe", "SimMlx5", "Ibverbs": the instantiation names VERBSIM_BACKEND_SUITE uses.
+// "SimStrict", "SimRxe", "SimMlx5", "Ibverbs", "SimFile": the instantiation names
+// VERBSIM_BACKEND_SUITE and VERBSIM_PROFILE_FILE_SUITE use.
 std::string_view to_string(Target t) noexcept;
 // How GoogleTest prints a parameter ("where GetParam() = SimRxe").
 inline void PrintTo(Target t, std::ostream* os) { *os << to_string(t); }
@@ -47,7 +49,8 @@ class BackendTest : public ::testing::TestWithParam<Target> {
   void TearDown() override;
 
   // The world's configuration: Config::from_env() (VERBSIM_SEED, VERBSIM_FAULTS,
-  // VERBSIM_SIM_DEVICES, ...) in the parameter's profile, with at least two devices.
+  // VERBSIM_SIM_DEVICES, ...) in the parameter's profile, with at least two devices (SimFile:
+  // the file's profile, whose family `profile` is).
   virtual sim::Config sim_config(sim::Profile profile) const;
 
   Target target() const { return GetParam(); }
@@ -73,6 +76,7 @@ class BackendTest : public ::testing::TestWithParam<Target> {
   std::unique_ptr<Backend> backend_;
   sim::World* world_ = nullptr;
   std::string device_;
+  std::optional<sim::ProfileFile> file_;  // SimFile's profile
 };
 
 }  // namespace verbsim::testing
@@ -85,3 +89,8 @@ class BackendTest : public ::testing::TestWithParam<Target> {
   INSTANTIATE_TEST_SUITE_P(SimMlx5, Suite,                                                         \
                            ::testing::Values(::verbsim::testing::Target::sim_mlx5));               \
   INSTANTIATE_TEST_SUITE_P(Ibverbs, Suite, ::testing::Values(::verbsim::testing::Target::ibverbs))
+
+// Also instantiates a suite for the profile file VERBSIM_PROFILE names ("SimFile/..."; each test
+// skips where it names none), for a suite that checks a captured profile.
+#define VERBSIM_PROFILE_FILE_SUITE(Suite) \
+  INSTANTIATE_TEST_SUITE_P(SimFile, Suite, ::testing::Values(::verbsim::testing::Target::sim_file))
