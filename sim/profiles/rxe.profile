@@ -8,7 +8,7 @@ family = rxe
 pow2_minus_one_depths = true
 post_checks_opcode = false            # librxe validates SGEs, inline and atomics only
 ud_oversize_refused = false           # rxe_requester drops it and reports success
-ud_ah_pd_checked = true               # rxe_get_av: "PDs don't match for AH and QP"
+ud_ah_pd_checked = true               # measured: Ud.SendThroughAnAddressHandleOfAnotherPd (rxe_get_av)
 local_mr_rkey_zero = true             # measured: Memory.KeysOfLocalAndRemoteRegions
 create_reports_requested = true
 retire_on_poll = false
@@ -22,7 +22,7 @@ post_recv_in_err_completes = false
 modify_trusts_cur_state = true        # rxe_qp_chk_attr: cur_state = attr->cur_qp_state
 sqd_holds_while_draining = true       # rxe_qp_chk_attr: req.state == QP_STATE_DRAIN
 pkey_index_checked = false
-clean_cq_on_qp_destroy = false
+clean_cq_on_qp_destroy = false        # measured: Ordering.DestroyedQpsCompletionsInItsCq
 last_wqe_reached_event = false        # rxe raises no such event
 send_error_is_solicited = false       # the completer posts send CQEs with solicited = 0
 responder_error_events = false

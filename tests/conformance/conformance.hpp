@@ -142,6 +142,12 @@ struct Expect {
   // An RC QP going to ERR flushes its receives before its sends (rxe); UC and UD, and other
   // stacks, the sends first.
   bool rc_flushes_receives_first;
+  // A UD send through an address handle of another PD than the QP's fails (LOC_QP_OP_ERR, the
+  // QP to ERR: rxe's rxe_get_av); mlx5 copies the address into the WQE and sends it.
+  bool ud_ah_pd_checked;
+  // Destroying a QP takes its completions out of its CQs (mlx5's __mlx5_cq_clean); otherwise
+  // they stay, to be polled with the QP number of a QP that is gone.
+  bool qp_destroy_cleans_cq;
 
   std::uint32_t wq_depth(std::uint32_t n) const noexcept;
   static std::uint32_t cq_depth(std::uint32_t n) noexcept;  // 2^k - 1 everywhere

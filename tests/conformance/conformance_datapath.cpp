@@ -710,6 +710,22 @@ TEST_P(Ordering, ErrorCompletionsFollowSuccessfulOnes) {
 // runs later (rxe keeps it, and it runs when a later post rings the doorbell): it completes
 // after a receive that arrived in the meantime. "RECV:20" is the receive of wr_id 20 (success),
 // "SEND:1" the send of wr_id 1.
+// A QP destroyed while its completions wait in its CQ (the CQ outlives it).
+TEST_P(Ordering, DestroyedQpsCompletionsInItsCq) {
+  Pair p = make_pair();
+  const Sge s = sge(kSrc, 16);
+  const Sge r = sge(kDst, 16);
+  ASSERT_FALSE(p.b->post_recv(recv_wr(2, &r)).error());
+  ASSERT_FALSE(p.b->post_recv(recv_wr(3, &r)).error());
+  CHECK_ERR("post", p.a->post_send(send_wr(1, &s)).error(), 0);
+  CHECK_OBS("sender", describe(poll_n(*p.cq_a, 1)), "SUCCESS/SEND/16");
+  // The SEND was acknowledged: its receive completion is in cq_b (not polled). Destroying the
+  // QP also flushes the receive still posted where the QP goes to ERR first (not here).
+  CHECK_ERR("destroy", verb_errno([&] { destroy(p.b); }), 0);
+  const bool cleaned = expect().qp_destroy_cleans_cq;
+  CHECK_OBS("after_destroy", describe(poll_quiet(*p.cq_b)), cleaned ? "none" : "SUCCESS/RECV/16");
+}
+
 class SharedCq : public Ordering {
  protected:
   static std::string order(const std::vector<WorkCompletion>& wcs) {
@@ -1070,6 +1086,25 @@ TEST_P(Ud, LargerThanMtu) {
             accepted ? "SUCCESS/SEND/2000" : "none");
   CHECK_OBS("receiver", describe(poll_quiet(*u.p.cq_b)), "none");
   CHECK_OBS("sender_state", u.p.a->state(), QpState::rts);
+}
+
+// The address handle belongs to another PD than the sending QP.
+TEST_P(Ud, SendThroughAnAddressHandleOfAnotherPd) {
+  UdPair u = make_ud();
+  auto pd2 = ctx().alloc_pd();
+  auto ah = pd2->create_ah(ah_attr());
+  const Sge s = sge(kSrc, 16);
+  const Sge r = sge(kDst, 40 + 16);
+  ASSERT_FALSE(u.p.b->post_recv(recv_wr(2, &r)).error());
+  SendWr wr = ud_send(u, 1, &s);
+  wr.ah = ah.get();
+  CHECK_ERR("post", u.p.a->post_send(wr).error(), 0);
+  const bool checked = expect().ud_ah_pd_checked;
+  CHECK_OBS("sender", describe(poll_n(*u.p.cq_a, 1)),
+            checked ? err_wc(WcStatus::loc_qp_op_err, WcOpcode::send, 16) : "SUCCESS/SEND/16");
+  CHECK_OBS("receiver", describe(checked ? poll_quiet(*u.p.cq_b) : poll_n(*u.p.cq_b, 1)),
+            checked ? "none" : "SUCCESS/RECV/56");
+  CHECK_OBS("sender_state", u.p.a->state(), checked ? QpState::err : QpState::rts);
 }
 
 TEST_P(Ud, ReceiveBufferTooSmall) {

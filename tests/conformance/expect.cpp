@@ -64,6 +64,8 @@ constexpr Expect kRxe{
     .loopback_ipv4_checksum = false,
     .srq_recv_checked_in_qp_pd = true,
     .rc_flushes_receives_first = true,
+    .ud_ah_pd_checked = true,
+    .qp_destroy_cleans_cq = false,
 };
 
 constexpr Expect kStrict{
@@ -121,6 +123,8 @@ constexpr Expect kStrict{
     .loopback_ipv4_checksum = true,
     .srq_recv_checked_in_qp_pd = true,
     .rc_flushes_receives_first = false,
+    .ud_ah_pd_checked = true,
+    .qp_destroy_cleans_cq = true,
 };
 
 constexpr Expect kMlx5 = [] {
@@ -128,6 +132,7 @@ constexpr Expect kMlx5 = [] {
   e.profile = "mlx5";
   e.post_send_before_rts = 0;
   e.early_send_kept = true;
+  e.ud_ah_pd_checked = false;
   return e;
 }();
 
