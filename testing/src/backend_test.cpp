@@ -32,7 +32,7 @@ std::optional<sim::Profile> BackendTest::profile() const {
 sim::Config BackendTest::sim_config(sim::Profile profile) const {
   sim::Config c = sim::Config::from_env();
   c.profile = profile;
-  c.profile_file = target() == Target::sim_file ? file_ : std::nullopt;
+  c.profile_file = file_;
   c.devices = std::max(c.devices, 2);
   return c;
 }

@@ -56,6 +56,7 @@ void write_log_line(const std::string& line) {
 sim::Config Conformance::sim_config(sim::Profile profile) const {
   sim::Config config;
   config.profile = profile;
+  config.profile_file = profile_file();
   config.devices = 1;  // one device with two QPs, as on rxe in the VM
   return config;
 }

@@ -57,6 +57,9 @@ class BackendTest : public ::testing::TestWithParam<Target> {
   bool on_sim() const noexcept { return world_ != nullptr; }
   // The simulator's profile; none on ibverbs.
   std::optional<sim::Profile> profile() const;
+  // SimFile's profile file (what VERBSIM_PROFILE names); none elsewhere. A derived sim_config
+  // that builds its own Config puts it in Config::profile_file.
+  const std::optional<sim::ProfileFile>& profile_file() const noexcept { return file_; }
   Backend& backend() noexcept { return *backend_; }
   sim::World* world() noexcept { return world_; }  // nullptr on ibverbs
   // The device to open: VERBSIM_DEVICE on ibverbs (empty: the first), empty on the simulator.
