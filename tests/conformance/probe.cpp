@@ -39,6 +39,7 @@ using Answer = std::optional<std::string>;
 constexpr std::string_view kUsage =
     "usage: verbsim-probe [--device NAME | --sim strict|rxe|mlx5|FILE] [--base PROFILE]\n"
     "                     [--name NAME] [--out FILE|-] [--observations FILE] [--all-cases]\n"
+    "       verbsim-probe --read OBSERVATIONS --base PROFILE [--name NAME] [--out FILE|-]\n"
     "       verbsim-probe --compare PROFILE PROFILE\n"
     "\n"
     "Runs the conformance suite's cases on an RDMA device (the first, or --device's; through\n"
@@ -47,7 +48,9 @@ constexpr std::string_view kUsage =
     "devices, mlx5 for mlx5*, else strict; with --sim, the profile simulated).\n"
     "--sim probes the simulator in a profile instead (a check of the probe). --observations\n"
     "keeps what every case observed (VERBSIM_CONFORMANCE_LOG's format); --all-cases runs every\n"
-    "case, not only those the profile needs. --compare lists where two profiles (files or\n"
+    "case, not only those the profile needs. --read derives the profile from observations kept\n"
+    "earlier (--observations, or tests/conformance/rxe-results.tsv) without running anything.\n"
+    "--compare lists where two profiles (files or\n"
     "built-in names) differ and exits 1 if they do.\n";
 
 // What one conformance case observed: its status and its key=value observations, in order (a
@@ -91,186 +94,124 @@ std::map<std::string, Case> read_observations(const std::string& path) {
   return cases;
 }
 
-// How an observed value decides a key's value; no answer when the value does not tell.
-using Decide = Answer (*)(std::string_view observed);
+// One key a conformance case decides: where to look, and how the value reads. A true/false key
+// is true when the observation matches `yes`, false when it matches `no` (a pattern ending in
+// '/' matches a value that starts with it, "STATUS/" a completion of that status; "E*" any
+// errno; else the value itself), and not told otherwise. Other keys take the value `value`
+// makes of it. `only_if` names a key=value the profile must already have (probed, or from the
+// base) for the case to tell.
+struct Rule {
+  std::string_view key;
+  std::string_view test;  // Suite.Case
+  std::string_view obs;
+  std::string_view yes = {};
+  std::string_view no = {};
+  Answer (*value)(std::string_view observed) = nullptr;
+  std::string_view only_if = {};
+};
 
-Answer truth(bool b) { return std::string(b ? "true" : "false"); }
-// "OK" -> when_ok; an errno -> the other.
-template <bool WhenOk>
-Answer accepted(std::string_view v) {
-  if (v == "OK") return truth(WhenOk);
-  if (v.starts_with("E")) return truth(!WhenOk);
+bool matches(std::string_view v, std::string_view pattern) {
+  if (pattern == "E*") return v.size() > 1 && v[0] == 'E' && v != "EDOM";
+  if (pattern.ends_with('/')) return v.starts_with(pattern);
+  return v == pattern;
+}
+
+Answer decide(const Rule& r, std::string_view v) {
+  if (r.value != nullptr) return r.value(v);
+  if (matches(v, r.yes)) return std::string("true");
+  if (matches(v, r.no)) return std::string("false");
   return std::nullopt;
 }
+
 Answer number(std::string_view v) {
   if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
   return std::string(v);
 }
 Answer an_errno(std::string_view v) {
-  if (v.starts_with("E") && v != "EDOM") return std::string(v);
-  return std::nullopt;
+  return matches(v, "E*") ? Answer(std::string(v)) : std::nullopt;
 }
 // The status of a completion "STATUS/OPCODE/byte_len".
 Answer status_of(std::string_view v) { return std::string(v.substr(0, v.find('/'))); }
-
-// One key a conformance case decides: where to look, and how the value reads. `only_if` names a
-// key=value the profile must already have (probed or from the base) for the case to tell.
-struct Rule {
-  std::string_view key;
-  std::string_view test;  // Suite.Case
-  std::string_view obs;
-  Decide decide;
-  std::string_view only_if = {};
-};
+Answer grh_flag(std::string_view v) {  // IBV_WC_GRH is bit 0 of wc_flags
+  if (!number(v)) return std::nullopt;
+  return std::string((std::stoul(std::string(v)) & 1u) != 0 ? "true" : "false");
+}
+Answer receive_flushed_first(std::string_view v) {  // a send and a receive both flushed
+  const auto recv = v.find("RECV:");
+  const auto send = v.find("SEND:");
+  if (recv == v.npos || send == v.npos) return std::nullopt;
+  return std::string(recv < send ? "true" : "false");
+}
 
 // In an order where a rule's only_if key comes before it.
 const Rule kRules[] = {
-    {"pow2_minus_one_depths", "QpCreate.CapsGivenAndQueried", "query.max_send_wr",
-     [](std::string_view v) -> Answer {  // asked for 4
-       if (v == "7") return truth(true);
-       if (v == "4") return truth(false);
-       return std::nullopt;
-     }},
-    {"create_reports_requested", "QpCreate.CapsGivenAndQueried", "create.max_send_wr",
-     [](std::string_view v) -> Answer { return truth(v == "4"); },
-     "pow2_minus_one_depths=true"},  // the request (4) and the depth given (7) differ only so
-    {"post_checks_opcode", "Ud.RdmaWriteOnUd", "post", accepted<false>},
-    {"ud_oversize_refused", "Ud.LargerThanMtu", "post", accepted<false>},
-    {"ud_ah_pd_checked", "Ud.SendThroughAnAddressHandleOfAnotherPd", "sender",
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("LOC_QP_OP_ERR/")) return truth(true);
-       if (v.starts_with("SUCCESS/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"clean_cq_on_qp_destroy", "Ordering.DestroyedQpsCompletionsInItsCq", "after_destroy",
-     [](std::string_view v) -> Answer {
-       if (v == "none") return truth(true);
-       if (v.starts_with("SUCCESS/RECV/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"local_mr_rkey_zero", "Memory.KeysOfLocalAndRemoteRegions", "local_rkey",
-     [](std::string_view v) -> Answer { return truth(v == "0"); }},
-    {"retire_on_poll", "Overflow.SendSlotFreesWithoutPolling", "post_after_completion",
-     accepted<false>},
-    {"cq_overrun_is_error", "Overflow.SendCqOverrun", "sender_state",
-     [](std::string_view v) -> Answer {
-       if (v == "ERR") return truth(true);
-       if (v == "RTS") return truth(false);
-       return std::nullopt;
-     }},
-    {"recv_cq_overrun_errors_qp", "Overflow.RecvCqOverrun", "receiver_state",
-     [](std::string_view v) -> Answer {
-       if (v == "ERR") return truth(true);
-       if (v == "RTS") return truth(false);
-       return std::nullopt;
-     },
-     "cq_overrun_is_error=false"},  // a CQ error takes the QP to ERR anyway
-    {"cq_ignore_overrun", "Overflow.IgnoreOverrunCq", "create", accepted<true>},
-    {"post_send_needs_rts", "Errno.PostSendInInit", "post", accepted<false>},
+    // QpCreate.CapsGivenAndQueried asks for 4 WRs a queue.
+    {"pow2_minus_one_depths", "QpCreate.CapsGivenAndQueried", "query.max_send_wr", "7", "4"},
+    {"create_reports_requested", "QpCreate.CapsGivenAndQueried", "create.max_send_wr", "4", "7",
+     nullptr, "pow2_minus_one_depths=true"},  // the request and the depth given differ only so
+    {"post_checks_opcode", "Ud.RdmaWriteOnUd", "post", "E*", "OK"},
+    {"ud_oversize_refused", "Ud.LargerThanMtu", "post", "E*", "OK"},
+    {"ud_ah_pd_checked", "Ud.SendThroughAnAddressHandleOfAnotherPd", "sender", "LOC_QP_OP_ERR/",
+     "SUCCESS/"},
+    {"clean_cq_on_qp_destroy", "Ordering.DestroyedQpsCompletionsInItsCq", "after_destroy", "none",
+     "SUCCESS/"},
+    {"local_mr_rkey_zero", "Memory.KeysOfLocalAndRemoteRegions", "local_rkey", "0", "lkey"},
+    {"retire_on_poll", "Overflow.SendSlotFreesWithoutPolling", "post_after_completion", "E*",
+     "OK"},
+    {"cq_overrun_is_error", "Overflow.SendCqOverrun", "sender_state", "ERR", "RTS"},
+    {"recv_cq_overrun_errors_qp", "Overflow.RecvCqOverrun", "receiver_state", "ERR", "RTS",
+     nullptr, "cq_overrun_is_error=false"},  // a CQ error takes the QP to ERR anyway
+    {"cq_ignore_overrun", "Overflow.IgnoreOverrunCq", "create", "OK", "E*"},
+    {"post_send_needs_rts", "Errno.PostSendInInit", "post", "E*", "OK"},
+    // PostEarly.SendInInit posts a 48-byte SEND in INIT, then a 24-byte one in RTS.
     {"rejected_send_stays_queued", "PostEarly.SendInInit", "after_next",
-     [](std::string_view v) -> Answer { return truth(v.find("SUCCESS/SEND/48") != v.npos); },
-     "post_send_needs_rts=true"},
-    {"rts_starts_send_queue", "PostEarly.SendInInit", "at_rts",
-     [](std::string_view v) -> Answer { return truth(v != "none"); },
+     "SUCCESS/SEND/48,SUCCESS/SEND/24", "SUCCESS/SEND/24", nullptr, "post_send_needs_rts=true"},
+    {"rts_starts_send_queue", "PostEarly.SendInInit", "at_rts", "SUCCESS/", "none", nullptr,
      "post_send_needs_rts=false"},
-    {"rts_starts_send_queue", "PostEarly.SendInInit", "at_rts",
-     [](std::string_view v) -> Answer { return truth(v != "none"); },
+    {"rts_starts_send_queue", "PostEarly.SendInInit", "at_rts", "SUCCESS/", "none", nullptr,
      "rejected_send_stays_queued=true"},
-    {"post_recv_in_err_completes", "Posting.RecvInErr", "wcs",
-     [](std::string_view v) -> Answer { return truth(v != "none"); }},
-    {"modify_trusts_cur_state", "QpAttrs.CurStateNotTheQpState", "modify", accepted<true>},
-    {"sqd_holds_while_draining", "QpStates.SqdWhileDrainingAcceptsOnlyErr", "sqd_to_sqd",
-     accepted<false>},
-    {"pkey_index_checked", "QpAttrs.PkeyIndexOutOfRange", "modify", accepted<false>},
-    {"last_wqe_reached_event", "Async.SrqQpToErr", "events",
-     [](std::string_view v) -> Answer { return truth(v.find("QP_LAST_WQE_REACHED") != v.npos); }},
-    {"send_error_is_solicited", "Channel.SolicitedOnlyAndSendError", "get_cq_event",
-     [](std::string_view v) -> Answer {
-       if (v == "OK") return truth(true);
-       if (v == "EAGAIN") return truth(false);
-       return std::nullopt;
-     }},
-    {"responder_error_events", "Async.RemoteAccessErrorEvents", "events",
-     [](std::string_view v) -> Answer { return truth(v.find("QP_ACCESS_ERR") != v.npos); }},
+    {"post_recv_in_err_completes", "Posting.RecvInErr", "wcs", "WR_FLUSH_ERR", "none"},
+    {"modify_trusts_cur_state", "QpAttrs.CurStateNotTheQpState", "modify", "OK", "E*"},
+    {"sqd_holds_while_draining", "QpStates.SqdWhileDrainingAcceptsOnlyErr", "sqd_to_sqd", "E*",
+     "OK"},
+    {"pkey_index_checked", "QpAttrs.PkeyIndexOutOfRange", "modify", "E*", "OK"},
+    {"last_wqe_reached_event", "Async.SrqQpToErr", "events", "QP_LAST_WQE_REACHED", "none"},
+    {"send_error_is_solicited", "Channel.SolicitedOnlyAndSendError", "get_cq_event", "OK",
+     "EAGAIN"},
+    {"responder_error_events", "Async.RemoteAccessErrorEvents", "events", "QP_ACCESS_ERR", "none"},
     {"responder_errors_are_qp_op", "Errors.ReceiveBufferTooSmall", "receiver_first",
-     [](std::string_view v) -> Answer {
-       if (v == "LOC_QP_OP_ERR") return truth(true);
-       if (v == "LOC_LEN_ERR") return truth(false);
-       return std::nullopt;
-     }},
+     "LOC_QP_OP_ERR", "LOC_LEN_ERR"},
     {"qp_access_nak_inv_req", "RemoteAccess.WriteToQpWithoutRemoteWrite", "sender",
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("REM_INV_REQ_ERR/")) return truth(true);
-       if (v.starts_with("REM_ACCESS_ERR/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"comm_est_event", "Async.CommunicationEstablished", "events",
-     [](std::string_view v) -> Answer { return truth(v.find("COMM_EST") != v.npos); }},
-    {"error_wc_zeroed", "RemoteAccess.ReadWithBadRkey", "sender",  // an RDMA READ's error
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("REM_ACCESS_ERR/SEND/0")) return truth(true);
-       if (v.starts_with("REM_ACCESS_ERR/RDMA_READ/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"recv_wc_grh", "Datapath.SendRecv", "recv.wc_flags",
-     [](std::string_view v) -> Answer {
-       if (!number(v)) return std::nullopt;
-       return truth((std::stoul(std::string(v)) & 1u) != 0);  // IBV_WC_GRH
-     }},
-    {"atomic_takes_longer_buffer", "Datapath.AtomicLocalBufferLongerThan8", "post",
-     accepted<true>},
-    {"uc_on_srq", "Async.UcQpOnSrq", "create", accepted<true>},
+     "REM_INV_REQ_ERR/", "REM_ACCESS_ERR/"},
+    {"comm_est_event", "Async.CommunicationEstablished", "events", "COMM_EST", "none"},
+    // An RDMA READ's error completion: opcode and length zeroed, or the READ's.
+    {"error_wc_zeroed", "RemoteAccess.ReadWithBadRkey", "sender", "REM_ACCESS_ERR/SEND/",
+     "REM_ACCESS_ERR/RDMA_READ/"},
+    {"recv_wc_grh", "Datapath.SendRecv", "recv.wc_flags", {}, {}, grh_flag},
+    {"atomic_takes_longer_buffer", "Datapath.AtomicLocalBufferLongerThan8", "post", "OK", "E*"},
+    {"uc_on_srq", "Async.UcQpOnSrq", "create", "OK", "E*"},
     {"imm_write_takes_recv_first", "RemoteAccess.WriteWithImmBadRkeyWithoutReceive", "receiver",
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("REM_ACCESS_ERR/")) return truth(true);
-       if (v.starts_with("WR_FLUSH_ERR/") || v == "none") return truth(false);
-       return std::nullopt;
-     }},
-    {"window_range_is_mr", "MemoryWindows.Type1WritePastWindowEnd", "write",
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("SUCCESS/")) return truth(true);
-       if (v.starts_with("REM_ACCESS_ERR/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"rereg_mr", "Memory.ReregAddsRemoteWriteInPlace", "add_remote_write",
-     [](std::string_view v) -> Answer {
-       if (v == "EOPNOTSUPP") return truth(false);
-       if (v == "OK") return truth(true);
-       return std::nullopt;
-     }},
+     "REM_ACCESS_ERR/", "WR_FLUSH_ERR/"},
+    {"window_range_is_mr", "MemoryWindows.Type1WritePastWindowEnd", "write", "SUCCESS/",
+     "REM_ACCESS_ERR/"},
+    {"rereg_mr", "Memory.ReregAddsRemoteWriteInPlace", "add_remote_write", "OK", "EOPNOTSUPP"},
     {"read_atomic_local_check_on_response", "Precedence.ReadBothKeysBadSignaled", "wc",
-     [](std::string_view v) -> Answer {
-       if (v.starts_with("REM_ACCESS_ERR/")) return truth(true);
-       if (v.starts_with("LOC_PROT_ERR/")) return truth(false);
-       return std::nullopt;
-     }},
-    {"rc_flushes_receives_first", "SharedCq.RefusedSendAndReceiveFlushedOnErr", "flushed",
-     [](std::string_view v) -> Answer {  // a send and a receive both flushed: which first
-       const auto recv = v.find("RECV:");
-       const auto send = v.find("SEND:");
-       if (recv == v.npos || send == v.npos) return std::nullopt;
-       return truth(recv < send);
-     }},
-    {"ud_ttl_from_route", "UdGrh.HopLimitIsTheIpv4Ttl", "ttl_5",  // the AH asked for 5
-     [](std::string_view v) -> Answer {
-       if (v == "5") return truth(false);
-       if (!number(v)) return std::nullopt;
-       return truth(true);
-     }},
-    {"loopback_ipv4_checksum_zero", "UdGrh.Ipv4HeaderFields", "checksum_zero",
-     [](std::string_view v) -> Answer {
-       if (v == "true" || v == "false") return std::string(v);
-       return std::nullopt;
-     }},
-    {"bad_lkey_status", "Memory.SendFromRegionOfAnotherPd", "wcs", status_of},
-    {"send_limit_errno", "Datapath.TooManySendSges", "post", an_errno},
-    {"max_qp_wr", "Device.QueryDeviceLimits", "max_qp_wr", number},
-    {"max_cqe", "Device.QueryDeviceLimits", "max_cqe", number},
-    {"max_sge", "Device.QueryDeviceLimits", "max_sge", number},
-    {"min_inline_per_sge", "QpCreate.CapsGivenAndQueried", "query.max_inline_data", number},
-    {"gid_tbl_len", "Device.PortTables", "gid_tbl_len", number},
-    {"max_msg_sz", "Device.PortTables", "max_msg_sz", number},
-    {"max_mw", "MemoryWindows.DeviceAttributes", "max_mw", number},
+     "REM_ACCESS_ERR/", "LOC_PROT_ERR/"},
+    {"rc_flushes_receives_first", "SharedCq.RefusedSendAndReceiveFlushedOnErr", "flushed", {}, {},
+     receive_flushed_first},
+    // The AH asks for hop limit 5; the route's TTL is 64.
+    {"ud_ttl_from_route", "UdGrh.HopLimitIsTheIpv4Ttl", "ttl_5", "64", "5"},
+    {"loopback_ipv4_checksum_zero", "UdGrh.Ipv4HeaderFields", "checksum_zero", "true", "false"},
+    {"bad_lkey_status", "Memory.SendFromRegionOfAnotherPd", "wcs", {}, {}, status_of},
+    {"send_limit_errno", "Datapath.TooManySendSges", "post", {}, {}, an_errno},
+    {"max_qp_wr", "Device.QueryDeviceLimits", "max_qp_wr", {}, {}, number},
+    {"max_cqe", "Device.QueryDeviceLimits", "max_cqe", {}, {}, number},
+    {"max_sge", "Device.QueryDeviceLimits", "max_sge", {}, {}, number},
+    {"min_inline_per_sge", "QpCreate.CapsGivenAndQueried", "query.max_inline_data", {}, {},
+     number},  // asked for none, with one SGE
+    {"gid_tbl_len", "Device.PortTables", "gid_tbl_len", {}, {}, number},
+    {"max_msg_sz", "Device.PortTables", "max_msg_sz", {}, {}, number},
+    {"max_mw", "MemoryWindows.DeviceAttributes", "max_mw", {}, {}, number},
 };
 
 // Keys no conformance case decides, and why.
@@ -292,6 +233,7 @@ struct Options {
   std::string name;
   std::string out = "-";
   std::string observations;
+  std::string read;  // derive from these saved observations instead of running the cases
   bool all_cases = false;
 };
 
@@ -358,14 +300,62 @@ int compare(const std::string& a, const std::string& b) {
   return diffs.empty() ? 0 : 1;
 }
 
+// Runs the cases on `instantiation` (all of them, or those the rules read) and returns what
+// they observed; keeps the log at `keep` if given.
+std::map<std::string, Case> run_cases(char* argv0, const std::string& instantiation,
+                                      const std::string& device, bool all, const std::string& keep) {
+  std::string log = keep;
+  std::string tmp;
+  if (log.empty()) {
+    char path[] = "/tmp/verbsim-probe-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) throw std::runtime_error(std::string("mkstemp: ") + std::strerror(errno));
+    ::close(fd);
+    tmp = log = path;
+  }
+  std::ofstream(log, std::ios::trunc).close();
+  ::setenv("VERBSIM_CONFORMANCE_LOG", log.c_str(), 1);
+  std::string filter;
+  if (all) {
+    filter = instantiation + "/*";
+  } else {
+    std::map<std::string_view, bool> seen;
+    for (const Rule& r : kRules) {
+      if (seen[r.test]) continue;
+      seen[r.test] = true;
+      filter += (filter.empty() ? "" : ":") + instantiation + "/" + std::string(r.test) + "/*";
+    }
+  }
+  std::vector<std::string> args{argv0, "--gtest_filter=" + filter};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  ::testing::InitGoogleTest(&argc, argv.data());
+  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  delete listeners.Release(listeners.default_result_printer());
+  listeners.Append(new Progress);
+  std::cerr << "verbsim-probe: running the conformance cases on " << device << " ("
+            << instantiation << ")\n";
+  // A case that fails differs from its expectations: what it observed counts all the same.
+  if (RUN_ALL_TESTS() != 0) std::cerr << "verbsim-probe: some cases failed their expectations\n";
+  auto cases = read_observations(log);
+  if (!tmp.empty()) std::remove(tmp.c_str());
+  if (cases.empty()) throw std::runtime_error("no case ran (is the device usable?)");
+  return cases;
+}
+
 int probe(char* argv0, const Options& o) {
-  // Where the cases run, what the profile starts from, and a backend to measure max_inline on.
+  // Where the cases run (or were run: --read), what the profile starts from, and a backend to
+  // measure max_inline on.
   std::string instantiation = "Ibverbs";
   std::string device = o.device;
   std::string base = o.base;
   std::unique_ptr<verbsim::Backend> backend;
   std::string simulated_family;  // a device of the drop-in: its profile's family
-  if (!o.sim.empty()) {
+  if (!o.read.empty()) {
+    if (base.empty()) throw std::invalid_argument("--read needs --base");
+    if (device.empty()) device = "the device of " + o.read;
+  } else if (!o.sim.empty()) {
     verbsim::sim::Config config;
     if (o.sim == "strict" || o.sim == "rxe" || o.sim == "mlx5") {
       instantiation = o.sim == "strict" ? "SimStrict" : o.sim == "rxe" ? "SimRxe" : "SimMlx5";
@@ -405,43 +395,10 @@ int probe(char* argv0, const Options& o) {
   ProfileFile profile = base_profile;
   profile.set("name", o.name.empty() ? device + " probed " + today() : o.name);
 
-  // The cases.
-  std::string log = o.observations;
-  std::string tmp;
-  if (log.empty()) {
-    char path[] = "/tmp/verbsim-probe-XXXXXX";
-    const int fd = ::mkstemp(path);
-    if (fd < 0) throw std::runtime_error(std::string("mkstemp: ") + std::strerror(errno));
-    ::close(fd);
-    tmp = log = path;
-  }
-  std::ofstream(log, std::ios::trunc).close();
-  ::setenv("VERBSIM_CONFORMANCE_LOG", log.c_str(), 1);
-  std::string filter;
-  if (o.all_cases) {
-    filter = instantiation + "/*";
-  } else {
-    std::map<std::string_view, bool> seen;
-    for (const Rule& r : kRules) {
-      if (seen[r.test]) continue;
-      seen[r.test] = true;
-      filter += (filter.empty() ? "" : ":") + instantiation + "/" + std::string(r.test) + "/*";
-    }
-  }
-  std::vector<std::string> args{argv0, "--gtest_filter=" + filter};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  int argc = static_cast<int>(argv.size());
-  ::testing::InitGoogleTest(&argc, argv.data());
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  delete listeners.Release(listeners.default_result_printer());
-  listeners.Append(new Progress);
-  std::cerr << "verbsim-probe: running the conformance cases on " << device << " ("
-            << instantiation << ")\n";
-  (void)RUN_ALL_TESTS();  // failures are what a device differs in: their observations count
-  const auto cases = read_observations(log);
-  if (!tmp.empty()) std::remove(tmp.c_str());
-  if (cases.empty()) throw std::runtime_error("no case ran (is the device usable?)");
+  const auto cases = o.read.empty()
+                         ? run_cases(argv0, instantiation, device, o.all_cases, o.observations)
+                         : read_observations(o.read);
+  if (cases.empty()) throw std::runtime_error("no observations in " + o.read);
 
   // The keys.
   std::map<std::string, bool> decided;
@@ -459,7 +416,7 @@ int probe(char* argv0, const Options& o) {
       continue;
     }
     const std::string* v = c->second.get(r.obs);
-    const Answer a = v != nullptr ? r.decide(*v) : std::nullopt;
+    const Answer a = v != nullptr ? decide(r, *v) : std::nullopt;
     if (!a) {
       profile.note(key, "not probed: " + where + "=" + (v ? *v : std::string("(none)")) +
                             " does not tell; from base " + base);
@@ -469,13 +426,13 @@ int probe(char* argv0, const Options& o) {
     profile.note(key, "probed: " + where + "=" + *v);
     decided[key] = true;
   }
-  if (const auto n = probe_max_inline(*backend, device)) {
+  if (const auto n = backend ? probe_max_inline(*backend, device) : std::nullopt) {
     profile.set("max_inline", std::to_string(*n));
     profile.note("max_inline", "probed: the largest max_inline_data create_qp takes");
     decided["max_inline"] = true;
   }
   profile.note("family", "from base " + base);
-  if (o.sim.empty() && simulated_family.empty()) {
+  if (o.sim.empty() && o.read.empty() && simulated_family.empty()) {
     profile.set("kernel_crossings", std::string(to_string(verbsim::provider_for_device(device))));
     profile.note("kernel_crossings", "from the device's name");
   } else {
@@ -534,6 +491,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") o.out = next();
     else if (a == "--observations") o.observations = next();
     else if (a == "--all-cases") o.all_cases = true;
+    else if (a == "--read") o.read = next();
     else if (a == "--compare") {
       compare_args.push_back(next());
       compare_args.push_back(next());
