@@ -306,7 +306,14 @@ void World::Impl::run_parcel(const Event& e) {
     FabricLink::StandIn& s = it->second;
     if (made) s.qp = std::make_unique<SimQp>(SimQp::StandIn{}, *this, *devs_[m.src_dev], m.src_qpn);
     std::vector<std::uint8_t>& buffer = s.data[m.index % kStandInSlots];
-    buffer.assign(data, data + p.payload);
+    // A READ or atomic sent again (its response was lost; the requester's retry is a new
+    // epoch) is a duplicate the responder does not execute again: its response carries the
+    // result of the first execution, which is in the slot still (in one process it is in the
+    // requester's SGEs already). Any request it does execute overwrites the slot.
+    const bool again = is_read_or_atomic(p.wqe.opcode) && !made && s.qp->holds_wqe(m.index) &&
+                       s.qp->sq_at(m.index).psn == p.wqe.psn &&
+                       s.qp->sq_at(m.index).opcode == p.wqe.opcode;
+    if (!again) buffer.assign(data, data + p.payload);
     buffer.resize(std::max<std::size_t>({buffer.size(), p.wqe.length, 8}));
     s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data());
     qp->on_deliver_from(m, *s.qp);
