@@ -1,5 +1,9 @@
 #include "observe/pcap.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -399,6 +403,7 @@ struct HeldAfter {
 };
 
 constexpr std::size_t kOutBytes = std::size_t{1} << 20;
+constexpr std::size_t kReserveBytes = std::size_t{64} << 20;
 constexpr std::uint32_t kEpb = 6;
 
 }  // namespace
@@ -410,6 +415,8 @@ PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
                             "packet capture: cannot create " + path_);
   }
   out_.resize(kOutBytes);
+  struct stat st {};
+  reserving_ = ::fstat(::fileno(file_), &st) == 0 && S_ISREG(st.st_mode);
   // Section Header Block: byte-order magic, version 1.0, section length unknown.
   static constexpr char kApp[] = "verbsim";
   Out o{begin_block(0x0a0d0d0a, 16 + option_size(sizeof kApp) + option_size(0))};
@@ -426,6 +433,8 @@ PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
 PcapWriter::~PcapWriter() {
   if (file_ == nullptr) return;
   flush();
+  std::fflush(file_);
+  give_back_reserve();
   std::fclose(file_);
 }
 
@@ -449,8 +458,28 @@ inline void PcapWriter::end_block(std::uint8_t* body_end) {
 }
 
 void PcapWriter::flush() {
-  if (used_ != 0 && std::fwrite(out_.data(), 1, used_, file_) != used_) write_failed_ = true;
+  if (used_ == 0) return;
+  // The space the next blocks take is reserved kReserveBytes at a time, beyond the file's end
+  // (its length stays what has been written): ext4, for one, then finds their blocks
+  // allocated, where it would reserve and account for every page written.
+  if (reserving_ && written_ + used_ > reserved_) {
+    reserved_ = written_ + kReserveBytes;
+    if (::fallocate(::fileno(file_), FALLOC_FL_KEEP_SIZE, static_cast<off_t>(written_),
+                    static_cast<off_t>(kReserveBytes)) != 0) {
+      reserving_ = false;  // not on this file system: as before
+    }
+  }
+  if (std::fwrite(out_.data(), 1, used_, file_) != used_) write_failed_ = true;
+  written_ += used_;
   used_ = 0;
+}
+
+bool PcapWriter::give_back_reserve() {
+  if (reserved_ <= written_) return true;
+  reserved_ = written_;
+  // To the length the file has (a write that failed may have left it shorter).
+  struct stat st {};
+  return ::fstat(::fileno(file_), &st) == 0 && ::ftruncate(::fileno(file_), st.st_size) == 0;
 }
 
 std::uint32_t PcapWriter::add_interface(std::uint16_t dev, std::uint8_t port) {
@@ -673,6 +702,7 @@ void PcapWriter::finished(std::uint64_t /*time_ns*/) {
   write_held_until(std::numeric_limits<std::uint64_t>::max());
   flush();
   if (std::fflush(file_) != 0) write_failed_ = true;
+  if (!give_back_reserve()) write_failed_ = true;
   if (write_failed_) {
     std::fprintf(stderr, "verbsim: packet capture %s: could not write every frame\n",
                  path_.c_str());

@@ -107,6 +107,9 @@ class PcapWriter final : public Observer {
                           std::string_view comment);
   void end_epb(std::size_t frame_len, std::string_view comment);
   void flush();  // writes out_ to the file
+  // Gives back the disk space reserved past the file's end (a run that dies keeps it until
+  // the file is written again or removed); false if it cannot.
+  bool give_back_reserve();
   void write_held_until(std::uint64_t ts_ns) {
     if (!held_.empty() && held_.front().ts_ns <= ts_ns) write_held(ts_ns);
   }
@@ -126,6 +129,11 @@ class PcapWriter final : public Observer {
   std::uint64_t seq_ = 0;
   std::vector<std::uint8_t> out_;  // blocks not yet in the file (1 MiB), the first used_ bytes
   std::size_t used_ = 0;
+  // The file's length, and how far its disk space is reserved (flush); `reserving_`: a regular
+  // file whose space can be.
+  std::uint64_t written_ = 0;
+  std::uint64_t reserved_ = 0;
+  bool reserving_ = false;
   std::vector<std::uint32_t> interfaces_;  // by device << 8 | port: the interface's number + 1
   std::uint32_t interface_count_ = 0;
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)
