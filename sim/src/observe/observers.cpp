@@ -118,7 +118,7 @@ void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
 
 void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate fate,
                                  std::uint64_t arrives, std::uint64_t duplicate_at) {
-  PacketRecord r;
+  PacketRecord r = blank_packet_;
   r.sent_ns = now_;
   r.arrives_ns = arrives;
   r.duplicate_ns = duplicate_at;
