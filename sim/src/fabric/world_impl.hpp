@@ -318,7 +318,7 @@ struct World::Impl {
   std::vector<PortHwCounters*> wire_counters_;  // by Event::wire, while counting
   std::vector<Observer*> observers_;
   std::vector<std::unique_ptr<Observer>> owned_observers_;
-  std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload
+  std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload: grows, never shrinks
   // What observe_packet starts a record from: a copy of it is a few moves, where the
   // compiler makes a `rep stos` of a record made anew, which takes long to start.
   const PacketRecord blank_packet_{};
