@@ -49,8 +49,9 @@ std::string_view to_string(PacketFate f) noexcept {
 static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op) &&
               static_cast<int>(NakCode::psn_seq) == static_cast<int>(Nak::psn_seq));
 
-void World::Impl::add_observer(Observer* o) {
+void World::Impl::add_observer(Observer* o, Takes takes) {
   observers_.push_back(o);
+  if (takes == Takes::everything) wr_observers_.push_back(o);
   if (recorder_ == nullptr) recorder_ = dynamic_cast<const FlightRecorder*>(o);
   start_observing();
 }
@@ -64,8 +65,8 @@ void World::Impl::start_observing() {
       this);
 }
 
-void World::Impl::own_observer(std::unique_ptr<Observer> o) {
-  add_observer(o.get());
+void World::Impl::own_observer(std::unique_ptr<Observer> o, Takes takes) {
+  add_observer(o.get(), takes);
   owned_observers_.push_back(std::move(o));
 }
 
@@ -74,11 +75,11 @@ void World::Impl::finish_observers() {
 }
 
 void World::Impl::observe_completion(const CompletionRecord& r) {
-  for (Observer* o : observers_) o->completion(r);
+  for (Observer* o : wr_observers_) o->completion(r);
 }
 
 void World::Impl::observe_posted(const PostRecord& r) {
-  for (Observer* o : observers_) o->posted(r);
+  for (Observer* o : wr_observers_) o->posted(r);
 }
 
 void World::Impl::observe_cm(const CmRecord& r) {
