@@ -146,8 +146,11 @@ template <std::size_t N>
   }
 #pragma GCC unroll 4
   for (std::size_t i = 0; i < N; ++i) {
+    jobs[i].crc = reduce(x[i]);
     const std::size_t whole = blocks[i] * 16;
-    jobs[i].crc = crc32_update_tables(reduce(x[i]), jobs[i].p + whole, jobs[i].n - whole);
+    if (whole != jobs[i].n) {
+      jobs[i].crc = crc32_update_tables(jobs[i].crc, jobs[i].p + whole, jobs[i].n - whole);
+    }
   }
 }
 }  // namespace

@@ -454,23 +454,15 @@ inline void PcapWriter::end_block(std::uint8_t* body_end) {
   used_ += total;
 }
 
-void PcapWriter::icrc_later(const std::uint8_t* frame, std::size_t len) {
-  icrcs_[icrcs_waiting_++] = {static_cast<std::uint32_t>(frame - out_.data()),
-                              static_cast<std::uint32_t>(len)};
+void PcapWriter::icrc_later(std::uint8_t* frame, std::size_t len) {
+  icrcs_[icrcs_waiting_++] = {0xffffffffu, frame + kIcrcFrom, len - 4 - kIcrcFrom};
   if (icrcs_waiting_ == icrcs_.size()) write_icrcs();
 }
 
 void PcapWriter::write_icrcs() {
-  std::array<Crc32Job, kIcrcsWaiting> jobs;
-  for (std::size_t i = 0; i < icrcs_waiting_; ++i) {
-    const auto [at, len] = icrcs_[i];
-    jobs[i] = {0xffffffffu, out_.data() + at + kIcrcFrom, len - 4 - kIcrcFrom};
-  }
-  crc32_jobs(std::span(jobs.data(), icrcs_waiting_), kIcrcMask);
-  for (std::size_t i = 0; i < icrcs_waiting_; ++i) {
-    const auto [at, len] = icrcs_[i];
-    Out{out_.data() + at + len - 4}.le32(~jobs[i].crc);
-  }
+  const std::span<Crc32Job> jobs(icrcs_.data(), icrcs_waiting_);
+  crc32_jobs(jobs, kIcrcMask);
+  for (const Crc32Job& j : jobs) Out{out_.data() + (j.p + j.n - out_.data())}.le32(~j.crc);
   icrcs_waiting_ = 0;
 }
 

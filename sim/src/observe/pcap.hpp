@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "observe/crc32.hpp"
 #include "verbsim/sim/observe.hpp"
 
 namespace verbsim::sim {
@@ -112,7 +113,7 @@ class PcapWriter final : public Observer {
   // (crc32_jobs), where each alone would wait on its own multiplications, and the frames'
   // bytes, read a few frames later, have left the store buffer. It runs when they are
   // waiting and before out_ goes to the file.
-  void icrc_later(const std::uint8_t* frame, std::size_t len);
+  void icrc_later(std::uint8_t* frame, std::size_t len);
   void write_icrcs();
   // Gives back the disk space reserved past the file's end (a run that dies keeps it until
   // the file is written again or removed); false if it cannot.
@@ -136,7 +137,7 @@ class PcapWriter final : public Observer {
   std::uint64_t seq_ = 0;
   std::vector<std::uint8_t> out_;  // blocks not yet in the file (1 MiB), the first used_ bytes
   static constexpr std::size_t kIcrcsWaiting = 16;
-  std::array<std::pair<std::uint32_t, std::uint32_t>, kIcrcsWaiting> icrcs_{};  // at, length
+  std::array<Crc32Job, kIcrcsWaiting> icrcs_{};  // their bytes in out_, the ICRC's place after
   std::size_t icrcs_waiting_ = 0;
   std::size_t used_ = 0;
   // The file's length, and how far its disk space is reserved (flush); `reserving_`: a regular
