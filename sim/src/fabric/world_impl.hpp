@@ -184,9 +184,14 @@ struct World::Impl {
   void count_port_traffic();
   // The counters' observer, made when Config::stats is set; else nullptr.
   const StatsObserver* stats_observer() const noexcept { return stats_; }
-  void observe_completion(const CompletionRecord& r);
+  // Inline: their callers run them once per work request while observing.
+  void observe_completion(const CompletionRecord& r) {
+    for (Observer* o : wr_observers_) o->completion(r);
+  }
   void observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what);
-  void observe_posted(const PostRecord& r);
+  void observe_posted(const PostRecord& r) {
+    for (Observer* o : wr_observers_) o->posted(r);
+  }
   void observe_cm(const CmRecord& r);
   // Tells every observer the world is done (World's destructor).
   void finish_observers();

@@ -74,14 +74,6 @@ void World::Impl::finish_observers() {
   for (Observer* o : observers_) o->finished(now_);
 }
 
-void World::Impl::observe_completion(const CompletionRecord& r) {
-  for (Observer* o : wr_observers_) o->completion(r);
-}
-
-void World::Impl::observe_posted(const PostRecord& r) {
-  for (Observer* o : wr_observers_) o->posted(r);
-}
-
 void World::Impl::observe_cm(const CmRecord& r) {
   if (counting_) count_cm(r);
   for (Observer* o : observers_) o->cm(r);

@@ -656,7 +656,8 @@ void PcapWriter::packet(const PacketRecord& r) {
   const std::uint32_t msn = msn_after(r);
   const std::uint32_t interface = interface_of(r.src_dev, r.src_port);
   std::string text;
-  const std::string_view comment = fate_comment(r, text);
+  const std::string_view comment =
+      r.fate == PacketFate::delivered ? std::string_view() : fate_comment(r, text);
   const Family f = family_of(r);
   const std::uint32_t n = packets_of(r, f, mtu_);
   if (n == 0) return;
