@@ -360,6 +360,50 @@ TEST(PcapCrc, MultipliedAndTabledCrcsAreBitwiseOnEveryLengthAndAlignment) {
   std::printf("crc32: %s\n", sim::crc32_multiplies() ? "PCLMULQDQ and tables" : "tables only");
 }
 
+// Several CRCs side by side (crc32_jobs), multiplying where the CPU can and with the tables:
+// each job's CRC is that of its bytes with the first 48 OR-ed with the mask, bit by bit, for
+// 1 to 9 jobs at once of lengths 48 to 300 in any mix, continued from a first part's CRC; the
+// bytes are left as they were.
+TEST(PcapCrc, JobsSideBySideAreEachTheCrcOfItsMaskedBytes) {
+  Bytes data(9 * 316);
+  std::uint32_t x = 777;
+  for (std::uint8_t& b : data) b = static_cast<std::uint8_t>((x = x * 1103515245 + 12345) >> 16);
+  const Bytes kept = data;
+  sim::Crc32Head mask{};
+  for (std::uint8_t& b : mask) {
+    x = x * 1103515245 + 12345;
+    b = (x >> 20 & 3) == 0 ? 0xff : static_cast<std::uint8_t>(x >> 24 & 0x81);
+  }
+  for (std::size_t count = 1; count <= 9; ++count) {
+    for (std::size_t round = 0; round < 40; ++round) {
+      std::vector<sim::Crc32Job> multiplied(count);
+      std::vector<std::uint32_t> expected(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        x = x * 1103515245 + 12345;
+        const std::size_t n = 48 + (x >> 8) % 253;
+        const std::size_t at = i * 316 + (x >> 20) % 16;
+        Bytes head(data.begin() + static_cast<std::ptrdiff_t>(at - at % 16),
+                   data.begin() + static_cast<std::ptrdiff_t>(at));  // a first part
+        Bytes masked(data.begin() + static_cast<std::ptrdiff_t>(at),
+                     data.begin() + static_cast<std::ptrdiff_t>(at + n));
+        for (std::size_t k = 0; k < mask.size(); ++k) masked[k] |= mask[k];
+        const std::uint32_t first = sim::crc32_update(0xffffffffu, head.data(), head.size());
+        head.insert(head.end(), masked.begin(), masked.end());
+        expected[i] = crc32_bitwise(head);
+        multiplied[i] = {first, data.data() + at, n};
+      }
+      std::vector<sim::Crc32Job> tabled = multiplied;
+      sim::crc32_jobs(multiplied, mask);
+      sim::crc32_jobs_tables(tabled, mask);
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(~multiplied[i].crc, expected[i]) << count << " jobs, job " << i;
+        ASSERT_EQ(~tabled[i].crc, expected[i]) << count << " jobs, job " << i;
+      }
+    }
+  }
+  EXPECT_EQ(data, kept);
+}
+
 TEST_F(Pcap, OneSectionInterfacesPerDevicePortInNanoseconds) {
   const Capture c = read_capture(written().path);
   EXPECT_EQ(c.sections, 1);

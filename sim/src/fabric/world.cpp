@@ -222,7 +222,7 @@ World::Impl::Impl(Config c)
   }
   if (!config_.pcap.empty()) {
     config_.pcap = sim::process_file(config_.pcap, !config_.fabric.empty());
-    own_observer(std::make_unique<PcapWriter>(config_.pcap));
+    own_observer(std::make_unique<PcapWriter>(config_.pcap), Takes::no_work_requests);
   }
   if (!config_.fabric.empty()) join_fabric();
 }

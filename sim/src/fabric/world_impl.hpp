@@ -163,14 +163,19 @@ struct World::Impl {
   // ---- Observers (verbsim/sim/observe.hpp; observe/*.cpp). Nothing below runs without one:
   // packets take the fault path's branch (FaultInjector::observe), the rest asks
   // observing() where it already branches.
-  void add_observer(Observer* o);
+  // What an observer is told: every kind of record, or (the capture) all but the work
+  // requests' posts and completions, which are not made while no observer takes them.
+  enum class Takes : std::uint8_t { everything, no_work_requests };
+  void add_observer(Observer* o, Takes takes = Takes::everything);
   // Observers the world made itself from its config (capture and timeline files) and owns.
-  void own_observer(std::unique_ptr<Observer> o);
+  void own_observer(std::unique_ptr<Observer> o, Takes takes = Takes::everything);
   bool observing() const noexcept { return observing_; }
   // The first FlightRecorder among the observers, or nullptr (World::report()).
   const FlightRecorder* recorder() const noexcept { return recorder_; }
   // Whether an observer is attached (observing() is also true while only counting).
   bool has_observers() const noexcept { return !observers_.empty(); }
+  // Whether an observer takes posts and completions (observe_posted, observe_completion).
+  bool observes_work_requests() const noexcept { return !wr_observers_.empty(); }
   bool counting() const noexcept { return counting_; }
   // Counts a completion into its QP's port (rdma_sends, rdma_recvs) while counting.
   void count_completion(const CqEntry& e);
@@ -179,9 +184,14 @@ struct World::Impl {
   void count_port_traffic();
   // The counters' observer, made when Config::stats is set; else nullptr.
   const StatsObserver* stats_observer() const noexcept { return stats_; }
-  void observe_completion(const CompletionRecord& r);
+  // Inline: their callers run them once per work request while observing.
+  void observe_completion(const CompletionRecord& r) {
+    for (Observer* o : wr_observers_) o->completion(r);
+  }
   void observe_instant(std::uint16_t dev, std::uint32_t qpn, std::string_view what);
-  void observe_posted(const PostRecord& r);
+  void observe_posted(const PostRecord& r) {
+    for (Observer* o : wr_observers_) o->posted(r);
+  }
   void observe_cm(const CmRecord& r);
   // Tells every observer the world is done (World's destructor).
   void finish_observers();
@@ -318,8 +328,12 @@ struct World::Impl {
   bool counting_ = false;                       // count_port_traffic()
   std::vector<PortHwCounters*> wire_counters_;  // by Event::wire, while counting
   std::vector<Observer*> observers_;
+  std::vector<Observer*> wr_observers_;  // those that take posts and completions
   std::vector<std::unique_ptr<Observer>> owned_observers_;
-  std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload
+  std::vector<std::uint8_t> payload_;  // scratch for PacketRecord::payload: grows, never shrinks
+  // What observe_packet starts a record from: a copy of it is a few moves, where the
+  // compiler makes a `rep stos` of a record made anew, which takes long to start.
+  const PacketRecord blank_packet_{};
   StatsObserver* stats_ = nullptr;
   const FlightRecorder* recorder_ = nullptr;
 };

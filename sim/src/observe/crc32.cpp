@@ -1,5 +1,6 @@
 #include "observe/crc32.hpp"
 
+#include <algorithm>
 #include <array>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -33,24 +34,26 @@ std::uint32_t load_le32(const std::uint8_t* p) noexcept {
 }
 
 #ifdef VERBSIM_CRC32_PCLMUL
-// The running CRC after the n / 16 whole blocks at `p` (n >= 16): each block folded into a
-// 128-bit remainder (x^128 and x^192 mod P), which is then reduced to 64 bits, to 32, and
-// Barrett-reduced to the CRC. The constants are the paper's, bit-reflected.
-[[gnu::target("pclmul")]] std::uint32_t fold_blocks(std::uint32_t crc, const std::uint8_t* p,
-                                                    std::size_t n) noexcept {
+__m128i load16(const std::uint8_t* at) noexcept {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+}
+
+// Carry-less multiplications by the paper's constants, bit-reflected: x^128 and x^192 mod P
+// fold a 128-bit remainder into the next 16 bytes; x^64 mod P takes 64 bits to 32; mu and P
+// are Barrett's. The remainder `x` folded into the next 16 bytes, `block`:
+[[gnu::target("pclmul")]] inline __m128i fold16(__m128i x, __m128i block) noexcept {
+  const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+  const __m128i lo = _mm_clmulepi64_si128(x, k3k4, 0x00);
+  const __m128i hi = _mm_clmulepi64_si128(x, k3k4, 0x11);
+  return _mm_xor_si128(_mm_xor_si128(lo, hi), block);
+}
+
+// The running CRC of the 128-bit remainder `x`: reduced to 64 bits, to 32, and Barrett-reduced.
+[[gnu::target("pclmul")]] inline std::uint32_t reduce(__m128i x) noexcept {
   const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
   const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124);
   const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);  // mu, P
   const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
-  const auto load = [](const std::uint8_t* at) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
-  };
-  __m128i x = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(crc)));
-  for (p += 16, n -= 16; n >= 16; p += 16, n -= 16) {
-    const __m128i lo = _mm_clmulepi64_si128(x, k3k4, 0x00);
-    const __m128i hi = _mm_clmulepi64_si128(x, k3k4, 0x11);
-    x = _mm_xor_si128(_mm_xor_si128(lo, hi), load(p));
-  }
   // 128 bits to 64.
   x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, k3k4, 0x10));
   // 64 to 32.
@@ -60,6 +63,15 @@ std::uint32_t load_le32(const std::uint8_t* p) noexcept {
   q = _mm_clmulepi64_si128(_mm_and_si128(q, low32), poly, 0x00);
   x = _mm_xor_si128(x, q);
   return static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_srli_si128(x, 4)));
+}
+
+// The running CRC after the n / 16 whole blocks at `p` (n >= 16): each block folded into a
+// 128-bit remainder, which is then reduced to the CRC.
+[[gnu::target("pclmul")]] std::uint32_t fold_blocks(std::uint32_t crc, const std::uint8_t* p,
+                                                    std::size_t n) noexcept {
+  __m128i x = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(static_cast<int>(crc)));
+  for (p += 16, n -= 16; n >= 16; p += 16, n -= 16) x = fold16(x, load16(p));
+  return reduce(x);
 }
 #endif
 
@@ -99,6 +111,76 @@ bool crc32_multiplies() noexcept {
 #else
   return false;
 #endif
+}
+
+#ifdef VERBSIM_CRC32_PCLMUL
+namespace {
+// The N jobs at `jobs` (crc32_jobs), folded side by side: block b of every job, then block
+// b + 1. The whole blocks' CRCs, then each job's last bytes by the tables.
+template <std::size_t N>
+[[gnu::target("pclmul")]] void fold_side_by_side(Crc32Job* jobs, const Crc32Head& mask) noexcept {
+  static_assert(kCrc32Head == 48);
+  const __m128i head[3] = {load16(mask.data()), load16(mask.data() + 16),
+                           load16(mask.data() + 32)};
+  __m128i x[N];
+  std::size_t blocks[N];
+  std::size_t most = 0;
+#pragma GCC unroll 4
+  for (std::size_t i = 0; i < N; ++i) {
+    blocks[i] = jobs[i].n / 16;
+    most = std::max(most, blocks[i]);
+    x[i] = _mm_xor_si128(_mm_or_si128(load16(jobs[i].p), head[0]),
+                         _mm_cvtsi32_si128(static_cast<int>(jobs[i].crc)));
+  }
+  for (std::size_t b = 1; b < 3; ++b) {
+#pragma GCC unroll 4
+    for (std::size_t i = 0; i < N; ++i) {
+      x[i] = fold16(x[i], _mm_or_si128(load16(jobs[i].p + 16 * b), head[b]));
+    }
+  }
+  for (std::size_t b = 3; b < most; ++b) {
+#pragma GCC unroll 4
+    for (std::size_t i = 0; i < N; ++i) {
+      if (b < blocks[i]) x[i] = fold16(x[i], load16(jobs[i].p + 16 * b));
+    }
+  }
+#pragma GCC unroll 4
+  for (std::size_t i = 0; i < N; ++i) {
+    jobs[i].crc = reduce(x[i]);
+    const std::size_t whole = blocks[i] * 16;
+    if (whole != jobs[i].n) {
+      jobs[i].crc = crc32_update_tables(jobs[i].crc, jobs[i].p + whole, jobs[i].n - whole);
+    }
+  }
+}
+}  // namespace
+#endif
+
+void crc32_jobs(std::span<Crc32Job> jobs, const Crc32Head& mask) noexcept {
+#ifdef VERBSIM_CRC32_PCLMUL
+  if (kMultiplies) {
+    Crc32Job* j = jobs.data();
+    std::size_t left = jobs.size();
+    for (; left >= 4; left -= 4, j += 4) fold_side_by_side<4>(j, mask);
+    switch (left) {
+      case 3: fold_side_by_side<3>(j, mask); break;
+      case 2: fold_side_by_side<2>(j, mask); break;
+      case 1: fold_side_by_side<1>(j, mask); break;
+      default: break;
+    }
+    return;
+  }
+#endif
+  crc32_jobs_tables(jobs, mask);
+}
+
+void crc32_jobs_tables(std::span<Crc32Job> jobs, const Crc32Head& mask) noexcept {
+  for (Crc32Job& j : jobs) {
+    Crc32Head head;
+    for (std::size_t k = 0; k < kCrc32Head; ++k) head[k] = j.p[k] | mask[k];
+    j.crc = crc32_update_tables(crc32_update_tables(j.crc, head.data(), kCrc32Head),
+                                j.p + kCrc32Head, j.n - kCrc32Head);
+  }
 }
 
 std::uint32_t crc32_update(std::uint32_t crc, const std::uint8_t* p, std::size_t n) noexcept {

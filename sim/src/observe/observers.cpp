@@ -49,8 +49,9 @@ std::string_view to_string(PacketFate f) noexcept {
 static_assert(static_cast<int>(NakCode::rem_op) == static_cast<int>(Nak::rem_op) &&
               static_cast<int>(NakCode::psn_seq) == static_cast<int>(Nak::psn_seq));
 
-void World::Impl::add_observer(Observer* o) {
+void World::Impl::add_observer(Observer* o, Takes takes) {
   observers_.push_back(o);
+  if (takes == Takes::everything) wr_observers_.push_back(o);
   if (recorder_ == nullptr) recorder_ = dynamic_cast<const FlightRecorder*>(o);
   start_observing();
 }
@@ -64,21 +65,13 @@ void World::Impl::start_observing() {
       this);
 }
 
-void World::Impl::own_observer(std::unique_ptr<Observer> o) {
-  add_observer(o.get());
+void World::Impl::own_observer(std::unique_ptr<Observer> o, Takes takes) {
+  add_observer(o.get(), takes);
   owned_observers_.push_back(std::move(o));
 }
 
 void World::Impl::finish_observers() {
   for (Observer* o : observers_) o->finished(now_);
-}
-
-void World::Impl::observe_completion(const CompletionRecord& r) {
-  for (Observer* o : observers_) o->completion(r);
-}
-
-void World::Impl::observe_posted(const PostRecord& r) {
-  for (Observer* o : observers_) o->posted(r);
 }
 
 void World::Impl::observe_cm(const CmRecord& r) {
@@ -100,25 +93,27 @@ void World::Impl::observe_verb_fault(Verb verb, std::uint32_t qpn, const DevCore
 
 namespace {
 
-// Copies the bytes an SGE list names (checked by the requester: response_written) into `out`; pages the
-// program unmapped meanwhile read as zeros (transport/user_memory.hpp).
-void gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
-            std::uint64_t len) {
+// Copies the first `len` bytes an SGE list names (checked by the requester: response_written)
+// to the start of `out`, which grows to hold them and never shrinks; returns how many there
+// were. Pages the program unmapped meanwhile read as zeros (transport/user_memory.hpp).
+std::size_t gather(std::vector<std::uint8_t>& out, const Sge* sges, std::uint32_t n,
+                   std::uint64_t len) {
   const user_memory::Touching touching;
-  out.clear();
-  for (std::uint32_t i = 0; i < n && out.size() < len; ++i) {
-    const std::uint64_t k = std::min<std::uint64_t>(sges[i].length, len - out.size());
-    if (k == 0) continue;
-    const auto* p = reinterpret_cast<const std::uint8_t*>(sges[i].addr);
-    out.insert(out.end(), p, p + k);
+  if (out.size() < len) out.resize(len);
+  std::uint64_t have = 0;
+  for (std::uint32_t i = 0; i < n && have < len; ++i) {
+    const std::uint64_t k = std::min<std::uint64_t>(sges[i].length, len - have);
+    if (k != 0) std::memcpy(out.data() + have, reinterpret_cast<const void*>(sges[i].addr), k);
+    have += k;
   }
+  return have;
 }
 
 }  // namespace
 
 void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate fate,
                                  std::uint64_t arrives, std::uint64_t duplicate_at) {
-  PacketRecord r;
+  PacketRecord r = blank_packet_;
   r.sent_ns = now_;
   r.arrives_ns = arrives;
   r.duplicate_ns = duplicate_at;
@@ -128,7 +123,7 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
   r.src_port = static_cast<std::uint8_t>(e.wire % ports + 1);
   r.dst_dev = e.dev;
   r.dst_qpn = e.qpn;
-  payload_.clear();
+  std::size_t payload_bytes = 0;  // in payload_
   // The requester: the sender of a request, the receiver of a response.
   const bool request = e.kind == EvKind::deliver;
   SimQp* req = request ? find_qp(e.src_dev, e.src_qpn) : find_qp(e.dev, e.qpn);
@@ -157,9 +152,11 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
       }
       if (wq.opcode != WrOpcode::rdma_read && !is_atomic(wq.opcode)) {
         if (wq.inlined) {
-          payload_.assign(req->sq_inline(e.index), req->sq_inline(e.index) + wq.length);
+          if (payload_.size() < wq.length) payload_.resize(wq.length);
+          if (wq.length != 0) std::memcpy(payload_.data(), req->sq_inline(e.index), wq.length);
+          payload_bytes = wq.length;
         } else {
-          gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+          payload_bytes = gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
         }
       }
     }
@@ -180,17 +177,18 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
         r.kind = PacketKind::read_response;
         r.length = wq.length;
         if (req->response_written(e.index)) {
-          gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
-        } else {
-          payload_.assign(wq.length, 0);  // what the responder sent is not kept: zeros
+          payload_bytes = gather(payload_, req->sq_sge(e.index), wq.num_sge, wq.length);
+        } else {  // what the responder sent is not kept: zeros
+          payload_.assign(std::max<std::size_t>(payload_.size(), wq.length), 0);
+          payload_bytes = wq.length;
         }
       } else if (e.kind == EvKind::ack && is_atomic(wq.opcode)) {
         r.kind = PacketKind::atomic_response;
         r.length = 8;
-        payload_.clear();
-        if (req->response_written(e.index)) gather(payload_, req->sq_sge(e.index), wq.num_sge, 8);
-        if (payload_.size() == 8) std::memcpy(&r.atomic_original, payload_.data(), 8);
-        payload_.clear();
+        if (req->response_written(e.index) &&
+            gather(payload_, req->sq_sge(e.index), wq.num_sge, 8) == 8) {
+          std::memcpy(&r.atomic_original, payload_.data(), 8);
+        }
       }
     }
   }
@@ -203,7 +201,7 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
     r.dst_gid = roce_gid(dst, r.dst_port);
   }
   if (user_memory::faulted()) [[unlikely]] report_unmapped();
-  r.payload = payload_;
+  r.payload = {payload_.data(), payload_bytes};
   for (Observer* o : observers_) o->packet(r);
 }
 

@@ -1,11 +1,16 @@
 #include "observe/pcap.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <system_error>
 
 #include "observe/cm_mad.hpp"
@@ -267,27 +272,25 @@ constexpr std::size_t kFrameOverhead = kEth + kIp + kUdp + kBth + 8 + 28 + 4 + 8
 // The ICRC of a RoCE v2 packet over IPv4 (IBTA Annex A17.3.3): CRC-32 over 8 bytes of ones
 // (the LRH RoCE v2 has not) and the packet from the IP header to the end of the payload and
 // pad, with the fields that change on the way masked to ones: IP TOS, TTL and checksum, the
-// UDP checksum, BTH byte 4 (FECN, BECN, resv6). Little-endian on the wire. Computed in one pass
-// over the frame: the 8 bytes before the IP header (the end of the Ethernet header) and the
-// masked fields are ones meanwhile, then as they were.
-std::uint32_t icrc(std::uint8_t* frame, std::size_t len) noexcept {
-  std::uint8_t* const from = frame + kEth - 8;
-  std::array<std::uint8_t, 8 + kIp + kUdp + kBth> kept;
-  std::memcpy(kept.data(), from, kept.size());
-  std::memset(from, 0xff, 8);
-  std::uint8_t* const ip = from + 8;
-  ip[1] = 0xff;                      // TOS (DSCP, ECN)
-  ip[8] = 0xff;                      // TTL
-  ip[10] = ip[11] = 0xff;            // header checksum
-  ip[kIp + 6] = ip[kIp + 7] = 0xff;  // UDP checksum
-  ip[kIp + kUdp + 4] = 0xff;         // FECN, BECN, resv6
-  const std::uint32_t crc = ~crc32_update(0xffffffffu, from, len - (kEth - 8));
-  std::memcpy(from, kept.data(), kept.size());
-  return crc;
-}
+// UDP checksum, BTH byte 4 (FECN, BECN, resv6). Little-endian on the wire, after the pad. The
+// CRC runs from the last 8 bytes of the Ethernet header, with this mask over its first bytes.
+constexpr std::size_t kIcrcFrom = kEth - 8;
+constexpr Crc32Head kIcrcMask = [] {
+  Crc32Head m{};
+  for (std::size_t i = 0; i < 8; ++i) m[i] = 0xff;  // for the LRH
+  constexpr std::size_t ip = 8;
+  m[ip + 1] = 0xff;                          // TOS (DSCP, ECN)
+  m[ip + 8] = 0xff;                          // TTL
+  m[ip + 10] = m[ip + 11] = 0xff;            // header checksum
+  m[ip + kIp + 6] = m[ip + kIp + 7] = 0xff;  // UDP checksum
+  m[ip + kIp + kUdp + 4] = 0xff;             // FECN, BECN, resv6
+  return m;
+}();
+static_assert(8 + kIp + kUdp + kBth == kCrc32Head, "the mask ends with the BTH");
 
 // Writes one frame at `f` (room for kFrameOverhead + p.bytes): Ethernet II / IPv4 / UDP / BTH /
-// extension headers / payload / pad / ICRC. Returns its length.
+// extension headers / payload / pad, and the ICRC's place (PcapWriter::icrc_later computes
+// it). Returns its length, the ICRC's 4 bytes included.
 std::size_t write_frame(std::uint8_t* f, const PacketRecord& r, const Packet& p,
                         std::uint32_t msn) noexcept {
   const std::uint8_t transport = p.opcode & 0xe0;
@@ -368,9 +371,7 @@ std::size_t write_frame(std::uint8_t* f, const PacketRecord& r, const Packet& p,
   h.be16(kRoceV2Port);
   h.be16(ip_len - kIp);
   h.be16(0);
-  const auto len = static_cast<std::size_t>(o.p - f);
-  o.le32(icrc(f, len));
-  return len + 4;
+  return static_cast<std::size_t>(o.p - f) + 4;
 }
 
 std::string_view fate_comment(const PacketRecord& r, std::string& buf) {
@@ -399,6 +400,7 @@ struct HeldAfter {
 };
 
 constexpr std::size_t kOutBytes = std::size_t{1} << 20;
+constexpr std::size_t kReserveBytes = std::size_t{64} << 20;
 constexpr std::uint32_t kEpb = 6;
 
 }  // namespace
@@ -410,6 +412,8 @@ PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
                             "packet capture: cannot create " + path_);
   }
   out_.resize(kOutBytes);
+  struct stat st {};
+  reserving_ = ::fstat(::fileno(file_), &st) == 0 && S_ISREG(st.st_mode);
   // Section Header Block: byte-order magic, version 1.0, section length unknown.
   static constexpr char kApp[] = "verbsim";
   Out o{begin_block(0x0a0d0d0a, 16 + option_size(sizeof kApp) + option_size(0))};
@@ -426,6 +430,8 @@ PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
 PcapWriter::~PcapWriter() {
   if (file_ == nullptr) return;
   flush();
+  std::fflush(file_);
+  give_back_reserve();
   std::fclose(file_);
 }
 
@@ -448,9 +454,42 @@ inline void PcapWriter::end_block(std::uint8_t* body_end) {
   used_ += total;
 }
 
+void PcapWriter::icrc_later(std::uint8_t* frame, std::size_t len) {
+  icrcs_[icrcs_waiting_++] = {0xffffffffu, frame + kIcrcFrom, len - 4 - kIcrcFrom};
+  if (icrcs_waiting_ == icrcs_.size()) write_icrcs();
+}
+
+void PcapWriter::write_icrcs() {
+  const std::span<Crc32Job> jobs(icrcs_.data(), icrcs_waiting_);
+  crc32_jobs(jobs, kIcrcMask);
+  for (const Crc32Job& j : jobs) Out{out_.data() + (j.p + j.n - out_.data())}.le32(~j.crc);
+  icrcs_waiting_ = 0;
+}
+
 void PcapWriter::flush() {
-  if (used_ != 0 && std::fwrite(out_.data(), 1, used_, file_) != used_) write_failed_ = true;
+  if (icrcs_waiting_ != 0) write_icrcs();
+  if (used_ == 0) return;
+  // The space the next blocks take is reserved kReserveBytes at a time, beyond the file's end
+  // (its length stays what has been written): ext4, for one, then finds their blocks
+  // allocated, where it would reserve and account for every page written.
+  if (reserving_ && written_ + used_ > reserved_) {
+    reserved_ = written_ + kReserveBytes;
+    if (::fallocate(::fileno(file_), FALLOC_FL_KEEP_SIZE, static_cast<off_t>(written_),
+                    static_cast<off_t>(kReserveBytes)) != 0) {
+      reserving_ = false;  // not on this file system: as before
+    }
+  }
+  if (std::fwrite(out_.data(), 1, used_, file_) != used_) write_failed_ = true;
+  written_ += used_;
   used_ = 0;
+}
+
+bool PcapWriter::give_back_reserve() {
+  if (reserved_ <= written_) return true;
+  reserved_ = written_;
+  // To the length the file has (a write that failed may have left it shorter).
+  struct stat st {};
+  return ::fstat(::fileno(file_), &st) == 0 && ::ftruncate(::fileno(file_), st.st_size) == 0;
 }
 
 std::uint32_t PcapWriter::add_interface(std::uint16_t dev, std::uint8_t port) {
@@ -617,7 +656,8 @@ void PcapWriter::packet(const PacketRecord& r) {
   const std::uint32_t msn = msn_after(r);
   const std::uint32_t interface = interface_of(r.src_dev, r.src_port);
   std::string text;
-  const std::string_view comment = fate_comment(r, text);
+  const std::string_view comment =
+      r.fate == PacketFate::delivered ? std::string_view() : fate_comment(r, text);
   const Family f = family_of(r);
   const std::uint32_t n = packets_of(r, f, mtu_);
   if (n == 0) return;
@@ -626,7 +666,9 @@ void PcapWriter::packet(const PacketRecord& r) {
     const Packet p = packet_at(r, f, psn, i, n, mtu_);
     std::uint8_t* const frame = begin_epb(interface, r.sent_ns, kFrameOverhead + p.bytes, comment);
     const std::size_t len = write_frame(frame, r, p, msn);
+    icrc_later(frame, len);
     if (r.fate == PacketFate::duplicated) {
+      write_icrcs();  // the copy is taken whole
       held_.push_back({r.duplicate_ns, seq_++, interface, Bytes(frame, frame + len)});
       std::push_heap(held_.begin(), held_.end(), HeldAfter{});
     }
@@ -673,6 +715,7 @@ void PcapWriter::finished(std::uint64_t /*time_ns*/) {
   write_held_until(std::numeric_limits<std::uint64_t>::max());
   flush();
   if (std::fflush(file_) != 0) write_failed_ = true;
+  if (!give_back_reserve()) write_failed_ = true;
   if (write_failed_) {
     std::fprintf(stderr, "verbsim: packet capture %s: could not write every frame\n",
                  path_.c_str());

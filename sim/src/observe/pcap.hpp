@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "observe/crc32.hpp"
 #include "verbsim/sim/observe.hpp"
 
 namespace verbsim::sim {
@@ -107,6 +108,16 @@ class PcapWriter final : public Observer {
                           std::string_view comment);
   void end_epb(std::size_t frame_len, std::string_view comment);
   void flush();  // writes out_ to the file
+  // Computes later the ICRC of the frame at `frame` in out_, written but for it (`len`: its
+  // length with the ICRC): write_icrcs() computes those of kIcrcsWaiting frames side by side
+  // (crc32_jobs), where each alone would wait on its own multiplications, and the frames'
+  // bytes, read a few frames later, have left the store buffer. It runs when they are
+  // waiting and before out_ goes to the file.
+  void icrc_later(std::uint8_t* frame, std::size_t len);
+  void write_icrcs();
+  // Gives back the disk space reserved past the file's end (a run that dies keeps it until
+  // the file is written again or removed); false if it cannot.
+  bool give_back_reserve();
   void write_held_until(std::uint64_t ts_ns) {
     if (!held_.empty() && held_.front().ts_ns <= ts_ns) write_held(ts_ns);
   }
@@ -125,7 +136,15 @@ class PcapWriter final : public Observer {
   std::uint64_t frames_ = 0;
   std::uint64_t seq_ = 0;
   std::vector<std::uint8_t> out_;  // blocks not yet in the file (1 MiB), the first used_ bytes
+  static constexpr std::size_t kIcrcsWaiting = 16;
+  std::array<Crc32Job, kIcrcsWaiting> icrcs_{};  // their bytes in out_, the ICRC's place after
+  std::size_t icrcs_waiting_ = 0;
   std::size_t used_ = 0;
+  // The file's length, and how far its disk space is reserved (flush); `reserving_`: a regular
+  // file whose space can be.
+  std::uint64_t written_ = 0;
+  std::uint64_t reserved_ = 0;
+  bool reserving_ = false;
   std::vector<std::uint32_t> interfaces_;  // by device << 8 | port: the interface's number + 1
   std::uint32_t interface_count_ = 0;
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)

@@ -30,8 +30,6 @@ namespace verbsim::sim {
 
 namespace {
 
-constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
-constexpr std::size_t kMaxRecord = 192;
 
 enum TrackKind : std::uint8_t { kSend = 0, kRecv = 1, kPackets = 2, kCq = 3, kCmTrack = 4 };
 
@@ -373,7 +371,7 @@ void completion_line(JsonOut& o, std::uint16_t dev, std::uint32_t tid, WcStatus 
 }  // namespace
 
 void TimelineWriter::Chunk::Free::operator()(std::uint8_t* p) const noexcept {
-  ::operator delete (p, std::align_val_t{kChunkBytes});
+  ::operator delete (p, std::align_val_t{TimelineWriter::kChunkBytes});
 }
 
 TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
@@ -388,24 +386,15 @@ TimelineWriter::TimelineWriter(std::string path) : path_(std::move(path)) {
 TimelineWriter::~TimelineWriter() = default;
 
 void TimelineWriter::Records::add_chunk() {
+  if (!chunks.empty()) close();
   // Aligned, and in huge pages where the kernel has them: fresh memory costs a page fault per
   // 2 MiB, not per 4 KiB.
   void* p = ::operator new (kChunkBytes, std::align_val_t{kChunkBytes});
   ::madvise(p, kChunkBytes, MADV_HUGEPAGE);
   chunks.push_back(
       {std::unique_ptr<std::uint8_t[], Chunk::Free>(static_cast<std::uint8_t*>(p)), 0});
-}
-
-inline std::uint8_t* TimelineWriter::Records::room() {
-  if (chunks.empty() || chunks.back().used + kMaxRecord > kChunkBytes) [[unlikely]] {
-    add_chunk();
-  }
-  return chunks.back().bytes.get() + chunks.back().used;
-}
-
-std::uint64_t TimelineWriter::Records::next_offset() {
-  room();
-  return (chunks.size() - 1) * kChunkBytes + chunks.back().used;
+  next = static_cast<std::uint8_t*>(p);
+  full = next + (kChunkBytes - kMaxRecord);
 }
 
 TimelineWriter::Qp& TimelineWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
@@ -635,7 +624,7 @@ void TimelineWriter::take(const CmRecord& r) {
 // ---- The log: each record told, as told ---------------------------------------------------------
 
 void TimelineWriter::posted(const PostRecord& r) {
-  Encoder out(log_.room());
+  Encoder out(log_.next);
   out.byte(kLogPost);
   out.byte(r.send ? 1 : 0);
   log_time(out, r.time_ns);
@@ -648,7 +637,7 @@ void TimelineWriter::posted(const PostRecord& r) {
 }
 
 void TimelineWriter::completion(const CompletionRecord& r) {
-  Encoder out(log_.room());
+  Encoder out(log_.next);
   out.byte(kLogCompletion);
   out.byte((r.send ? kCqSend : 0) | (r.dropped ? kCqLost : 0));
   log_time(out, r.time_ns);
@@ -662,7 +651,7 @@ void TimelineWriter::completion(const CompletionRecord& r) {
 }
 
 void TimelineWriter::packet(const PacketRecord& r) {
-  Encoder out(log_.room());
+  Encoder out(log_.next);
   out.byte(kLogPacket);
   out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) | static_cast<unsigned>(r.kind)
                                                                          << 3));
@@ -682,7 +671,7 @@ void TimelineWriter::packet(const PacketRecord& r) {
 }
 
 void TimelineWriter::instant(const InstantRecord& r) {
-  Encoder out(log_.room());
+  Encoder out(log_.next);
   out.byte(kLogInstant);
   out.byte(0);
   log_time(out, r.time_ns);
@@ -694,7 +683,7 @@ void TimelineWriter::instant(const InstantRecord& r) {
 }
 
 void TimelineWriter::cm(const CmRecord& r) {
-  Encoder out(log_.room());
+  Encoder out(log_.next);
   out.byte(kLogCm);
   out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) |
                                      static_cast<unsigned>(r.kind) << 3 | (r.sidr ? kCmSidr : 0)));
@@ -710,6 +699,7 @@ void TimelineWriter::cm(const CmRecord& r) {
 }
 
 void TimelineWriter::replay() {
+  log_.close();
   std::uint64_t ts = 0;
   std::size_t text_at = 0;
   for (Chunk& chunk : log_.chunks) {
@@ -827,6 +817,7 @@ void TimelineWriter::finished(std::uint64_t time_ns) {
 }
 
 void TimelineWriter::write(std::FILE* f) {
+  records_.close();
   // Every part of every record, by (time, seq).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> parts;
   parts.reserve(parts_);

@@ -79,6 +79,8 @@ class TimelineWriter final : public Observer {
     bool first_of_device;  // the device's process is named with it
   };
   // 2 MiB of records; a record never spans two.
+  static constexpr std::size_t kChunkBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kMaxRecord = 192;
   struct Chunk {
     struct Free {
       void operator()(std::uint8_t* p) const noexcept;
@@ -86,17 +88,26 @@ class TimelineWriter final : public Observer {
     std::unique_ptr<std::uint8_t[], Free> bytes;
     std::size_t used = 0;
   };
-  // Records one after the other, in chunks.
+  // Records one after the other, in chunks. There is always room at `next` for the largest
+  // record: keep() makes a chunk when the one it wrote into has less left.
   struct Records {
-    std::vector<Chunk> chunks;
-    // Where the next record goes, with room for the largest.
-    std::uint8_t* room();
-    // Keeps the record written from room() to `end`.
-    void keep(const std::uint8_t* end) noexcept {
-      chunks.back().used = static_cast<std::size_t>(end - chunks.back().bytes.get());
+    Records() { add_chunk(); }  // memory the kernel gives when it is first written
+    std::vector<Chunk> chunks;  // `used` of the last is up to date after close()
+    std::uint8_t* next = nullptr;
+    std::uint8_t* full = nullptr;  // `next` past it: the chunk has not room for the largest
+    // Keeps the record written from `next` to `end`.
+    void keep(std::uint8_t* end) {
+      next = end;
+      if (next > full) [[unlikely]] add_chunk();
     }
     // The offset of the next record.
-    std::uint64_t next_offset();
+    std::uint64_t next_offset() const noexcept {
+      return (chunks.size() - 1) * kChunkBytes +
+             static_cast<std::size_t>(next - chunks.back().bytes.get());
+    }
+    void close() noexcept {
+      chunks.back().used = static_cast<std::size_t>(next - chunks.back().bytes.get());
+    }
     void add_chunk();
   };
 
@@ -118,8 +129,8 @@ class TimelineWriter final : public Observer {
   std::uint32_t lane_track(Qp& q, bool send, const Pending& p, std::uint64_t end_ns);
   void add_lane(Qp& q, bool send);
   // Where the next of the timeline's records goes, and keeping it (it has 1 or 2 parts).
-  std::uint8_t* room() { return records_.room(); }
-  void keep(const std::uint8_t* end, int parts) noexcept {
+  std::uint8_t* room() { return records_.next; }
+  void keep(std::uint8_t* end, int parts) {
     records_.keep(end);
     parts_ += static_cast<std::size_t>(parts);
   }

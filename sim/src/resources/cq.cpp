@@ -48,7 +48,7 @@ bool CqCore::drop() {
 
 void CqCore::observe(const CqEntry& e) {
   if (world->counting()) world->count_completion(e);
-  if (!world->has_observers()) return;  // only counting
+  if (!world->observes_work_requests()) return;  // only counting, or only a capture
   CompletionRecord r;
   r.time_ns = world->now();
   r.dev = static_cast<std::uint16_t>(ctx->dev->index);

@@ -46,7 +46,7 @@ PostResult SimQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     ++tail;
   }
   rq_.tail = tail;
-  if (world().observing() && world().has_observers()) [[unlikely]] {
+  if (world().observing() && world().observes_work_requests()) [[unlikely]] {
     for (std::uint32_t k = 0; k < i; ++k) {
       PostRecord rec;
       rec.time_ns = world().now();
