@@ -330,6 +330,7 @@ std::map<std::string, Case> run_cases(char* argv0, const std::string& instantiat
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
+  argv.push_back(nullptr);  // argv[argc], as main's: gtest moves it down with the flags it takes
   ::testing::InitGoogleTest(&argc, argv.data());
   auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
   delete listeners.Release(listeners.default_result_printer());
