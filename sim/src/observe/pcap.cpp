@@ -113,6 +113,23 @@ enum Op : std::uint8_t {
   kSendOnlyInv = 0x17,
 };
 
+// The extension headers a packet carries after its BTH (and a DETH), by its opcode's low 5
+// bits: a write's first packet and a READ request a RETH, an atomic an AtomicETH, an ACK and
+// a READ response's first and last packets an AETH (an atomic ACK also an AtomicAckETH), the
+// last packet of a SEND or WRITE with immediate its ImmDt, of a SEND with invalidate its IETH.
+constexpr std::uint8_t kReth = 1, kAtomicEth = 2, kAeth = 4, kAtomicAckEth = 8, kImmOrIeth = 16;
+constexpr std::array<std::uint8_t, 32> kExtensionHeaders = [] {
+  std::array<std::uint8_t, 32> h{};
+  h[kWriteFirst] = h[kWriteOnly] = h[kReadRequest] = kReth;
+  h[kWriteOnlyImm] = kReth | kImmOrIeth;
+  h[kCmpSwap] = h[kFetchAdd] = kAtomicEth;
+  h[kAck] = h[kReadRespFirst] = h[kReadRespLast] = h[kReadRespOnly] = kAeth;
+  h[kAtomicAck] = kAeth | kAtomicAckEth;
+  h[kSendLastImm] = h[kSendOnlyImm] = h[kWriteLastImm] = kImmOrIeth;
+  h[kSendLastInv] = h[kSendOnlyInv] = kImmOrIeth;
+  return h;
+}();
+
 // The AETH syndrome (IBTA 9.7.5.2.7): an ACK without credits, RNR NAK with its timer, NAK.
 std::uint8_t syndrome(const PacketRecord& r) noexcept {
   if (r.kind != PacketKind::nak) return 0x1f;
@@ -319,27 +336,24 @@ std::size_t write_frame(std::uint8_t* f, const PacketRecord& r, const Packet& p,
     o.u8(0);
     o.be24(r.src_qpn);
   }
-  const bool write = op >= kWriteFirst && op <= kWriteOnlyImm;
-  if ((write && p.first) || op == kReadRequest) {  // RETH
+  const std::uint8_t headers = kExtensionHeaders[op];
+  if ((headers & kReth) != 0) {
     o.be64(r.remote_addr);
     o.be32(r.rkey);
     o.be32(r.length);
   }
-  if (op == kCmpSwap || op == kFetchAdd) {  // AtomicETH
+  if ((headers & kAtomicEth) != 0) {
     o.be64(r.remote_addr);
     o.be32(r.rkey);
     o.be64(op == kCmpSwap ? r.swap : r.compare_add);
     o.be64(op == kCmpSwap ? r.compare_add : 0);
   }
-  if (op == kAck || op == kAtomicAck || op == kReadRespFirst || op == kReadRespLast ||
-      op == kReadRespOnly) {  // AETH
+  if ((headers & kAeth) != 0) {
     o.u8(syndrome(r));
     o.be24(msn);
   }
-  if (op == kAtomicAck) o.be64(r.atomic_original);  // AtomicAckETH
-  const bool imm_here =
-      op == kSendLastImm || op == kSendOnlyImm || op == kWriteLastImm || op == kWriteOnlyImm;
-  if (imm_here || op == kSendLastInv || op == kSendOnlyInv) o.be32(r.imm);  // ImmDt, IETH
+  if ((headers & kAtomicAckEth) != 0) o.be64(r.atomic_original);
+  if ((headers & kImmOrIeth) != 0) o.be32(r.imm);
   // Payload: the bytes the record carries; zeros where it carries none.
   std::size_t have = 0;
   if (p.offset < r.payload.size()) {
@@ -568,7 +582,7 @@ void PcapWriter::write_held(std::uint64_t ts_ns) {
   }
 }
 
-std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
+inline std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
   // A responder counts the RC requests it is given (ignoring the repeats of one it had); its
   // ACKs, READ and atomic responses carry the count. A NAK of the last request counted takes
   // it back: that request was not executed, and its retry counts anew (rxe's RNR NAKs carry
@@ -611,7 +625,7 @@ void PcapWriter::QpState::grow_ring() {
   }
 }
 
-std::uint32_t PcapWriter::wire_psn(const PacketRecord& r, std::uint32_t packets) {
+inline std::uint32_t PcapWriter::wire_psn(const PacketRecord& r, std::uint32_t packets) {
   if (r.kind == PacketKind::request) {
     QpState& q = qp(r.src_dev, r.src_qpn);
     if (q.sent && !later(r.psn, q.newest)) {  // sent again: the PSNs it had

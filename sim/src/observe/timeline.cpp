@@ -19,7 +19,10 @@ namespace verbsim::sim {
 // The log: what the writer is told while the run goes (a post, a completion, a packet, an
 // instant, a CM message), as it was told, and nothing else: the run pays for the encoding
 // alone. When the world ends, replay() takes each in order, as the writer once took them as
-// they came, and makes the timeline's records.
+// they came, and makes the timeline's records. A post, completion or packet that is the last
+// of its kind and side but for the next work request (and a packet's next PSN) is its kind
+// byte, its time and (a packet) the change of its time in flight; the first of a batch is
+// whole. A batch of SENDs logs 2 or 3 bytes a record, not 8 to 17.
 //
 // The timeline's records: a record has one or two parts, each a group of JSON lines at its
 // own time (a WR's slice at its post and its completion; a packet where it leaves and where it
@@ -41,8 +44,13 @@ enum RecordKind : std::uint8_t {
   kCm,  // where a CM message leaves [, then where it arrives]
 };
 
-// What the log holds: a record as the writer was told it.
+// What the log holds: a record as the writer was told it, its kind in the kind byte's bits
+// 0-2. A post's or completion's kind byte says its side, a packet's whether it is a response;
+// the log compares a record with the last of its side.
 enum LogKind : std::uint8_t { kLogPost, kLogCompletion, kLogPacket, kLogInstant, kLogCm };
+constexpr std::uint8_t kLogSend = 8;        // a post or completion of a send queue
+constexpr std::uint8_t kLogResponse = 8;    // a packet that answers a request
+constexpr std::uint8_t kLogRepeated = 16;   // the last of its side's fields, WR (PSN) one on
 
 // How a WR slice ended.
 enum class WrEnd : std::uint8_t { completed, lost, unsignaled, outstanding };
@@ -57,6 +65,12 @@ constexpr std::uint8_t kCqLost = 2;
 constexpr std::uint8_t kPacketCopy = 64;  // a duplicate's second arrow: only the flow leaves
 // kCm flags: PacketFate in bits 0-2, CmMessage in bits 3-5, then this.
 constexpr std::uint8_t kCmSidr = 64;
+
+// A packet's fate and kind, as its log record and its timeline record hold them.
+std::uint8_t packet_flags(const PacketRecord& r) {
+  return static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) |
+                                   static_cast<unsigned>(r.kind) << 3);
+}
 
 // A CM message's name as the IB CM calls it.
 std::string_view cm_name(CmMessage kind, bool sidr) {
@@ -554,8 +568,7 @@ void TimelineWriter::take(const PacketRecord& r) {
   const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
   const std::uint32_t from = packets_track(qp(r.src_dev, r.src_qpn), false);
   const std::uint32_t to = lost ? 0 : packets_track(qp(r.dst_dev, r.dst_qpn), true);
-  const auto flags =
-      static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) | static_cast<unsigned>(r.kind) << 3);
+  const std::uint8_t flags = packet_flags(r);
   const auto one = [&](std::uint8_t copy, std::uint64_t arrives_ns) {
     Encoder out(room());
     out.byte(kPacket);
@@ -623,39 +636,98 @@ void TimelineWriter::take(const CmRecord& r) {
 
 // ---- The log: each record told, as told ---------------------------------------------------------
 
-void TimelineWriter::posted(const PostRecord& r) {
+// A post, completion or packet repeated: its kind byte, its time and what else changes.
+inline std::uint8_t* TimelineWriter::log_repeated(std::uint8_t kind, std::uint64_t ns) {
   Encoder out(log_.next);
-  out.byte(kLogPost);
-  out.byte(r.send ? 1 : 0);
+  out.byte(kind | kLogRepeated);
+  log_time(out, ns);
+  return out.end();
+}
+
+void TimelineWriter::posted(const PostRecord& r) {
+  Logged& last = logged_posts_[r.send ? 1 : 0];
+  const std::uint64_t a = r.qpn | std::uint64_t{r.dev} << 32 |
+                          std::uint64_t{static_cast<std::uint8_t>(r.opcode)} << 48;
+  if (a != last.a || r.length != last.b || r.wr_id != last.wr_id + 1) [[unlikely]] {
+    return log_whole(r, a);
+  }
+  last.wr_id = r.wr_id;
+  log_.keep(log_repeated(kLogPost | (r.send ? kLogSend : 0), r.time_ns));  // last: a tail call
+}
+
+void TimelineWriter::log_whole(const PostRecord& r, std::uint64_t a) {
+  Encoder out(log_.next);
+  out.byte(kLogPost | (r.send ? kLogSend : 0));
   log_time(out, r.time_ns);
   out.u(r.dev);
   out.u(r.qpn);
   out.u(r.wr_id);
   out.u(r.length);
   out.byte(static_cast<std::uint8_t>(r.opcode));
+  logged_posts_[r.send ? 1 : 0] = {.a = a, .b = r.length, .c = 0, .wr_id = r.wr_id};
   log_.keep(out.end());
 }
 
 void TimelineWriter::completion(const CompletionRecord& r) {
+  Logged& last = logged_completions_[r.send ? 1 : 0];
+  const std::uint64_t a = r.wc.qp_num | std::uint64_t{r.dev} << 32 |
+                          std::uint64_t{r.dropped ? kCqLost : 0u} << 48;
+  const std::uint64_t b = r.cq | std::uint64_t{r.wc.byte_len} << 32;
+  const auto c = static_cast<std::uint32_t>(r.wc.status);
+  if (a != last.a || b != last.b || c != last.c || r.wc.wr_id != last.wr_id + 1) [[unlikely]] {
+    return log_whole(r, a, b);
+  }
+  last.wr_id = r.wc.wr_id;
+  log_.keep(log_repeated(kLogCompletion | (r.send ? kLogSend : 0), r.time_ns));
+}
+
+void TimelineWriter::log_whole(const CompletionRecord& r, std::uint64_t a, std::uint64_t b) {
   Encoder out(log_.next);
-  out.byte(kLogCompletion);
-  out.byte((r.send ? kCqSend : 0) | (r.dropped ? kCqLost : 0));
+  out.byte(kLogCompletion | (r.send ? kLogSend : 0));
   log_time(out, r.time_ns);
+  out.byte(r.dropped ? kCqLost : 0);
   out.u(r.dev);
   out.u(r.cq);
   out.u(r.wc.qp_num);
   out.u(r.wc.wr_id);
   out.u(r.wc.byte_len);
   out.u(static_cast<std::uint32_t>(r.wc.status));
+  logged_completions_[r.send ? 1 : 0] = {
+      .a = a, .b = b, .c = static_cast<std::uint32_t>(r.wc.status), .wr_id = r.wc.wr_id};
   log_.keep(out.end());
 }
 
 void TimelineWriter::packet(const PacketRecord& r) {
+  const bool response = r.kind != PacketKind::request;
+  Logged& last = logged_packets_[response ? 1 : 0];
+  const std::uint64_t a = r.src_qpn | std::uint64_t{r.src_dev} << 32 |
+                          std::uint64_t{packet_flags(r)} << 48 |
+                          std::uint64_t{static_cast<std::uint8_t>(r.opcode)} << 56;
+  const std::uint64_t b = r.dst_qpn | std::uint64_t{r.dst_dev} << 32 |
+                          std::uint64_t{static_cast<std::uint8_t>(r.nak)} << 48;
+  // The PSN one on is c + 1 (bit 32 stays clear of the length: the replay's PSN wraps).
+  const std::uint64_t c = r.psn | std::uint64_t{r.length} << 33;
+  if (a != last.a || b != last.b || c != last.c + 1 || r.wr_id != last.wr_id + 1) [[unlikely]] {
+    return log_whole(r, a, b, c);
+  }
+  const std::uint64_t flight_ns = r.arrives_ns - r.sent_ns;
+  Encoder out(log_repeated(kLogPacket | (response ? kLogResponse : 0), r.sent_ns));
+  out.z(static_cast<std::int64_t>(flight_ns - last.flight_ns));
+  if (r.fate == PacketFate::duplicated) out.u(r.duplicate_ns - r.sent_ns);
+  last.c = c;
+  last.wr_id = r.wr_id;
+  last.flight_ns = flight_ns;
+  log_.keep(out.end());
+}
+
+void TimelineWriter::log_whole(const PacketRecord& r, std::uint64_t a, std::uint64_t b,
+                               std::uint64_t c) {
+  const bool response = r.kind != PacketKind::request;
+  const std::uint64_t flight_ns = r.arrives_ns - r.sent_ns;
   Encoder out(log_.next);
-  out.byte(kLogPacket);
-  out.byte(static_cast<std::uint8_t>(static_cast<unsigned>(r.fate) | static_cast<unsigned>(r.kind)
-                                                                         << 3));
+  out.byte(kLogPacket | (response ? kLogResponse : 0));
   log_time(out, r.sent_ns);
+  out.byte(packet_flags(r));
   out.byte(static_cast<std::uint8_t>(r.opcode));
   out.byte(static_cast<std::uint8_t>(r.nak));
   out.u(r.src_dev);
@@ -665,8 +737,10 @@ void TimelineWriter::packet(const PacketRecord& r) {
   out.u(r.wr_id);
   out.u(r.psn);
   out.u(r.length);
-  out.u(r.arrives_ns - r.sent_ns);
+  out.u(flight_ns);
   if (r.fate == PacketFate::duplicated) out.u(r.duplicate_ns - r.sent_ns);
+  logged_packets_[response ? 1 : 0] = {
+      .a = a, .b = b, .c = c, .wr_id = r.wr_id, .flight_ns = flight_ns};
   log_.keep(out.end());
 }
 
@@ -702,56 +776,82 @@ void TimelineWriter::replay() {
   log_.close();
   std::uint64_t ts = 0;
   std::size_t text_at = 0;
+  // The last record of each side, as the log went; before the first, every field 0.
+  std::array<PostRecord, 2> posts{};
+  std::array<CompletionRecord, 2> completions{};
+  std::array<PacketRecord, 2> packets{};
+  for (std::size_t side = 0; side < 2; ++side) {
+    posts[side].opcode = WrOpcode{};
+    packets[side].opcode = WrOpcode{};
+  }
   for (Chunk& chunk : log_.chunks) {
     const std::uint8_t* const end = chunk.bytes.get() + chunk.used;
     for (const std::uint8_t* p = chunk.bytes.get(); p < end;) {
       Decoder in(p);
-      const auto kind = static_cast<LogKind>(in.byte());
-      const std::uint8_t flags = in.byte();
+      const std::uint8_t first = in.byte();
+      const auto kind = static_cast<LogKind>(first & 7);
+      const std::size_t side = (first & kLogSend) != 0 ? 1 : 0;
+      const bool repeated = (first & kLogRepeated) != 0;
+      // Instants and CM messages: a flags byte before the time.
+      const std::uint8_t flags = kind >= kLogInstant ? in.byte() : 0;
       ts += static_cast<std::uint64_t>(in.z());
       switch (kind) {
         case kLogPost: {
-          PostRecord r;
+          PostRecord& r = posts[side];
           r.time_ns = ts;
-          r.send = flags != 0;
-          r.dev = in.u16();
-          r.qpn = in.u32();
-          r.wr_id = in.u();
-          r.length = in.u32();
-          r.opcode = static_cast<WrOpcode>(in.byte());
+          r.send = side != 0;
+          ++r.wr_id;
+          if (!repeated) {
+            r.dev = in.u16();
+            r.qpn = in.u32();
+            r.wr_id = in.u();
+            r.length = in.u32();
+            r.opcode = static_cast<WrOpcode>(in.byte());
+          }
           take(r);
           break;
         }
         case kLogCompletion: {
-          CompletionRecord r;
+          CompletionRecord& r = completions[side];
           r.time_ns = ts;
-          r.send = (flags & kCqSend) != 0;
-          r.dropped = (flags & kCqLost) != 0;
-          r.dev = in.u16();
-          r.cq = in.u32();
-          r.wc.qp_num = in.u32();
-          r.wc.wr_id = in.u();
-          r.wc.byte_len = in.u32();
-          r.wc.status = static_cast<WcStatus>(in.u32());
+          r.send = side != 0;
+          ++r.wc.wr_id;
+          if (!repeated) {
+            r.dropped = (in.byte() & kCqLost) != 0;
+            r.dev = in.u16();
+            r.cq = in.u32();
+            r.wc.qp_num = in.u32();
+            r.wc.wr_id = in.u();
+            r.wc.byte_len = in.u32();
+            r.wc.status = static_cast<WcStatus>(in.u32());
+          }
           take(r);
           break;
         }
         case kLogPacket: {
-          PacketRecord r;
+          PacketRecord& r = packets[side];
+          const std::uint64_t flight_ns = r.arrives_ns - r.sent_ns;
           r.sent_ns = ts;
-          r.fate = static_cast<PacketFate>(flags & 7);
-          r.kind = static_cast<PacketKind>(flags >> 3 & 7);
-          r.opcode = static_cast<WrOpcode>(in.byte());
-          r.nak = static_cast<NakCode>(in.byte());
-          r.src_dev = in.u16();
-          r.src_qpn = in.u32();
-          r.dst_dev = in.u16();
-          r.dst_qpn = in.u32();
-          r.wr_id = in.u();
-          r.psn = in.u32();
-          r.length = in.u32();
-          r.arrives_ns = ts + in.u();
-          if (r.fate == PacketFate::duplicated) r.duplicate_ns = ts + in.u();
+          ++r.wr_id;
+          ++r.psn;
+          if (repeated) {
+            r.arrives_ns = ts + flight_ns + static_cast<std::uint64_t>(in.z());
+          } else {
+            const std::uint8_t bits = in.byte();
+            r.fate = static_cast<PacketFate>(bits & 7);
+            r.kind = static_cast<PacketKind>(bits >> 3 & 7);
+            r.opcode = static_cast<WrOpcode>(in.byte());
+            r.nak = static_cast<NakCode>(in.byte());
+            r.src_dev = in.u16();
+            r.src_qpn = in.u32();
+            r.dst_dev = in.u16();
+            r.dst_qpn = in.u32();
+            r.wr_id = in.u();
+            r.psn = in.u32();
+            r.length = in.u32();
+            r.arrives_ns = ts + in.u();
+          }
+          r.duplicate_ns = r.fate == PacketFate::duplicated ? ts + in.u() : 0;
           take(r);
           break;
         }

@@ -111,6 +111,18 @@ class TimelineWriter final : public Observer {
     void add_chunk();
   };
 
+  // The last post, completion or packet of a side that the log holds (a post or completion of
+  // a send or a receive queue; a request or a response), as the next is compared with it
+  // (timeline.cpp, "The log"): its fields packed in words `a` to `c`, its work request, a
+  // packet's time in flight.
+  struct Logged {
+    std::uint64_t a = 0;
+    std::uint64_t b = 0;
+    std::uint64_t c = 0;
+    std::uint64_t wr_id = 0;
+    std::uint64_t flight_ns = 0;
+  };
+
   Qp& qp(std::uint16_t dev, std::uint32_t qpn) {
     Qp* q = qp_index_.get(dev, qpn);
     return q != nullptr ? *q : add_qp(dev, qpn);
@@ -140,6 +152,12 @@ class TimelineWriter final : public Observer {
     out.z(static_cast<std::int64_t>(ns - log_ts_ns_));
     log_ts_ns_ = ns;
   }
+  // Logs a record whole, with its packed fields (see Logged).
+  [[gnu::noinline]] void log_whole(const PostRecord& r, std::uint64_t a);
+  [[gnu::noinline]] void log_whole(const CompletionRecord& r, std::uint64_t a, std::uint64_t b);
+  [[gnu::noinline]] void log_whole(const PacketRecord& r, std::uint64_t a, std::uint64_t b,
+                                   std::uint64_t c);
+  std::uint8_t* log_repeated(std::uint8_t kind, std::uint64_t ns);
   // The replay of the log (finished()): each record told, taken as it was told.
   void replay();
   void take(const PostRecord& r);
@@ -154,6 +172,9 @@ class TimelineWriter final : public Observer {
   std::string path_;
   Records log_;                  // what the writer was told, in order
   std::uint64_t log_ts_ns_ = 0;  // of the last record logged (records store the difference)
+  std::array<Logged, 2> logged_posts_{};  // by side: receive, send
+  std::array<Logged, 2> logged_completions_{};
+  std::array<Logged, 2> logged_packets_{};  // request, response
   std::uint64_t flow_ = 0;
   Records records_;               // the timeline's records, in the order they were made
   std::uint64_t last_ts_ns_ = 0;  // of the last of them
