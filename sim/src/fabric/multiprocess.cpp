@@ -67,7 +67,7 @@ struct FabricLink {
   std::vector<std::vector<std::uint8_t>> parcels;         // waiting, by Event::index
   std::vector<std::uint32_t> free_parcels;
   std::vector<std::uint8_t> scratch;  // a message's gathered payload
-  std::vector<std::weak_ptr<const CqCore>> cqs;  // World::Impl::note_cq
+  std::vector<const CqCore*> cqs;  // the live CQs' (World::Impl::note_cq and forget_cq)
   std::uint64_t safe = 0;             // the last SharedFabric::safe_time
   std::uint64_t floor = 0;            // the program acts at this time or later (catch_up)
   bool passive = false;
@@ -81,9 +81,10 @@ SharedFabric* World::Impl::shared_fabric() noexcept {
   return link_ != nullptr ? &link_->fabric : nullptr;
 }
 
-void World::Impl::note_cq(const std::shared_ptr<const CqCore>& cq) {
-  std::erase_if(link_->cqs, [](const auto& c) { return c.expired(); });
-  link_->cqs.push_back(cq);
+void World::Impl::note_cq(const CqCore* cq) { link_->cqs.push_back(cq); }
+
+void World::Impl::forget_cq(const CqCore* cq) noexcept {
+  if (link_ != nullptr) std::erase(link_->cqs, cq);
 }
 
 namespace {
@@ -91,9 +92,10 @@ namespace {
 // no event on a CM channel. Only then may a world be passive (SharedFabric::publish): a
 // program that still has something to take may act on it at once.
 bool all_taken(const FabricLink& l, const CmFabric* cm) {
-  for (const auto& weak : l.cqs) {
-    const auto cq = weak.lock();
-    if (cq != nullptr && cq->count != 0) return false;
+  // Plain pointers, not weak ones: a weak_ptr's lock() is two locked read-modify-writes on
+  // a count the progress thread's polls write too, and this runs at every empty poll.
+  for (const CqCore* cq : l.cqs) {
+    if (cq->count != 0) return false;
   }
   if (cm != nullptr) {
     for (const CmNode& n : cm->nodes) {

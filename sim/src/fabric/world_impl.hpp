@@ -146,8 +146,10 @@ struct World::Impl {
   // ---- A fabric shared with other processes (Config::fabric; fabric/multiprocess.cpp)
   bool shared() const noexcept { return link_ != nullptr; }
   SharedFabric* shared_fabric() noexcept;  // nullptr: this world alone
-  // A CQ of a world on a shared fabric: is_waiting() looks into it.
-  void note_cq(const std::shared_ptr<const CqCore>& cq);
+  // A shared fabric's world keeps its live CQs, to see whether the program took everything
+  // (fabric/multiprocess.cpp): a CQ is noted when created, forgotten when its handle goes.
+  void note_cq(const CqCore* cq);
+  void forget_cq(const CqCore* cq) noexcept;
   void leave_fabric();  // World::leave_fabric
   void catch_up();      // World::catch_up
   void pace_until(std::uint64_t deadline) { shared_run_until(deadline, /*pace=*/true); }

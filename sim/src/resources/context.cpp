@@ -241,7 +241,7 @@ std::unique_ptr<CompletionQueue> SimContext::create_cq(int cqe, CompletionChanne
   cq->reported = static_cast<int>(depth);
   cq->ignore_overrun = ignore_overrun;
   cq->ring.resize(cq_ring_size(depth, w));
-  if (w.shared()) w.note_cq(cq);  // fabric/multiprocess.cpp: may this process wait passively?
+  if (w.shared()) w.note_cq(cq.get());  // fabric/multiprocess.cpp: may this process wait passively?
   SimChannel* sim_channel = nullptr;
   if (channel != nullptr) {
     sim_channel = dynamic_cast<SimChannel*>(channel);

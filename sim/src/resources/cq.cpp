@@ -98,6 +98,7 @@ void SimCq::destroy() {
 // taken (as the kernel drops them).
 void SimCq::release() noexcept {
   core_->handle = nullptr;
+  core_->world->forget_cq(core_.get());  // its completions can be taken no more
   if (core_->channel) {
     --core_->channel->users;
     core_->channel->forget_events_of(this);
