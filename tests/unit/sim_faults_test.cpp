@@ -161,6 +161,11 @@ TEST(FaultPlanText, RejectsBadRulesWithTheRuleNamed) {
       {"post_send nth=1 every=2 errno=EIO", "give exactly one of nth=, every= or p="},
       {"cm_drop msg=mad nth=1", "msg=mad is not req, rep, rtu, rej, dreq, drep or any"},
       {"cm_drop msg=req", "give exactly one of nth=, every= or p="},
+      // Found by the fault-plan fuzzer: a carriage return inside a name printed as its end.
+      {"cm_drop dev=r\x01\r every=2",
+       "dev=r\x01\r is not a device name (up to 64 letters, digits, '_', '-' or '.')"},
+      {"link_down dev=sim0/1 at=1ms",
+       "dev=sim0/1 is not a device name (up to 64 letters, digits, '_', '-' or '.')"},
   };
   for (const Bad& bad : bads) {
     // The second rule is the bad one: the message names it, not the good rule before it.

@@ -182,7 +182,22 @@ constexpr Key kQpKey{"qp", [](const Arg& a, Draft& d) {
                        d.where.qp_name = a.value;
                        d.where.qpn.reset();
                      }};
-constexpr Key kDevKey{"dev", [](const Arg& a, Draft& d) { d.where.device = a.value; }};
+// A device's name as a kernel gives it (rxe0, mlx5_0, sim1): up to 64 letters, digits, '_',
+// '-' or '.'. Anything else (a blank, a control character) could not survive printing.
+std::string_view device_name(const Arg& a) {
+  const bool ok = !a.value.empty() && a.value.size() <= 64 &&
+                  std::all_of(a.value.begin(), a.value.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+                  });
+  if (!ok) {
+    a.rule.error("dev=" + std::string(a.value) +
+                 " is not a device name (up to 64 letters, digits, '_', '-' or '.')");
+  }
+  return a.value;
+}
+
+constexpr Key kDevKey{"dev", [](const Arg& a, Draft& d) { d.where.device = device_name(a); }};
 
 constexpr std::array kVerbKeys{
     Key{"errno", [](const Arg& a, Draft& d) { d.err = a.rule.err(a.value); }},
@@ -211,7 +226,7 @@ constexpr std::array kPacketKeys{
 constexpr std::array kTimedKeys{
     Key{"at", [](const Arg& a, Draft& d) { d.timed.at_ns = a.time(); }},
     Key{"for", [](const Arg& a, Draft& d) { d.timed.for_ns = a.time(); }},
-    Key{"dev", [](const Arg& a, Draft& d) { d.timed.device = a.value; }},
+    Key{"dev", [](const Arg& a, Draft& d) { d.timed.device = device_name(a); }},
     Key{"port",
         [](const Arg& a, Draft& d) { d.timed.port = static_cast<std::uint8_t>(a.number()); }},
     Key{"qp", [](const Arg& a, Draft& d) { d.timed.qpn = a.u32(); }},
