@@ -7,6 +7,10 @@
 #   3. ib_write_lat -s 2 -n L as server and client, two processes on one fabric.
 # It prints each round's message rates (perftest's MsgRate, the client's) and their ratio, the
 # write_lat t_typical, and the medians. A measurement, not a test: nothing is asserted.
+# Before and after each two-process ib_send_bw it prints how long a cache line takes from CPU 0
+# to CPU 1 and back (multiproc_line_rtt, ns; the median is of the befores): the two processes exchange everything through shared
+# memory, and on a virtual machine that figure changes with where the host runs its CPUs
+# (about 55 or about 320 ns on the machine of docs/PERFORMANCE.md, from one minute to the next).
 #
 #   tests/multiproc/speed.sh [--build DIR] [--rounds R] [-n N] [--lat-n L] [--wait-idle S]
 #   defaults: build-rel, 5 rounds, N = 1000000, L = 20000
@@ -36,7 +40,8 @@ while [[ $# -gt 0 ]]; do
 done
 dropin=$build/dropin
 one_prog=$build/tests/dropin/dropin_send_bw
-for f in "$dropin/libibverbs.so.1" "$one_prog" /usr/bin/time; do
+line_rtt=$build/tests/multiproc/multiproc_line_rtt
+for f in "$dropin/libibverbs.so.1" "$one_prog" "$line_rtt" /usr/bin/time; do
   [[ -e $f ]] || { echo "speed.sh: $f is missing (build $build first)" >&2; exit 2; }
 done
 for tool in ib_send_bw ib_write_lat; do
@@ -55,14 +60,15 @@ idle_for_2s() {
   b1=$(busy)
   (( (b1 - b0) * 100 <= 5 * 2 * hz * $(nproc) ))
 }
+settle() { (( wait_idle > 0 )) && wait_for_idle; return 0; }
 wait_for_idle() {
   local end=$((SECONDS + wait_idle))
   while (( SECONDS < end )); do idle_for_2s && return; done
 }
 
 # Runs a command; `out` gets its output, `others` the CPU seconds others used meanwhile.
+# (Callers wait for an idle machine first, if asked: settle.)
 timed() {
-  (( wait_idle > 0 )) && wait_for_idle
   local b0 b1
   b0=$(busy)
   out=$(/usr/bin/time -f '%U %S' -o "$work/time" "$@")
@@ -86,20 +92,26 @@ pair=("$here/pair.sh" --dropin "$dropin" --timeout 300 --)
 
 echo "speed.sh: $rounds rounds, ib_send_bw -s 64 -n $iters, ib_write_lat -s 2 -n $lat_iters;" \
      "$(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %24s %24s %8s %24s\n' round "two processes [Mpps]" "one process [Mpps]" ratio \
-       "write_lat t_typ [us]"
+printf '%-6s %11s %24s %24s %8s %24s\n' round "line [ns]" "two processes [Mpps]" \
+       "one process [Mpps]" ratio "write_lat t_typ [us]"
 two_all=()
 one_all=()
 ratio_all=()
 lat_all=()
+line_all=()
 for r in $(seq 1 "$rounds"); do
+  settle
+  line=$("$line_rtt" 2> /dev/null || echo -)
   timed "${pair[@]}" ib_send_bw -d sim0 -x 1 -s 64 -n "$iters" -p @PORT@ \
                   -- ib_send_bw -d sim0 -x 1 -s 64 -n "$iters" -p @PORT@ @HOST@
   two=$(client_result 64 "$iters" 5)
   two_cell="$two (${others}s)"
+  line="$line/$("$line_rtt" 2> /dev/null || echo -)"
+  settle
   timed env LD_LIBRARY_PATH="$dropin" "$one_prog" -s 64 -n "$iters"
   one=$(awk -v n="$iters" '$1 == 64 && $2 == n { print $4 }' <<< "$out")
   one_cell="$one (${others}s)"
+  settle
   timed "${pair[@]}" ib_write_lat -d sim0 -x 1 -s 2 -n "$lat_iters" -p @PORT@ \
                   -- ib_write_lat -d sim0 -x 1 -s 2 -n "$lat_iters" -p @PORT@ @HOST@
   lat=$(client_result 2 "$lat_iters" 5)
@@ -109,13 +121,14 @@ for r in $(seq 1 "$rounds"); do
     exit 1
   fi
   ratio=$(awk -v a="$two" -v b="$one" 'BEGIN { printf "%.3f", a / b }')
-  printf '%-6s %24s %24s %8s %24s\n' "$r" "$two_cell" "$one_cell" "$ratio" "$lat_cell"
+  printf '%-6s %11s %24s %24s %8s %24s\n' "$r" "$line" "$two_cell" "$one_cell" "$ratio" "$lat_cell"
+  line_all+=("${line%/*}")
   two_all+=("$two")
   one_all+=("$one")
   ratio_all+=("$ratio")
   lat_all+=("$lat")
 done
-printf '%-6s %24s %24s %8s %24s\n' median \
+printf '%-6s %11s %24s %24s %8s %24s\n' median "$(printf '%s\n' "${line_all[@]}" | median)" \
   "$(printf '%s\n' "${two_all[@]}" | median)" "$(printf '%s\n' "${one_all[@]}" | median)" \
   "$(printf '%s\n' "${ratio_all[@]}" | median)" "$(printf '%s\n' "${lat_all[@]}" | median)"
 echo "speed.sh: (in brackets: CPU seconds other processes used during the run)"
