@@ -25,15 +25,14 @@ constexpr std::chrono::milliseconds kIdle{2};
 constexpr std::chrono::milliseconds kTick{1};
 // On a fabric shared with other processes (VERBSIM_FABRIC) the run is not deterministic
 // anyway, and a peer may be waiting for this process's device to answer while the program
-// spins on memory (ib_write_lat) or waits in a socket: the thread looks sooner and more often,
-// with a timer slack of 1 us (the default 50 us would make a 10 us sleep take 60). While a
-// thread of the program computes outside the library it ticks every kSharedFastTick: each half
-// round trip of a program that spins on memory waits for two ticks, the sender's and the
-// receiver's. Otherwise every kSharedTick: a program that calls the library runs its world
-// itself (a tick more often cost a polling pair of ib_send_bw processes 20 % of its rate),
-// and one asleep in the kernel (a socket) needs the thread only for time to pass.
+// spins on memory (ib_write_lat) or waits in a socket: the thread looks sooner and more often.
+// While a thread of the program computes (spins on memory, as ib_write_lat does) the thread
+// ticks every kSharedFastTick, with a timer slack of 1 us (the default 50 us would make a
+// 10 us sleep take 60): each half round trip of such a program waits for two ticks, the
+// sender's and the receiver's. A program that calls the library runs its world itself; one
+// asleep in the kernel (a socket) needs the thread only for time to pass.
 constexpr std::chrono::microseconds kSharedIdle{50};
-constexpr std::chrono::microseconds kSharedTick{100};
+constexpr std::chrono::microseconds kSharedTick{50};
 constexpr std::chrono::microseconds kSharedFastTick{10};
 constexpr unsigned long kSharedTimerSlackNs = 1000;
 constexpr int kTicksPerRefresh = 10;  // the sysfs counter files: every 10 ms (sysfs.hpp)
