@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,15 +25,8 @@ constexpr std::chrono::milliseconds kTick{1};
 // On a fabric shared with other processes (VERBSIM_FABRIC) the run is not deterministic
 // anyway, and a peer may be waiting for this process's device to answer while the program
 // spins on memory (ib_write_lat) or waits in a socket: the thread looks sooner and more often.
-// While a thread of the program computes (spins on memory, as ib_write_lat does) the thread
-// ticks every kSharedFastTick, with a timer slack of 1 us (the default 50 us would make a
-// 10 us sleep take 60): each half round trip of such a program waits for two ticks, the
-// sender's and the receiver's. A program that calls the library runs its world itself; one
-// asleep in the kernel (a socket) needs the thread only for time to pass.
-constexpr std::chrono::microseconds kSharedIdle{50};
+constexpr std::chrono::microseconds kSharedIdle{100};
 constexpr std::chrono::microseconds kSharedTick{50};
-constexpr std::chrono::microseconds kSharedFastTick{10};
-constexpr unsigned long kSharedTimerSlackNs = 1000;
 constexpr int kTicksPerRefresh = 10;  // the sysfs counter files: every 10 ms (sysfs.hpp)
 constexpr std::uint64_t kVirtualPerTick = 1'000'000'000;  // 1 s of virtual time per 1 ms
 constexpr std::uint64_t kRealTimePerTick = 1'000'000;     // 1 ms per 1 ms
@@ -123,13 +115,10 @@ void run() noexcept {
                                                          : Clock::duration(kIdle))
           .count();
   const auto tick = shared ? Clock::duration(kSharedTick) : Clock::duration(kTick);
-  if (shared) ::prctl(PR_SET_TIMERSLACK, kSharedTimerSlackNs, 0, 0, 0);
   auto refreshed = Clock::now();
   auto last_run = refreshed;
-  bool fast = false;  // shared: a thread of the program computed (spun) outside the library
   for (;;) {
-    std::this_thread::sleep_for(fast ? Clock::duration(kSharedFastTick) : tick);
-    fast = false;
+    std::this_thread::sleep_for(tick);
     if (const auto now = Clock::now(); now - refreshed >= kTick * kTicksPerRefresh) {
       refreshed = now;
       std::lock_guard<std::recursive_mutex> held(global().mu);
@@ -140,7 +129,6 @@ void run() noexcept {
     // A thread that computes outside the library sees time pass as on a device: virtual time
     // does not outrun the wall clock until every thread sleeps.
     const bool computing = another_thread_computing();
-    fast = shared && computing;
     std::uint64_t span = computing ? kRealTimePerTick : kVirtualPerTick;
     if (shared) {
       // The same pace, by the wall time since the last run (short ticks take longer than

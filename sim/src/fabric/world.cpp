@@ -345,11 +345,7 @@ std::uint64_t World::Impl::budget_end() noexcept {
 int World::Impl::limited_poll_step() noexcept {
   const std::uint64_t limit = poll_horizon_ == UINT64_MAX ? UINT64_MAX : now_ + poll_horizon_;
   if (link_ != nullptr) {
-    // An empty poll is the program waiting in the library, however far it lets the clock
-    // jump: the bound it publishes stays the same from one poll to the next (a bound that
-    // flipped between a waiting and a running program's, within each poll, kept the others
-    // creeping up a link latency at a time).
-    shared_step(limit, /*passive=*/true, /*may_throw=*/false);
+    shared_step(limit, /*passive=*/limit == UINT64_MAX, /*may_throw=*/false);
     return budget_report_.empty() ? 0 : ETIMEDOUT;
   }
   if (!budgeted_) {
