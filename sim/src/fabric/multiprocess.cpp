@@ -194,12 +194,7 @@ bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw)
   // quiet nor lets its clock run to the others' next event.
   const bool waiting = all_taken(l, cm_.get());
   l.passive = passive && waiting;
-  // The others' bounds and rings are lines their processes write: read them again only when
-  // the safe time read last (SharedFabric::last_safe_time) holds the next event back.
-  l.safe = l.fabric.last_safe_time();
-  if (budgeted_ || next_busy_time() > std::min(limit, l.safe)) {
-    l.safe = l.fabric.safe_time(config_.link_latency_ns);
-  }
+  l.safe = l.fabric.safe_time(config_.link_latency_ns);
   take_parcels();
   const std::uint64_t until = std::min(limit, l.safe);
   bool ran;

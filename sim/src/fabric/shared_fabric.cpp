@@ -391,8 +391,6 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
     }
     safe = std::min(safe, b);
   }
-  lookahead_ = lookahead;
-  safe_ = safe;
   return safe;
 }
 
@@ -432,9 +430,6 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
   std::memcpy(r.data + at + 8, header, header_bytes);
   if (payload_bytes != 0) std::memcpy(r.data + at + 8 + header_bytes, payload, payload_bytes);
   r.tail.store(tail + need, std::memory_order_release);
-  std::uint64_t time;
-  std::memcpy(&time, header, sizeof time);
-  safe_ = std::min(safe_, time + lookahead_);
 }
 
 bool SharedFabric::inbound() const noexcept {

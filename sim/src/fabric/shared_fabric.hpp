@@ -67,11 +67,6 @@ class SharedFabric {
   // parcels are looked at before the bounds: a process publishes its bound before it takes
   // parcels off its rings, so none is missed.)
   std::uint64_t safe_time(std::uint64_t lookahead) noexcept;
-  // safe_time()'s last answer, lowered to each parcel's time plus that lookahead as this
-  // process sends it: still safe without reading the others' bounds and rings again, since a
-  // bound only grows but for the parcels it answers (a program that acts while its world was
-  // passive sends late parcels, which the receiver runs at its present, whichever it read).
-  std::uint64_t last_safe_time() const noexcept { return safe_; }
 
   // Packets. A parcel is a header, whose first 8 bytes are its time of arrival, and `payload`
   // bytes; send() copies them into the ring to `slot` (waiting while it is full, dropping if
@@ -202,8 +197,6 @@ class SharedFabric {
   bool gone_[kSlots] = {};
   bool left_ = false;
   std::uint64_t others_next_ = kNever;
-  std::uint64_t safe_ = 0;       // last_safe_time()
-  std::uint64_t lookahead_ = 0;  // safe_time()'s last
   struct Published {
     std::uint64_t now, bound, next;
   } published_{kNever, kNever, kNever};  // what publish() stored last (none yet: never, never)
