@@ -55,14 +55,19 @@ std::string format_prob(double p) {
   return buf;
 }
 
+// What a QP's or a device's name is made of: letters, '_', digits, '-' and '.'.
+bool name_letter(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool name_char(char c) noexcept {
+  return name_letter(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
+}
+
 }  // namespace
 
 bool valid_qp_name(std::string_view name) noexcept {
-  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (name.empty() || !letter(name[0])) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) {
-    return letter(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
-  });
+  if (name.empty() || !name_letter(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), name_char);
 }
 
 namespace {
@@ -186,10 +191,7 @@ constexpr Key kQpKey{"qp", [](const Arg& a, Draft& d) {
 // '-' or '.'. Anything else (a blank, a control character) could not survive printing.
 std::string_view device_name(const Arg& a) {
   const bool ok = !a.value.empty() && a.value.size() <= 64 &&
-                  std::all_of(a.value.begin(), a.value.end(), [](char c) {
-                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                           (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-                  });
+                  std::all_of(a.value.begin(), a.value.end(), name_char);
   if (!ok) {
     a.rule.error("dev=" + std::string(a.value) +
                  " is not a device name (up to 64 letters, digits, '_', '-' or '.')");
