@@ -33,7 +33,15 @@ cmake --build "$build" -j "$jobs"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout "$timeout" 2>&1 | tee "$log"
+status=0
+ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout "$timeout" 2>&1 | tee "$log" ||
+  status=$?
+if ((status != 0)); then
+  # The whole outputs are above; end with ctest's summary and a few lines on each failure.
+  grep -E '^[0-9]+% tests passed' "$log" | tail -n 1 || true
+  scripts/failure-digest.sh "$build" || true
+  exit "$status"
+fi
 
 scripts/check-install.sh "$build"
 
