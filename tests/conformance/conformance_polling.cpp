@@ -291,7 +291,19 @@ TEST_P(Polling, EpollLoopOverTheChannelFd) {
   for (int n : seen) once += n == 1 ? 1 : 0;
   CHECK_OBS("once", once, kMessages);
   CHECK_OBS("fd_readable", readable > 0, true);
-  EXPECT_GT(poller.stats().wakeups, 0u);
+  // The event that made the fd readable was taken by the poller (a wake-up), or it is still on
+  // the channel: every poll after it found completions (on a device they can come in one burst,
+  // however the sender spaces them).
+  bool pending = false;
+  if (poller.stats().wakeups == 0) {
+    CompletionQueue* fired = nullptr;
+    if (!l.ch->get_cq_event(fired, Wait::nonblocking)) {
+      pending = fired == l.rcq.get();
+      fired->ack_events(1);
+    }
+  }
+  EXPECT_TRUE(poller.stats().wakeups > 0 || pending)
+      << "the fd was readable " << readable << " times, and no event was taken or is pending";
 }
 
 VERBSIM_CONFORMANCE_SUITE(Polling);
