@@ -7,15 +7,14 @@ set -euo pipefail
 build=${1:?usage: failure-digest.sh BUILD_DIR [MAX_LINES]}
 max=${2:-40}
 log=$build/Testing/Temporary/LastTest.log
-failed=$build/Testing/Temporary/LastTestsFailed.log
-[[ -f $log && -s ${failed:-} ]] || exit 0
+[[ -f $log ]] || exit 0
 
-echo "=== why the tests failed (from $log) ==="
-awk -v max="$max" '
+awk -v max="$max" -v file="$log" '
   # Sections of LastTest.log: "N/M Test: name", "Output:", the output, "<end of output>",
   # "Test time = ...", then "Test Passed." or "Test Failed." (a timeout too: see its time).
   function flush(status,   i) {
     if (name == "" || status ~ /Passed/) return
+    if (!said++) print "=== why the tests failed (from " file ") ==="
     print "--- " name ": " status " after " secs " s"
     for (i = 1; i <= n && shown < max; ++i) { print "  " kept[i]; ++shown }
     if (last != "" && last != kept[n] && shown < max) { print "  last line: " last; ++shown }
