@@ -1,6 +1,8 @@
 // SharedFabric: joining and leaving, QP ownership, time bounds and the packet rings.
 #include "fabric/shared_fabric.hpp"
 
+#include "fabric/names.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -58,14 +60,12 @@ std::uint64_t start_time(pid_t pid) noexcept {
 }
 
 std::string fabric_path(const std::string& name) {
-  for (const char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-' || c == '.';
-    if (!ok || name.size() > 64 || name.empty() || name[0] == '.') {
-      throw std::invalid_argument("VERBSIM_FABRIC: \"" + name +
-                                  "\" is not a fabric name (1..64 of A-Z a-z 0-9 _ - ., not "
-                                  "starting with '.')");
-    }
+  const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                  std::all_of(name.begin(), name.end(), name_char);
+  if (!ok) {
+    throw std::invalid_argument("VERBSIM_FABRIC: \"" + name +
+                                "\" is not a fabric name (1..64 of A-Z a-z 0-9 _ - ., not "
+                                "starting with '.')");
   }
   return "/dev/shm/verbsim-fabric-" + std::to_string(::getuid()) + "-" + name;
 }

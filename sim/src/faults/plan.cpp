@@ -1,5 +1,7 @@
 #include "verbsim/sim/faults.hpp"
 
+#include "fabric/names.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -53,14 +55,6 @@ std::string format_prob(double p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", p);
   return buf;
-}
-
-// What a QP's or a device's name is made of: letters, '_', digits, '-' and '.'.
-bool name_letter(char c) noexcept {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-bool name_char(char c) noexcept {
-  return name_letter(c) || (c >= '0' && c <= '9') || c == '-' || c == '.';
 }
 
 }  // namespace
