@@ -49,6 +49,10 @@ static_assert(offsetof(Parcel, event) == 0 && offsetof(Event, time) == 0);
 
 constexpr std::uint32_t kStandInSlots = 1024;  // SimQp's stand-in constructor
 constexpr std::uint64_t kNotWaitingNs = 1'000'000;  // shared_step
+// A passive bound this far from now lets the others run ahead by more than an RC timeout of
+// 67 ms (timeout 14, perftest's and the pingpongs'): catch_up moves the program's clock.
+// Nearer bounds (a retransmission timer's) cost at most a spurious retry.
+constexpr std::uint64_t kLetRunNs = 100'000'000;
 
 std::uint64_t stand_in_key(std::uint32_t dev, std::uint32_t qpn) noexcept {
   return static_cast<std::uint64_t>(dev) << 32 | qpn;
@@ -71,6 +75,7 @@ struct FabricLink {
   std::uint64_t safe = 0;             // the last SharedFabric::safe_time
   std::uint64_t floor = 0;            // the program acts at this time or later (catch_up)
   bool passive = false;
+  bool let_run = false;  // a bound far from now was published since the program last acted
   bool warned_large = false;
   bool left = false;
 };
@@ -147,11 +152,26 @@ void World::Impl::publish_bound() {
   const std::uint64_t base = std::max(now_, link_->floor);
   const std::uint64_t bound =
       link_->passive ? next : std::min(next, base + config_.link_latency_ns);
+  // A passive bound far from now (its next event a long time away, or none) lets the others
+  // run that far ahead: the program's next verb catches up (catch_up).
+  link_->let_run = link_->let_run || (link_->passive && bound > now_ + kLetRunNs);
   link_->fabric.publish(now_, bound, next);
 }
 
 void World::Impl::catch_up() {
   FabricLink& l = *link_;
+  if (l.let_run) [[unlikely]] {
+    // While this world was passive its bound was its next event, far away or "never", and the
+    // others may have run far ahead. What the program sends now must not reach them in their
+    // past: its peer would answer at its present, after the program's timers (its retries)
+    // ran out. The program acts at the others' present, or as near as is safe now.
+    l.let_run = false;
+    const std::uint64_t present = l.fabric.clock_of_others();
+    if (present > now_) {
+      shared_run_until(std::min(present, l.fabric.safe_time(config_.link_latency_ns)),
+                       /*pace=*/false);
+    }
+  }
   if (now_ >= l.floor) return;
   // Events up to the floor run first; the others may still be short of it (spin: they are
   // running, as their bound lets them pass it).
