@@ -166,11 +166,9 @@ void World::Impl::catch_up() {
     // past: its peer would answer at its present, after the program's timers (its retries)
     // ran out. The program acts at the others' present, or as near as is safe now.
     l.let_run = false;
+    // shared_run_until stops at the safe time it reads: it never waits for the others.
     const std::uint64_t present = l.fabric.clock_of_others();
-    if (present > now_) {
-      shared_run_until(std::min(present, l.fabric.safe_time(config_.link_latency_ns)),
-                       /*pace=*/false);
-    }
+    if (present > now_) shared_run_until(present, /*pace=*/false);
   }
   if (now_ >= l.floor) return;
   // Events up to the floor run first; the others may still be short of it (spin: they are
