@@ -78,8 +78,12 @@ TEST(FaultPlanText, PacketKinds) {
   EXPECT_EQ(plan.packets[1].kinds, sim::PacketKinds::responses);
   EXPECT_EQ(FaultPlan::parse(plan.to_string()).to_string(), plan.to_string());
   EXPECT_NE(plan.to_string().find("packets=requests"), std::string::npos);
-  EXPECT_THROW(FaultPlan::parse("drop packets=acks p=1"), std::invalid_argument);
+  EXPECT_THROW(FaultPlan::parse("drop packets=naks p=1"), std::invalid_argument);
   EXPECT_THROW(FaultPlan::parse("drop psn=5 packets=responses"), std::invalid_argument);
+  EXPECT_THROW(FaultPlan::parse("drop psn=5 packets=acks"), std::invalid_argument);
+  const FaultPlan acks = FaultPlan::parse("duplicate p=0.5 packets=acks");
+  EXPECT_EQ(acks.packets[0].kinds, sim::PacketKinds::acks);
+  EXPECT_EQ(acks.to_string(), "duplicate p=0.5 packets=acks");
 }
 
 TEST(FaultPlanText, ParsesEveryKindAndRoundTrips) {

@@ -14,7 +14,11 @@ enum class EvKind : std::uint8_t { deliver, ack, nak, timeout, rnr_retry, fault,
 // NAK codes carried by EvKind::nak (code field; an RNR NAK has its timer in the value field).
 enum class Nak : std::uint8_t { rnr, psn_seq, rem_access, inv_req, rem_op };
 
+// What a response packet carries in the place of a request's PSN for the fault rules'
+// packets= filter (send_packet): an ACK or NAK kNoPsn, a READ's or atomic's response, which
+// carries data, kDataResponsePsn.
 inline constexpr std::uint32_t kNoPsn = UINT32_MAX;
+inline constexpr std::uint32_t kDataResponsePsn = UINT32_MAX - 1;
 
 struct Event {
   std::uint64_t time;

@@ -111,6 +111,12 @@ bool all_taken(const FabricLink& l, const CmFabric* cm) {
 }
 }  // namespace
 
+SimQp* World::Impl::stand_in(std::uint32_t dev, std::uint32_t qpn) noexcept {
+  if (link_ == nullptr) return nullptr;
+  const auto it = link_->stand_ins.find(stand_in_key(dev, qpn));
+  return it != link_->stand_ins.end() ? it->second.qp.get() : nullptr;
+}
+
 void World::Impl::join_fabric() {
   link_.reset(new FabricLink(config_.fabric, static_cast<int>(devs_.size())));
   now_ = link_->fabric.clock_of_others();  // one clock: a world that joins starts there
@@ -326,26 +332,32 @@ void World::Impl::run_parcel(const Event& e) {
     FabricLink::StandIn& s = it->second;
     if (made) s.qp = std::make_unique<SimQp>(SimQp::StandIn{}, *this, *devs_[m.src_dev], m.src_qpn);
     std::vector<std::uint8_t>& buffer = s.data[m.index % kStandInSlots];
-    // A READ or atomic sent again (its response was lost; the requester's retry is a new
-    // epoch) is a duplicate the responder does not execute again: its response carries the
-    // result of the first execution, which is in the slot still (in one process it is in the
-    // requester's SGEs already). Any request it does execute overwrites the slot.
-    const bool again = is_read_or_atomic(p.wqe.opcode) && !made && s.qp->holds_wqe(m.index) &&
+    // An atomic sent again (its response was lost; the requester's retry is a new epoch) is a
+    // duplicate the responder does not execute again: its response carries the result of the
+    // first execution, which is in the slot still (in one process it is in the requester's
+    // SGEs already). A READ sent again reads the memory again (SimQp::reread). Any request
+    // the responder executes overwrites the slot.
+    const bool again = is_atomic(p.wqe.opcode) && !made && s.qp->holds_wqe(m.index) &&
                        s.qp->sq_at(m.index).psn == p.wqe.psn &&
                        s.qp->sq_at(m.index).opcode == p.wqe.opcode;
     if (!again) buffer.assign(data, data + p.payload);
     buffer.resize(std::max<std::size_t>({buffer.size(), p.wqe.length, 8}));
-    s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data());
+    s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data(), m.qpn);
     qp->on_deliver_from(m, *s.qp);
     if (user_memory::faulted()) [[unlikely]] report_unmapped();
     return;
   }
-  if (m.kind == EvKind::ack && p.payload != 0 && qp->epoch() == m.epoch &&
-      qp->holds_wqe(m.index)) {
+  if (m.kind == EvKind::ack && qp->awaits_response(m)) {
     // The response's data lands in the requester's buffers, as the responder wrote it in one
-    // process (SimQp::execute_read, execute_atomic).
+    // process (SimQp::execute_read, execute_atomic), and only if it is the response the READ
+    // or atomic waits for: not a late copy of one already taken (whose buffers are the
+    // program's again), nor one that passes a READ whose response was lost (on_ack sends
+    // again from that one). A response that came without its data is lost: the READ must not
+    // complete without it.
     const SendWqe& wq = qp->sq_at(m.index);
-    if (is_read_or_atomic(wq.opcode) && !wq.buffers_gone) {
+    const std::uint32_t want = wq.opcode == WrOpcode::rdma_read ? wq.length : 8;
+    if (p.payload != want) return;
+    if (!wq.buffers_gone) {
       scatter(qp->sq_sge(m.index), wq.num_sge, data, p.payload);
       if (user_memory::faulted()) [[unlikely]] report_unmapped();
     }

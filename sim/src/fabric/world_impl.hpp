@@ -156,6 +156,9 @@ struct World::Impl {
   // A QP number unique in the fabric (0: none left), and giving it back.
   std::uint32_t take_qpn(const DevCore& dev);
   void give_back_qpn(const DevCore& dev, std::uint32_t qpn) noexcept;
+  // The stand-in for QP `qpn` of `dev` of another process (a requester whose requests this
+  // world answered), or nullptr: what observers describe a response to it from.
+  SimQp* stand_in(std::uint32_t dev, std::uint32_t qpn) noexcept;
 
   // ---- Verb faults: the errno a verb call fails with under the fault plan, or 0.
   int verb_fault(Verb verb, std::uint32_t qpn, const DevCore* dev) noexcept {

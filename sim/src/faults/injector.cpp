@@ -49,6 +49,9 @@ FaultInjector::FaultInjector(const FaultPlan& plan,
     } else if (f.kinds == PacketKinds::requests) {
       r.psn_span = 0xffffff;
     } else if (f.kinds == PacketKinds::responses) {
+      r.psn_lo = kDataResponsePsn;
+      r.psn_span = kNoPsn - kDataResponsePsn;
+    } else if (f.kinds == PacketKinds::acks) {
       r.psn_lo = kNoPsn;
       r.psn_span = 0;
     }

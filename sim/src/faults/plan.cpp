@@ -209,10 +209,13 @@ constexpr std::array kPacketKeys{
             d.packet.kinds = PacketKinds::requests;
           } else if (a.value == "responses") {
             d.packet.kinds = PacketKinds::responses;
+          } else if (a.value == "acks") {
+            d.packet.kinds = PacketKinds::acks;
           } else if (a.value == "all") {
             d.packet.kinds = PacketKinds::all;
           } else {
-            a.rule.error("packets=" + std::string(a.value) + " is not requests, responses or all");
+            a.rule.error("packets=" + std::string(a.value) +
+                         " is not requests, responses, acks or all");
           }
         }},
     kNthKey, kEveryKey, kPKey, kQpKey, kDevKey,
@@ -268,8 +271,8 @@ constexpr std::array kKinds{
          [](const RuleParser& p, std::size_t index, Draft& d, FaultPlan& plan) {
            PacketFault& f = d.packet;
            f.action = static_cast<PacketAction>(index);
-           if (f.psn && f.kinds == PacketKinds::responses) {
-             p.error("psn= names a request packet, and packets=responses takes none");
+           if (f.psn && (f.kinds == PacketKinds::responses || f.kinds == PacketKinds::acks)) {
+             p.error("psn= names a request packet, and packets=responses or acks takes none");
            }
            if (f.psn && d.triggers == 0) {  // psn= alone: that packet, once
              d.when.nth = 1;
@@ -433,6 +436,7 @@ std::string FaultPlan::to_string() const {
     if (f.psn) out += " psn=" + std::to_string(*f.psn);
     if (f.kinds == PacketKinds::requests) out += " packets=requests";
     if (f.kinds == PacketKinds::responses) out += " packets=responses";
+    if (f.kinds == PacketKinds::acks) out += " packets=acks";
     if (f.action == PacketAction::delay || f.action == PacketAction::reorder) {
       out += " by=" + format_time(f.by_ns);
     }

@@ -29,8 +29,9 @@ struct RuleCheck {
   double probability = 0;     // p=
   std::uint32_t index = 0;    // in the plan's verb or packet rules
   std::uint32_t qpn = 0;
-  // Packet rules: the PSNs they match, psn_lo .. psn_lo + psn_span (a response carries kNoPsn;
-  // everything: 0 and UINT32_MAX; psn=: that PSN; packets=requests: every 24-bit PSN).
+  // Packet rules: the PSNs they match, psn_lo .. psn_lo + psn_span (an ACK or NAK carries
+  // kNoPsn, a READ or atomic response kDataResponsePsn; everything: 0 and UINT32_MAX; psn=:
+  // that PSN; packets=requests: every 24-bit PSN).
   std::uint32_t psn_lo = 0;
   std::uint32_t psn_span = UINT32_MAX;
   bool any_qpn = true;

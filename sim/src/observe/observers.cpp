@@ -127,6 +127,8 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
   // The requester: the sender of a request, the receiver of a response.
   const bool request = e.kind == EvKind::deliver;
   SimQp* req = request ? find_qp(e.src_dev, e.src_qpn) : find_qp(e.dev, e.qpn);
+  // A response to a requester of another process: its stand-in here holds the request.
+  if (req == nullptr && !request && link_ != nullptr) req = stand_in(e.dev, e.qpn);
   const bool has_wqe = req != nullptr && req->holds_wqe(e.index);
   if (req != nullptr) r.qp_type = req->type();
   if (request) {

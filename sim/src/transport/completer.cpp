@@ -16,6 +16,7 @@ void SimQp::on_ack(const Event& e) {
   if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;  // duplicate
   if (static_cast<std::int32_t>(e.index - sq_sent_) >= 0) return;  // acknowledges nothing sent
+  if (passes_lost_response(e.index)) [[unlikely]] return;
   if (type_ != QpType::rc && sq_at(e.index).buffers_gone) [[unlikely]] {
     // UC, UD: sent (completing) while its buffers went; the message was lost.
     if (!acknowledge_until(e.index)) return;
@@ -44,6 +45,37 @@ void SimQp::on_ack(const Event& e) {
   transmit();
 }
 
+// A READ's or atomic's response is the only way its data or its original value reaches the
+// requester: a response to a later message cannot complete it. When the response (ACK or NAK)
+// to WQE `index` arrives while a READ or atomic before it still waits for its own, that one was
+// lost: everything before the READ completes (the response acknowledges it), and the requester
+// sends again from the READ, as after a timeout, a retry of retry_cnt (IBA 9.7.5.1.5; rxe's
+// check_psn answers COMPST_ERROR_RETRY for a response past a pending READ or atomic). Without
+// this, a READ whose response was lost completed with its buffer never written.
+[[gnu::noinline]] bool SimQp::lost_response_before(std::uint32_t index) {
+  std::uint32_t read = sq_done_;
+  while (read != index && !is_read_or_atomic(sq_at(read).opcode)) ++read;
+  if (read == index) return false;
+  if (!acknowledge_until(read)) return true;  // its CQ overran: ERR
+  if (world().observing()) {
+    world().observe_instant(static_cast<std::uint16_t>(dev_->index), qpn_,
+                            "lost response: send again from the READ or atomic");
+  }
+  retry_or_fail();
+  return true;
+}
+
+bool SimQp::awaits_response(const Event& e) noexcept {
+  if (e.epoch != epoch_ || hot_.qp_state == QpState::err || type_ != QpType::rc) return false;
+  if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return false;
+  if (static_cast<std::int32_t>(e.index - sq_sent_) >= 0) return false;
+  if (!is_read_or_atomic(sq_at(e.index).opcode)) return false;
+  for (std::uint32_t i = sq_done_; i != e.index; ++i) {
+    if (is_read_or_atomic(sq_at(i).opcode)) return false;
+  }
+  return true;
+}
+
 namespace {
 
 // What the requester's completion says of a NAK that ends the WR (not RNR, not PSN sequence).
@@ -63,6 +95,7 @@ WcStatus nak_status(Nak code) noexcept {
 void SimQp::on_nak(const Event& e) {
   if (e.epoch != epoch_ || hot_.qp_state == QpState::err) return;
   if (static_cast<std::int32_t>(e.index - sq_done_) < 0) return;
+  if (passes_lost_response(e.index)) [[unlikely]] return;
   if (!acknowledge_until(e.index)) return;  // a NAK acknowledges everything before it
   const auto code = static_cast<Nak>(e.code);
   if (code == Nak::rnr) {

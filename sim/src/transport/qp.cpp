@@ -163,9 +163,10 @@ SimQp::SimQp(StandIn, World::Impl& w, DevCore& dev, std::uint32_t qpn)
 
 void SimQp::load_stand_in(std::uint32_t index, std::uint32_t epoch, QpType type,
                           const SendWqe& wq, const AtomicOperands& atomic,
-                          std::uint8_t* data) noexcept {
+                          std::uint8_t* data, std::uint32_t responder) noexcept {
   type_ = type;
   epoch_ = epoch;
+  hot_.dest_qp_num = responder;
   if (static_cast<std::int32_t>(index + 1 - sq_post_) > 0 || sq_overwritten(index)) {
     sq_post_ = index + 1;
   }

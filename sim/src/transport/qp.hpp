@@ -35,9 +35,11 @@ class alignas(64) SimQp : public QueuePair {
   struct StandIn {};
   SimQp(StandIn, World::Impl& w, DevCore& dev, std::uint32_t qpn);
   // Puts the message of parcel `index` into its slot; `data` holds a SEND's or WRITE's
-  // payload, or takes a READ's or atomic's result (at least max(wq.length, 8) bytes).
+  // payload, or takes a READ's or atomic's result (at least max(wq.length, 8) bytes);
+  // `responder`: the QP of this world it was sent to.
   void load_stand_in(std::uint32_t index, std::uint32_t epoch, QpType type, const SendWqe& wq,
-                     const AtomicOperands& atomic, std::uint8_t* data) noexcept;
+                     const AtomicOperands& atomic, std::uint8_t* data,
+                     std::uint32_t responder) noexcept;
   ~SimQp() override;
   void destroy() override;
 
@@ -153,6 +155,8 @@ class alignas(64) SimQp : public QueuePair {
   std::uint32_t peer_qpn() const noexcept { return hot_.dest_qp_num; }
   std::uint8_t port_num() const noexcept { return hot_.port_num; }
   bool holds_wqe(std::uint32_t i) const noexcept { return sq_post_ - i - 1 <= sq_mask_; }
+  // A stand-in for a requester of another process (the StandIn constructor): no PD.
+  bool stand_in() const noexcept { return pd_ == nullptr; }
   std::uint32_t epoch() const noexcept { return epoch_; }
   // Whether the response to READ or atomic WQE `index` was written into its SGEs (on the rxe
   // profile they are checked only when it lands: observers must not read them otherwise).
@@ -235,6 +239,26 @@ class alignas(64) SimQp : public QueuePair {
     check_queues();
   }
   void schedule_timer();
+  // Sends again from the oldest WQE not acknowledged while retry_cnt allows (the local ACK
+  // timer fired, or a READ's response was lost), else fails it with RETRY_EXC_ERR.
+  void retry_or_fail();
+  // Whether a response to WQE `index` passes a READ or atomic that still waits for its own
+  // (lost_response_before: the requester then sends again from it). One comparison while no
+  // READ or atomic is outstanding or the response is to the oldest WQE.
+  bool passes_lost_response(std::uint32_t index) {
+    return rd_atomic_outstanding_ != 0 && index != sq_done_ && type_ == QpType::rc &&
+           lost_response_before(index);
+  }
+  bool lost_response_before(std::uint32_t index);
+
+ public:
+  // Whether response `e` (an ACK) is the one a READ or atomic waits for: of this epoch, to a
+  // READ or atomic sent and not complete, with none before it still waiting for its own. A
+  // shared fabric writes the data a response from another process carries only then
+  // (World::Impl::run_parcel).
+  bool awaits_response(const Event& e) noexcept;
+
+ protected:
   void complete_send(std::uint32_t index, WcStatus status);
   void complete_send_ok(std::uint32_t index);
   void push_send_wc(std::uint32_t index, WcStatus status, bool detail);
@@ -258,12 +282,15 @@ class alignas(64) SimQp : public QueuePair {
   // The responder's answers to the requester of `request`, for its WQE `index`: an ACK (with
   // `bytes` of data for a READ or atomic response), or a NAK with its code (and an RNR NAK's
   // timer); response_to() is what both packets have in common.
-  void send_ack(const Event& request, std::uint32_t index, std::uint64_t bytes);
+  // `data`: the response of a READ or atomic (which the fault rules' packets=acks leaves).
+  void send_ack(const Event& request, std::uint32_t index, std::uint64_t bytes,
+                bool data = false);
   void send_nak(const Event& request, Nak code, std::uint32_t index, std::uint8_t rnr_timer = 0);
   Event response_to(const Event& request, std::uint32_t index, std::uint64_t bytes);
   // The responder's steps for a message (responder.cpp): its PSN, the remote access check, a
   // missing receive, and executing each opcode family (false: not to be ACKed).
-  bool in_sequence(const Event& e, const SendWqe& wq);
+  bool in_sequence(const Event& e, const SendWqe& wq, SimQp& req);
+  void reread(const Event& e, SimQp& req);
   bool remote_ok(const SendWqe& wq, Access need, std::uint64_t len, Nak& nak,
                  std::uint64_t& target) noexcept;
   void no_receive(const Event& e, const SendWqe& wq);

@@ -379,6 +379,10 @@ void SimQp::on_timeout(const Event& e) {
   if (world().observing()) {
     world().observe_instant(static_cast<std::uint16_t>(dev_->index), qpn_, "timeout");
   }
+  retry_or_fail();
+}
+
+void SimQp::retry_or_fail() {
   if (retry_left_ == 0) {
     ++port_counters().retry_exceeded_err;
     complete_next(WcStatus::retry_exc_err);

@@ -164,7 +164,7 @@ void SimQp::on_deliver_from(const Event& e, SimQp& req) { deliver_from(e, req); 
   }
   if (type_ == QpType::ud) return deliver_ud(*req, e.index);
   const SendWqe& wq = req->sq_at(e.index);
-  if (!in_sequence(e, wq)) return;
+  if (!in_sequence(e, wq, *req)) return;
   if (wq.buffers_gone) [[unlikely]] {
     // The requester's buffers went while it was on the wire: nothing of it arrives. RC NAKs
     // it, so the requester goes back, finds the buffers invalid and fails the WR
@@ -207,13 +207,14 @@ void SimQp::on_deliver_from(const Event& e, SimQp& req) { deliver_from(e, req); 
       return;
     }
   }
-  send_ack(e, e.index, response_bytes);
+  send_ack(e, e.index, response_bytes, is_read_or_atomic(wq.opcode));
 }
 
 // Is `wq`, of message `e`, the next message expected? An RC duplicate is answered (C9-105) and a
 // gap NAKed (PSN sequence error); UC takes the message after a gap (the messages between are
 // lost).
-[[gnu::always_inline]] inline bool SimQp::in_sequence(const Event& e, const SendWqe& wq) {
+[[gnu::always_inline]] inline bool SimQp::in_sequence(const Event& e, const SendWqe& wq,
+                                                      SimQp& req) {
   const std::uint32_t diff = (wq.psn - epsn_) & 0xffffff;
   if (diff == 0) [[likely]] return true;
   if (type_ != QpType::rc) {
@@ -225,10 +226,15 @@ void SimQp::on_deliver_from(const Event& e, SimQp& req) { deliver_from(e, req); 
     // duplicate_request acks prev_psn), which may be past it, even past anything the
     // requester sent when the two sides disagree on the PSNs (the requester then ignores
     // it); a READ or atomic gets its own.
-    const std::uint32_t last =
-        is_read_or_atomic(wq.opcode) ? e.index : e.index + ((epsn_ - 1 - wq.psn) & 0xffffff);
+    const bool data = is_read_or_atomic(wq.opcode);
+    const std::uint32_t last = data ? e.index : e.index + ((epsn_ - 1 - wq.psn) & 0xffffff);
     ++port_counters().duplicate_request;
-    send_ack(e, last, 0);
+    // A READ sent again reads the memory again, as IB responders do (an atomic is answered
+    // with its first result). In one process the first execution wrote the requester's
+    // buffers already; the stand-in of a requester of another process holds the response.
+    if (wq.opcode == WrOpcode::rdma_read && req.stand_in()) [[unlikely]] reread(e, req);
+    const std::uint64_t bytes = !data ? 0 : wq.opcode == WrOpcode::rdma_read ? wq.length : 8;
+    send_ack(e, last, bytes, data);
   } else {
     ++port_counters().out_of_seq_request;
     // A message before it was lost: NAK with the PSN expected, i.e. the WQE `diff` earlier.
@@ -383,6 +389,19 @@ bool SimQp::execute_read(const Event& e, SimQp& req) {
   return true;
 }
 
+// A duplicate READ from another process: its data again into the stand-in's buffer, if the
+// request still may read it (else the response carries what the buffer held).
+[[gnu::noinline]] void SimQp::reread(const Event& e, SimQp& req) {
+  const SendWqe& wq = req.sq_at(e.index);
+  Nak nak;
+  std::uint64_t target;
+  if (attr_.max_dest_rd_atomic == 0 || !remote_ok(wq, Access::remote_read, wq.length, nak, target)) {
+    return;
+  }
+  const Sge source{target, wq.length, wq.rkey};
+  sg_copy(req.sq_sge(e.index), wq.num_sge, &source, 1);
+}
+
 // Compare-and-swap and fetch-and-add on an aligned 64-bit word; the original value is written
 // into the requester's SGEs.
 bool SimQp::execute_atomic(const Event& e, SimQp& req) {
@@ -436,10 +455,11 @@ bool SimQp::execute_atomic(const Event& e, SimQp& req) {
   enter_error();
 }
 
-void SimQp::send_ack(const Event& request, std::uint32_t index, std::uint64_t bytes) {
+void SimQp::send_ack(const Event& request, std::uint32_t index, std::uint64_t bytes,
+                     bool data) {
   Event r = response_to(request, index, bytes);
   r.kind = EvKind::ack;
-  world().send_packet(r, kNoPsn);
+  world().send_packet(r, data ? kDataResponsePsn : kNoPsn);
 }
 
 void SimQp::send_nak(const Event& request, Nak code, std::uint32_t index,

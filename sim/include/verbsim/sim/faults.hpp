@@ -9,6 +9,8 @@
 //   get_cq_event p=0.05 errno=EAGAIN      # 5% of calls, drawn from the world's RNG
 //   drop p=0.01                           # lose 1% of packets (RC retries them)
 //   drop psn=5 qp=17                      # lose the packet with PSN 5 sent by QP 17, once
+//   drop p=0.05 packets=responses         # packets=requests|responses|acks|all (acks: ACKs
+//                                         # and NAKs; responses: those and READ/atomic data)
 //   delay p=0.1 by=20us | duplicate p=0.01 | reorder p=0.02 by=5us
 //                                         # a late copy is lost if the program has posted over
 //                                         # its send queue slot since (its WQE completed)
@@ -112,8 +114,9 @@ struct VerbFault {
 enum class PacketAction : std::uint8_t { drop, delay, duplicate, reorder };
 
 // Which packets a packet rule looks at (packets=): requests (SEND, WRITE, READ and atomic
-// requests), responses (ACKs, NAKs, READ responses, atomic ACKs), or both.
-enum class PacketKinds : std::uint8_t { all, requests, responses };
+// requests), responses (ACKs, NAKs, READ responses, atomic ACKs), acks (the responses that
+// carry no data: ACKs and NAKs), or all.
+enum class PacketKinds : std::uint8_t { all, requests, responses, acks };
 
 struct PacketFault {
   PacketAction action;
