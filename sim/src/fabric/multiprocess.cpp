@@ -340,7 +340,10 @@ void World::Impl::run_parcel(const Event& e) {
     const bool again = is_atomic(p.wqe.opcode) && !made && s.qp->holds_wqe(m.index) &&
                        s.qp->sq_at(m.index).psn == p.wqe.psn &&
                        s.qp->sq_at(m.index).opcode == p.wqe.opcode;
-    if (!again) buffer.assign(data, data + p.payload);
+    // A READ brings no data: its slot keeps what it holds, the response of the READ's first
+    // execution (a copy of the READ may come while that response is still on its way, and
+    // find this QP in ERR: it must not empty the response). The READ's execution writes it.
+    if (!again && p.wqe.opcode != WrOpcode::rdma_read) buffer.assign(data, data + p.payload);
     buffer.resize(std::max<std::size_t>({buffer.size(), p.wqe.length, 8}));
     s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data(), m.qpn);
     qp->on_deliver_from(m, *s.qp);
