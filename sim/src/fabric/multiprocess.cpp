@@ -44,6 +44,10 @@ struct Parcel {
   AtomicOperands atomic;    // deliver of an atomic
   std::uint32_t payload;    // deliver: SEND or WRITE data; ack: a READ's data or atomic's value
   QpType type;              // deliver: the requester's QP type
+  // deliver: the message's first PSN on the wire and its packets, as the sending world's
+  // observers numbered them (packets 0: it has none), for the answering world's.
+  std::uint32_t wire_psn;
+  std::uint32_t wire_packets;
 };
 static_assert(offsetof(Parcel, event) == 0 && offsetof(Event, time) == 0);
 
@@ -273,6 +277,12 @@ void World::Impl::hand_over(const Event& e) {
     p.wqe = wq;
     p.type = req->type();
     if (is_atomic(wq.opcode)) p.atomic = req->sq_atomic(e.index);
+    if (observing_) {
+      if (const wire::Message* m = numbers_.message(e.src_dev, e.src_qpn, wq.psn)) {
+        p.wire_psn = m->wire;
+        p.wire_packets = m->packets;
+      }
+    }
     if (!is_read_or_atomic(wq.opcode) && !wq.buffers_gone && wq.length > 0) {
       if (wq.length > SharedFabric::max_payload()) {
         if (!l.warned_large) {
@@ -346,6 +356,19 @@ void World::Impl::run_parcel(const Event& e) {
     if (!again && p.wqe.opcode != WrOpcode::rdma_read) buffer.assign(data, data + p.payload);
     buffer.resize(std::max<std::size_t>({buffer.size(), p.wqe.length, 8}));
     s.qp->load_stand_in(m.index, m.epoch, p.type, p.wqe, p.atomic, buffer.data(), m.qpn);
+    if (observing_) {
+      // The responder's observers number its responses as the requester's numbered the
+      // request (the capture's PSNs and MSNs).
+      PacketRecord r = blank_packet_;
+      r.kind = PacketKind::request;
+      r.qp_type = p.type;
+      r.src_dev = m.src_dev;
+      r.src_qpn = m.src_qpn;
+      r.dst_dev = m.dev;
+      r.dst_qpn = m.qpn;
+      r.psn = p.wqe.psn;
+      numbers_.arrived(r, {p.wqe.psn, p.wire_psn, p.wire_packets, true});
+    }
     qp->on_deliver_from(m, *s.qp);
     if (user_memory::faulted()) [[unlikely]] report_unmapped();
     return;

@@ -16,6 +16,7 @@
 #include "fabric/profile.hpp"
 #include "fabric/rng.hpp"
 #include "faults/injector.hpp"
+#include "observe/wire_numbers.hpp"
 #include "resources/ids.hpp"
 #include "verbsim/sim/observe.hpp"
 #include "verbsim/sim/world.hpp"
@@ -177,6 +178,8 @@ struct World::Impl {
   bool observing() const noexcept { return observing_; }
   // The first FlightRecorder among the observers, or nullptr (World::report()).
   const FlightRecorder* recorder() const noexcept { return recorder_; }
+  // How this world numbered its packets on the wire (observe/wire_numbers.hpp).
+  wire::Numbers& wire_numbers() noexcept { return numbers_; }
   // Whether an observer is attached (observing() is also true while only counting).
   bool has_observers() const noexcept { return !observers_.empty(); }
   // Whether an observer takes posts and completions (observe_posted, observe_completion).
@@ -339,6 +342,7 @@ struct World::Impl {
   // What observe_packet starts a record from: a copy of it is a few moves, where the
   // compiler makes a `rep stos` of a record made anew, which takes long to start.
   const PacketRecord blank_packet_{};
+  wire::Numbers numbers_;  // PacketRecord::wire_psn and msn, while observing
   StatsObserver* stats_ = nullptr;
   const FlightRecorder* recorder_ = nullptr;
 };

@@ -204,6 +204,7 @@ void World::Impl::observe_packet(const Event& e, std::uint32_t psn, PacketFate f
   }
   if (user_memory::faulted()) [[unlikely]] report_unmapped();
   r.payload = {payload_.data(), payload_bytes};
+  numbers_.number(r);
   for (Observer* o : observers_) o->packet(r);
 }
 

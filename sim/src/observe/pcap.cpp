@@ -15,10 +15,15 @@
 
 #include "observe/cm_mad.hpp"
 #include "observe/crc32.hpp"
+#include "observe/wire_numbers.hpp"
 
 namespace verbsim::sim {
 
 namespace {
+
+using wire::Family;
+using wire::family_of;
+
 
 using Bytes = std::vector<std::uint8_t>;
 
@@ -153,30 +158,6 @@ struct Packet {
   std::uint32_t bytes = 0;   // of payload it carries
 };
 
-enum class Family { send, write, read, atomic, read_response, other };
-
-Family family_of(const PacketRecord& r) noexcept {
-  switch (r.kind) {
-    case PacketKind::read_response: return Family::read_response;
-    case PacketKind::ack:
-    case PacketKind::nak:
-    case PacketKind::atomic_response: return Family::other;
-    case PacketKind::request: break;
-  }
-  switch (r.opcode) {
-    case WrOpcode::send:
-    case WrOpcode::send_with_imm:
-    case WrOpcode::send_with_inv: return Family::send;
-    case WrOpcode::rdma_write:
-    case WrOpcode::rdma_write_with_imm: return Family::write;
-    case WrOpcode::rdma_read: return Family::read;
-    case WrOpcode::atomic_cmp_and_swp:
-    case WrOpcode::atomic_fetch_and_add: return Family::atomic;
-    case WrOpcode::local_inv:
-    case WrOpcode::bind_mw: break;
-  }
-  return Family::other;
-}
 
 // The opcode's top 3 bits: RC, UC (SENDs and WRITEs) or UD (SENDs). What a transport has not
 // (a UC or UD QP cannot post it, nor do they have responses) is framed as RC.
@@ -212,23 +193,7 @@ std::uint8_t opcode_of(const PacketRecord& r, Family f, bool first, bool last) n
   return r.kind == PacketKind::atomic_response ? kAtomicAck : kAck;
 }
 
-// How many packets a message is cut into; 0 for a work request that puts nothing on the wire.
-std::uint32_t packets_of(const PacketRecord& r, Family f, std::uint32_t mtu) noexcept {
-  if (f == Family::other && r.kind == PacketKind::request) return 0;
-  const bool carries_data = f == Family::send || f == Family::write || f == Family::read_response;
-  if (!carries_data || r.qp_type == QpType::ud) return 1;
-  return static_cast<std::uint32_t>(
-      std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
-}
 
-// The PSNs a request takes on the wire: one per packet, and a READ request as many as its
-// response has packets (IBTA 9.7.1).
-std::uint32_t wire_packets(const PacketRecord& r, Family f, std::uint32_t packets,
-                           std::uint32_t mtu) noexcept {
-  if (f != Family::read) return packets;
-  return static_cast<std::uint32_t>(
-      std::max<std::uint64_t>(1, (std::uint64_t{r.length} + mtu - 1) / mtu));
-}
 
 // Packet `i` of the `n` a message is cut into, the first with PSN `psn`.
 Packet packet_at(const PacketRecord& r, Family f, std::uint32_t psn, std::uint32_t i,
@@ -419,8 +384,8 @@ constexpr std::uint32_t kEpb = 6;
 
 }  // namespace
 
-PcapWriter::PcapWriter(const std::string& path, Mtu mtu)
-    : path_(path), file_(std::fopen(path.c_str(), "wb")), mtu_(mtu_bytes(mtu)) {
+PcapWriter::PcapWriter(const std::string& path)
+    : path_(path), file_(std::fopen(path.c_str(), "wb")) {
   if (file_ == nullptr) {
     throw std::system_error(errno, std::generic_category(),
                             "packet capture: cannot create " + path_);
@@ -524,25 +489,6 @@ std::uint32_t PcapWriter::add_interface(std::uint16_t dev, std::uint8_t port) {
   return interface_count_ - 1;
 }
 
-PcapWriter::QpState& PcapWriter::add_qp(std::uint16_t dev, std::uint32_t qpn) {
-  if (qpn >= kDirectQps) {  // any 24-bit number a UD packet names: kept apart, by hash
-    const auto [it, added] =
-        far_qps_.try_emplace(std::uint64_t{dev} << 32 | qpn, static_cast<std::uint32_t>(0));
-    if (added) {
-      qps_.emplace_back();
-      it->second = static_cast<std::uint32_t>(qps_.size());
-    }
-    return qps_[it->second - 1];
-  }
-  if (dev >= qp_index_.size()) qp_index_.resize(dev + std::size_t{1});
-  std::vector<std::uint32_t>& index = qp_index_[dev];
-  if (qpn >= index.size()) index.resize(qpn + std::size_t{1}, 0);
-  if (index[qpn] == 0) {
-    qps_.emplace_back();
-    index[qpn] = static_cast<std::uint32_t>(qps_.size());
-  }
-  return qps_[index[qpn] - 1];
-}
 
 inline std::uint8_t* PcapWriter::begin_epb(std::uint32_t interface, std::uint64_t ts_ns,
                                            std::size_t frame_max, std::string_view comment) {
@@ -582,102 +528,19 @@ void PcapWriter::write_held(std::uint64_t ts_ns) {
   }
 }
 
-inline std::uint32_t PcapWriter::msn_after(const PacketRecord& r) {
-  // A responder counts the RC requests it is given (ignoring the repeats of one it had); its
-  // ACKs, READ and atomic responses carry the count. A NAK of the last request counted takes
-  // it back: that request was not executed, and its retry counts anew (rxe's RNR NAKs carry
-  // the MSN of the message before, each time).
-  if (r.qp_type != QpType::rc) return 0;
-  if (r.kind != PacketKind::request) {
-    QpState& q = qp(r.src_dev, r.src_qpn);
-    if (r.kind == PacketKind::nak && q.given && q.last_new_psn == r.psn) {
-      q.last_new_psn = (r.psn - 1) & kPsnMask;
-      q.msn = (q.msn - 1) & kPsnMask;
-    }
-    return q.msn;
-  }
-  const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
-  if (!lost) {
-    QpState& q = qp(r.dst_dev, r.dst_qpn);
-    if (!q.given) {
-      q.last_new_psn = r.psn;
-      q.msn = 1;
-      q.given = true;
-    } else if (later(r.psn, q.last_new_psn)) {
-      q.last_new_psn = r.psn;
-      q.msn = (q.msn + 1) & kPsnMask;
-    }
-  }
-  return 0;
-}
-
-const PcapWriter::WireMessage* PcapWriter::QpState::find(std::uint32_t psn) const noexcept {
-  if (ring.empty()) return nullptr;
-  const WireMessage& m = ring[psn & (ring.size() - 1)];
-  return m.used && m.psn == psn ? &m : nullptr;
-}
-
-void PcapWriter::QpState::grow_ring() {
-  std::vector<WireMessage> old(std::max<std::size_t>(16, ring.size() * 2));
-  old.swap(ring);
-  for (const WireMessage& o : old) {
-    if (o.used) ring[o.psn & (ring.size() - 1)] = o;
-  }
-}
-
-inline std::uint32_t PcapWriter::wire_psn(const PacketRecord& r, std::uint32_t packets) {
-  if (r.kind == PacketKind::request) {
-    QpState& q = qp(r.src_dev, r.src_qpn);
-    if (q.sent && !later(r.psn, q.newest)) {  // sent again: the PSNs it had
-      const WireMessage* m = q.find(r.psn);
-      return m != nullptr ? m->wire : r.psn;
-    }
-    if (!q.sent) {  // the first message keeps the simulator's PSN
-      q.sent = true;
-      q.next_wire = r.psn;
-      q.acked = (r.psn - 1) & kPsnMask;
-    }
-    const WireMessage m{.psn = r.psn, .wire = q.next_wire, .packets = packets, .used = true};
-    q.newest = r.psn;
-    q.next_wire = (q.next_wire + m.packets) & kPsnMask;
-    // Only RC sends a message again; UC and UD need no memory of their PSNs.
-    if (r.qp_type == QpType::rc) q.remember(m);
-    return m.wire;
-  }
-  // A response: the requester is its destination; its PSNs are those of the request.
-  QpState& q = qp(r.dst_dev, r.dst_qpn);
-  const WireMessage* m = q.find(r.psn);
-  if (m == nullptr) return r.psn;
-  const bool lost = r.fate == PacketFate::dropped || r.fate == PacketFate::link_down;
-  switch (r.kind) {
-    case PacketKind::read_response: break;
-    case PacketKind::nak:
-      // The requester goes back to the NAK's PSN: a PSN sequence error names the message
-      // expected, an RNR NAK the one refused, by their first packets.
-      if (r.nak == NakCode::psn_seq || r.nak == NakCode::rnr) return m->wire;
-      [[fallthrough]];
-    case PacketKind::ack:
-    case PacketKind::atomic_response:
-    case PacketKind::request:
-      if (!lost && r.kind != PacketKind::nak && later(r.psn, q.acked)) q.acked = r.psn;
-      return (m->wire + m->packets - 1) & kPsnMask;
-  }
-  return m->wire;
-}
 
 void PcapWriter::packet(const PacketRecord& r) {
   write_held_until(r.sent_ns);
-  const std::uint32_t msn = msn_after(r);
+  const std::uint32_t msn = r.msn;
   const std::uint32_t interface = interface_of(r.src_dev, r.src_port);
   std::string text;
   const std::string_view comment =
       r.fate == PacketFate::delivered ? std::string_view() : fate_comment(r, text);
   const Family f = family_of(r);
-  const std::uint32_t n = packets_of(r, f, mtu_);
+  const std::uint32_t n = wire::packets_of(r, f);
   if (n == 0) return;
-  const std::uint32_t psn = wire_psn(r, wire_packets(r, f, n, mtu_));
   for (std::uint32_t i = 0; i < n; ++i) {
-    const Packet p = packet_at(r, f, psn, i, n, mtu_);
+    const Packet p = packet_at(r, f, r.wire_psn, i, n, wire::kMtu);
     std::uint8_t* const frame = begin_epb(interface, r.sent_ns, kFrameOverhead + p.bytes, comment);
     const std::size_t len = write_frame(frame, r, p, msn);
     icrc_later(frame, len);
@@ -718,6 +581,7 @@ void PcapWriter::cm(const CmRecord& r) {
   p.src_qpn = 1;
   p.dst_qpn = 1;
   p.psn = gsi_psns_[r.src_dev];
+  p.wire_psn = p.psn;  // UD: a packet a message
   gsi_psns_[r.src_dev] = (p.psn + 1) & kPsnMask;
   p.length = kMadBytes;
   p.qkey = kGsiQkey;

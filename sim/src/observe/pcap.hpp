@@ -25,8 +25,9 @@ namespace verbsim::sim {
 class PcapWriter final : public Observer {
  public:
   // Creates `path` and writes the section header; throws std::system_error naming the path if
-  // it cannot be created. `mtu`: the path MTU messages are cut by (the simulator's active MTU).
-  explicit PcapWriter(const std::string& path, Mtu mtu = Mtu::mtu_1024);
+  // it cannot be created. Messages are cut into packets by wire::kMtu, as the world numbers
+  // them (PacketRecord::wire_psn).
+  explicit PcapWriter(const std::string& path);
   ~PcapWriter() override;
   PcapWriter(const PcapWriter&) = delete;
   PcapWriter& operator=(const PcapWriter&) = delete;
@@ -48,56 +49,12 @@ class PcapWriter final : public Observer {
     std::uint32_t interface;
     std::vector<std::uint8_t> frame;
   };
-  // A message of a requester: its PSN in the simulator, which numbers messages, and the first
-  // of the `packets` PSNs it takes on the wire, where PSNs number packets.
-  struct WireMessage {
-    std::uint32_t psn = 0;
-    std::uint32_t wire = 0;
-    std::uint32_t packets = 0;
-    bool used = false;
-  };
-  static bool later(std::uint32_t a, std::uint32_t b) noexcept {  // PSN a after b, mod 2^24
-    const std::uint32_t d = (a - b) & 0xffffff;
-    return d != 0 && d < 0x800000;
-  }
-  // What the frames of a QP's packets need to know of its earlier packets.
-  struct QpState {
-    // As a responder: the first PSN of the last new RC request it was given, and its message
-    // sequence number (the MSN its ACKs carry); `given`: it has been given one.
-    std::uint32_t last_new_psn = 0;
-    std::uint32_t msn = 0;
-    bool given = false;
-    // As a requester: `sent` a request yet; the simulator's PSN of its newest message; the
-    // wire PSN after that message's last packet; the newest PSN an ACK that arrived named.
-    bool sent = false;
-    std::uint32_t newest = 0;
-    std::uint32_t next_wire = 0;
-    std::uint32_t acked = 0;
-    // Its RC messages by simulator PSN modulo the size (a power of two), which doubles rather
-    // than forget a message not yet acknowledged: at most about the send queue's depth.
-    std::vector<WireMessage> ring;
-    const WireMessage* find(std::uint32_t psn) const noexcept;
-    void remember(const WireMessage& m) {
-      // Grow rather than forget a message not yet acknowledged: it may be sent again.
-      while (ring.empty() || (slot(m.psn).used && later(slot(m.psn).psn, acked))) grow_ring();
-      slot(m.psn) = m;
-    }
-    WireMessage& slot(std::uint32_t psn) { return ring[psn & (ring.size() - 1)]; }
-    void grow_ring();
-  };
   std::uint32_t interface_of(std::uint16_t dev, std::uint8_t port) {
     const std::size_t at = std::size_t{dev} << 8 | port;
     return at < interfaces_.size() && interfaces_[at] != 0 ? interfaces_[at] - 1
                                                            : add_interface(dev, port);
   }
   std::uint32_t add_interface(std::uint16_t dev, std::uint8_t port);
-  QpState& qp(std::uint16_t dev, std::uint32_t qpn) {
-    if (dev < qp_index_.size() && qpn < qp_index_[dev].size() && qp_index_[dev][qpn] != 0) {
-      return qps_[qp_index_[dev][qpn] - 1];
-    }
-    return add_qp(dev, qpn);
-  }
-  QpState& add_qp(std::uint16_t dev, std::uint32_t qpn);
   // Blocks are written into out_: begin_block makes room for a block's body of at most
   // `body_max` bytes and returns where the body goes; end_block closes it where the body ends.
   std::uint8_t* begin_block(std::uint32_t type, std::size_t body_max);
@@ -122,16 +79,9 @@ class PcapWriter final : public Observer {
     if (!held_.empty() && held_.front().ts_ns <= ts_ns) write_held(ts_ns);
   }
   void write_held(std::uint64_t ts_ns);
-  std::uint32_t msn_after(const PacketRecord& r);
-  // The wire PSN of the record's first packet: a new request takes the `packets` PSNs after
-  // its QP's previous message (its first message keeps the simulator's PSN); a request sent
-  // again, its first time's; a READ response, the READ's; an ACK, the last of the message it
-  // acknowledges; a PSN sequence error or RNR NAK, the first of the message it names.
-  std::uint32_t wire_psn(const PacketRecord& r, std::uint32_t packets);
 
   std::string path_;
   std::FILE* file_;
-  std::uint32_t mtu_;
   bool write_failed_ = false;
   std::uint64_t frames_ = 0;
   std::uint64_t seq_ = 0;
@@ -148,13 +98,6 @@ class PcapWriter final : public Observer {
   std::vector<std::uint32_t> interfaces_;  // by device << 8 | port: the interface's number + 1
   std::uint32_t interface_count_ = 0;
   std::vector<Held> held_;  // a min-heap by (ts_ns, seq)
-  // By device, then QP number: the index of the QP's state in qps_, plus one (0: none yet).
-  std::vector<std::vector<std::uint32_t>> qp_index_;
-  std::vector<QpState> qps_;
-  // QP numbers from kDirectQps up are found through far_qps_ ((device << 32 | QP) -> index
-  // plus one), so that a packet naming QP 0xffffff does not grow a table to 16M entries.
-  static constexpr std::uint32_t kDirectQps = 65536;
-  std::unordered_map<std::uint64_t, std::uint32_t> far_qps_;
   std::array<std::uint8_t, 256> mad_{};  // the CM message being written
   std::vector<std::uint32_t> gsi_psns_;  // by device: the next PSN of its QP 1
   // The QP of each CM end (by its comm id) that sent a REQ or REP: a DREQ names its peer's.

@@ -72,6 +72,11 @@ struct PacketRecord {
   std::uint32_t src_qpn = 0;
   std::uint32_t dst_qpn = 0;
   std::uint32_t psn = 0;     // requests: the message's first PSN; responses: the request's
+  // On the wire, where PSNs number packets (the simulator's number messages): the PSN of the
+  // record's first packet (a request's; a READ response's, the READ's first; an ACK's, the
+  // last of the message it acknowledges), and a response's MSN (AETH), as RoCE carries them.
+  std::uint32_t wire_psn = 0;
+  std::uint32_t msn = 0;
   std::uint32_t length = 0;  // bytes of the message (requests) or of the response's data
   std::uint64_t wr_id = 0;   // the requester's work request
   std::uint64_t remote_addr = 0;  // RETH, AtomicETH
