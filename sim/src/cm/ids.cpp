@@ -422,6 +422,7 @@ class SimCmId final : public CmId {
   // A failure the fault plan injects into `verb`: thrown as the verb's own would be, the id
   // left as it was.
   void injected(Verb v, const char* verb) {
+    f_->w.program_acts();  // what it sends leaves at the others' present (shared fabric)
     const CmNode& nd = node();
     const DevCore* dev = nd.dev >= 0 ? f_->w.devices()[static_cast<std::size_t>(nd.dev)].get() : nullptr;
     if (const int err = f_->w.verb_fault(v, nd.qpn, dev)) {

@@ -189,6 +189,14 @@ void World::Impl::catch_up() {
   }
 }
 
+void World::Impl::catch_up_quietly() noexcept {
+  try {
+    catch_up();
+  } catch (...) {
+    // A budget that ran out: the next call that runs the world reports it.
+  }
+}
+
 void World::Impl::take_parcels() {
   FabricLink& l = *link_;
   l.fabric.drain(

@@ -153,6 +153,13 @@ struct World::Impl {
   void forget_cq(const CqCore* cq) noexcept;
   void leave_fabric();  // World::leave_fabric
   void catch_up();      // World::catch_up
+  // A verb that may send something (a post, a CM message): on a shared fabric the program acts
+  // at the others' present, as far as is safe (catch_up; a budget that ran out is reported by
+  // the next call that runs the world). Nothing without one.
+  void program_acts() noexcept {
+    if (link_ != nullptr) [[unlikely]] catch_up_quietly();
+  }
+  void catch_up_quietly() noexcept;
   void pace_until(std::uint64_t deadline) { shared_run_until(deadline, /*pace=*/true); }
   // A QP number unique in the fabric (0: none left), and giving it back.
   std::uint32_t take_qpn(const DevCore& dev);

@@ -140,6 +140,7 @@ template <QpType Type>
 
 PostResult SimQp::post_send(std::span<const SendWr> wrs) noexcept {
   world().check_entry();
+  world().program_acts();
   switch (type_) {
     case QpType::uc: return post_send_as<QpType::uc>(wrs);
     case QpType::ud: return post_send_as<QpType::ud>(wrs);
