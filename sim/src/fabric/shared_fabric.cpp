@@ -24,9 +24,16 @@ namespace verbsim::sim {
 
 namespace {
 
-constexpr std::uint64_t kMagic = 0x7665726273696d32;  // "verbsim2": the layout's version
+constexpr std::uint64_t kMagic = 0x7665726273696d33;  // "verbsim3": the layout's version
 // A process whose bound has not moved for this long (wall time) is checked for being gone.
 constexpr std::uint64_t kStillNs = 50'000'000;
+// A live process whose bound has not moved for this long (wall time: stopped by SIGSTOP or a
+// debugger, or computing outside the library with no progress thread) no longer holds the
+// others' time back (SharedFabric::safe_time), until it moves again.
+constexpr std::uint64_t kPatienceNs = 2'000'000'000;
+// How long a process waits for the file's lock before it gives up on it (a process stopped
+// while holding it): joining fails, the other uses do without.
+constexpr std::uint64_t kLockPatienceNs = 2'000'000'000;
 // ... counted in calls of safe_time first (the wall clock is read once per that many).
 constexpr std::uint32_t kStillCalls = 1024;
 
@@ -35,24 +42,6 @@ std::uint64_t wall_ns() noexcept {
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
          static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot): with the pid, it names
-// a process even after its pid is reused. 0 if unreadable.
-std::uint64_t start_time(pid_t pid) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return 0;
-  char buf[1024];
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
-  if (p == nullptr) return 0;
-  int field = 2;
-  for (; *p != '\0' && field < 22; ++p) field += *p == ' ';
-  return std::strtoull(p, nullptr, 10);
 }
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
@@ -70,20 +59,73 @@ std::string fabric_path(const std::string& name) {
   return "/dev/shm/verbsim-fabric-" + std::to_string(::getuid()) + "-" + name;
 }
 
-// flock for the scope: joining, leaving and forgetting a process are serialised by it.
+// flock for the scope: joining, leaving, forgetting a process and the CM's ports are
+// serialised by it. A process stopped while it holds the lock must not hold the others for
+// ever: after kLockPatienceNs the lock is not taken (held() false), and the caller does without.
 class FileLock {
  public:
   explicit FileLock(int fd) noexcept : fd_(fd) {
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    std::uint64_t since = 0;
+    long pause_ns = 20'000;
+    for (;;) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        held_ = true;
+        return;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) return;
+      const std::uint64_t now = wall_ns();
+      if (since == 0) since = now;
+      if (now - since > kLockPatienceNs) return;
+      const timespec pause{0, pause_ns};
+      ::nanosleep(&pause, nullptr);
+      pause_ns = std::min(pause_ns * 2, 1'000'000L);
     }
   }
-  ~FileLock() { ::flock(fd_, LOCK_UN); }
+  ~FileLock() {
+    if (held_) ::flock(fd_, LOCK_UN);
+  }
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
+  bool held() const noexcept { return held_; }
 
  private:
   int fd_;
+  bool held_ = false;
 };
+
+// Liveness. Each process holds an open-file-description lock on one byte past the file's
+// contents, at kLockAt + its slot: the kernel drops it when the process's last descriptor of
+// the file closes, however the process ends (exit, kill, a crash; a zombie not yet reaped has
+// closed its files), and every process that maps the file sees it, in whatever PID namespace
+// it runs. No pid is compared: pids of other namespaces mean nothing here, and a pid is reused.
+bool lock_byte(int fd, off_t at) noexcept {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = at;
+  l.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &l) == 0;
+}
+
+void unlock_byte(int fd, off_t at) noexcept {
+  struct flock l {};
+  l.l_type = F_UNLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = at;
+  l.l_len = 1;
+  ::fcntl(fd, F_OFD_SETLK, &l);
+}
+
+// Whether another open file description (another process) holds the byte's lock.
+bool byte_held(int fd, off_t at) noexcept {
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = at;
+  l.l_len = 1;
+  if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return true;  // cannot tell: take it as there
+  return l.l_type != F_UNLCK;
+}
 
 // Fabrics joined and not yet left: a process that exits without destroying its world (the
 // drop-in's lives until exit) leaves them at exit.
@@ -117,7 +159,7 @@ void SharedFabric::sweep_stale(const std::string& keep) noexcept {
       if (base != MAP_FAILED) {
         const Header& h = *static_cast<const Header*>(base);
         bool anyone = h.magic != kMagic;  // not ours to judge
-        for (int s = 0; s < kSlots && !anyone; ++s) anyone = alive(h.slots[s]);
+        for (int s = 0; s < kSlots && !anyone; ++s) anyone = byte_held(fd, kLockAt + s);
         struct stat now {};
         if (!anyone && ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino) {
           ::unlink(path.c_str());  // every process of it is gone (killed, crashed)
@@ -138,6 +180,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   }
   sweep_stale(path_);
   struct stat st {};
+  std::uint64_t waited_since = 0;
   for (;;) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) fail("cannot open", path_, errno);
@@ -148,7 +191,19 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
                                " belongs to another user or is open to others; choose another "
                                "VERBSIM_FABRIC name");
     }
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) fail("cannot lock", path_, errno);
+      const std::uint64_t now = wall_ns();
+      if (waited_since == 0) waited_since = now;
+      if (now - waited_since > kLockPatienceNs) {
+        ::close(fd_);
+        throw std::runtime_error("verbsim: fabric " + path_ + ": its lock has been held for " +
+                                 std::to_string(kLockPatienceNs / 1'000'000) +
+                                 " ms by a process of the fabric that does not release it "
+                                 "(stopped, or hung); cannot join");
+      }
+      const timespec pause{0, 100'000};
+      ::nanosleep(&pause, nullptr);
     }
     // The last process of the fabric may have removed the file meanwhile: then join anew.
     struct stat now {};
@@ -158,7 +213,11 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
     ::close(fd_);
   }
   ::fstat(fd_, &st);
-  const FileLock lock(fd_);  // taken above; this releases it at the end of the constructor
+  // Taken above; released at the end of the constructor.
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::flock(fd, LOCK_UN); }
+  } const unlock{fd_};
   bool fresh = static_cast<std::size_t>(st.st_size) != kFileBytes;
   auto map = [&] {
     base_ = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
@@ -169,10 +228,9 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
     bool anyone = false;
     if (header().magic == kMagic) {
       for (int s = 0; s < kSlots; ++s) {
-        if (header().slots[s].pid.load() == 0) continue;
         if (slot_alive(s)) {
           anyone = true;
-        } else {
+        } else if (header().slots[s].pid.load() != 0) {
           forget_slot(s);  // a process that crashed or was killed
         }
       }
@@ -200,7 +258,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
                              ": every process of a fabric needs the same VERBSIM_SIM_DEVICES");
   }
   for (int s = 0; s < kSlots; ++s) {
-    if (header().slots[s].pid.load() != 0) continue;
+    if (header().slots[s].pid.load() != 0 || !lock_byte(fd_, kLockAt + s)) continue;
     self_ = s;
     break;
   }
@@ -220,7 +278,6 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   const std::uint64_t t = clock_of_others();
   me.now.store(t);
   me.bound.store(t);
-  me.start.store(start_time(::getpid()));
   me.pid.store(::getpid(), std::memory_order_release);
   header().used.fetch_or(1u << self_, std::memory_order_relaxed);
   header().live.fetch_or(1u << self_, std::memory_order_release);
@@ -245,9 +302,15 @@ void SharedFabric::leave() noexcept {
   if (left_) return;
   left_ = true;
   const FileLock lock(fd_);
+  // Without the lock (a process stopped holding it) the others forget this one once its
+  // liveness lock goes with the file's descriptor.
+  if (!lock.held()) return;
   forget_slot(self_);
+  unlock_byte(fd_, kLockAt + self_);
   bool anyone = false;
-  for (int s = 0; s < kSlots; ++s) anyone = anyone || header().slots[s].pid.load() != 0;
+  for (int s = 0; s < kSlots; ++s) {
+    anyone = anyone || (header().slots[s].pid.load() != 0 && slot_alive(s));
+  }
   if (!anyone) ::unlink(path_.c_str());
 }
 
@@ -260,14 +323,8 @@ std::uint64_t SharedFabric::clock_of_others() const noexcept {
   return t;
 }
 
-bool SharedFabric::slot_alive(int slot) noexcept { return alive(header().slots[slot]); }
-
-bool SharedFabric::alive(const Slot& s) noexcept {
-  const pid_t pid = s.pid.load(std::memory_order_acquire);
-  if (pid == 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const std::uint64_t started = s.start.load(std::memory_order_relaxed);
-  return started == 0 || start_time(pid) == started;  // else the pid was reused
+bool SharedFabric::slot_alive(int slot) noexcept {
+  return slot != self_ && byte_held(fd_, kLockAt + slot);
 }
 
 void SharedFabric::forget_slot(int slot) noexcept {
@@ -345,12 +402,12 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
   const std::uint32_t live = header().live.load(std::memory_order_acquire) & ~me;
   const std::uint32_t used = header().used.load(std::memory_order_acquire) | me;
   for (int s = 0; s < kSlots; ++s) {
-    if ((live & 1u << s) == 0) gone_[s] = false;  // free: a process that joins later starts afresh
+    if ((live & 1u << s) == 0) gone_[s] = stalled_[s] = false;  // free: one that joins later starts afresh
   }
   // Parcels first (see the header), then the bounds.
   for (std::uint32_t to_set = live; to_set != 0; to_set &= to_set - 1) {
     const int to = std::countr_zero(to_set);
-    if (gone_[to]) continue;
+    if (gone_[to] || stalled_[to]) continue;
     for (std::uint32_t from_set = used & ~(1u << to); from_set != 0; from_set &= from_set - 1) {
       const std::uint64_t t = first_parcel_time(std::countr_zero(from_set), to);
       if (t != kNever) {
@@ -369,6 +426,11 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
       seen_bound_[s] = b;
       still_[s] = 0;
       seen_at_[s] = 0;
+      if (stalled_[s]) {
+        stalled_[s] = false;
+        std::fprintf(stderr, "verbsim: fabric %s: process %d moves again\n", path_.c_str(),
+                     static_cast<int>(slot.pid.load(std::memory_order_relaxed)));
+      }
     } else if (++still_[s] % kStillCalls == 0) {
       // It has not moved for a while: is it still there? (Checked whether or not its bound
       // holds this process back now: the parcels this process sent it may, and a process
@@ -376,19 +438,30 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
       const std::uint64_t wall = wall_ns();
       if (seen_at_[s] == 0) {
         seen_at_[s] = wall;
+        still_since_[s] = wall;
       } else if (wall - seen_at_[s] > kStillNs) {
         seen_at_[s] = wall;
         if (!slot_alive(s)) {
           const pid_t pid = slot.pid.load(std::memory_order_relaxed);
           gone_[s] = true;
           const FileLock lock(fd_);
-          if (!slot_alive(s) && slot.pid.load() != 0) forget_slot(s);
+          if (lock.held() && !slot_alive(s) && slot.pid.load() != 0) forget_slot(s);
           std::fprintf(stderr, "verbsim: fabric %s: process %d is gone; its QPs are "
                        "unreachable from now on\n", path_.c_str(), static_cast<int>(pid));
           continue;
         }
+        if (!stalled_[s] && wall - still_since_[s] > kPatienceNs && b < kNever) {
+          // There, but not moving (stopped, or outside the library with nothing to run it):
+          // a host that stopped answering. Those that talk to it time out; the others go on.
+          stalled_[s] = true;
+          std::fprintf(stderr, "verbsim: fabric %s: process %d has not moved for %llu ms "
+                       "(stopped?); the fabric's time goes on without it until it moves\n",
+                       path_.c_str(), static_cast<int>(slot.pid.load(std::memory_order_relaxed)),
+                       static_cast<unsigned long long>(kPatienceNs / 1'000'000));
+        }
       }
     }
+    if (stalled_[s]) continue;
     safe = std::min(safe, b);
   }
   return safe;
@@ -405,19 +478,31 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
   const std::size_t contiguous = kRingBytes - at;
   const std::size_t total = need + (contiguous < need ? contiguous : 0);
   std::uint64_t waited_since = 0;
-  while (kRingBytes - (tail - r.head.load(std::memory_order_acquire)) < total) {
+  std::uint64_t drained_at = 0;  // wall ns when its head last moved while this one waited
+  std::uint64_t head = r.head.load(std::memory_order_acquire);
+  while (kRingBytes - (tail - head) < total) {
     // Full: the other process drains it whenever it runs its world.
+    if (stalled_[slot]) return;  // lost: it stopped taking them (safe_time)
     const std::uint64_t wall = wall_ns();
-    if (waited_since == 0) waited_since = wall;
+    if (waited_since == 0) waited_since = drained_at = wall;
     if (wall - waited_since > kStillNs) {
       waited_since = wall;
       if (!slot_alive(slot)) {
         gone_[slot] = true;
         return;  // lost, as on a link to a host that lost power
       }
+      if (wall - drained_at > kPatienceNs) {
+        stalled_[slot] = true;  // there, but it takes nothing: a host that stopped answering
+        return;
+      }
     }
     const timespec pause{0, 20'000};
     ::nanosleep(&pause, nullptr);
+    const std::uint64_t now_head = r.head.load(std::memory_order_acquire);
+    if (now_head != head) {
+      head = now_head;
+      drained_at = wall_ns();
+    }
   }
   if (contiguous < need) {
     const std::uint32_t wrap = kWrap;

@@ -137,7 +137,6 @@ class SharedFabric {
   static constexpr std::uint32_t kWrap = UINT32_MAX;  // the rest of the ring is unused
   struct alignas(64) Slot {
     std::atomic<pid_t> pid;
-    std::atomic<std::uint64_t> start;  // the process's start time (/proc/<pid>/stat)
     std::atomic<std::uint64_t> now;
     std::atomic<std::uint64_t> bound;
     std::atomic<std::uint64_t> next;
@@ -170,14 +169,15 @@ class SharedFabric {
   };
   static constexpr std::size_t kRingsAt = (sizeof(Header) + 4095) & ~std::size_t{4095};
   static constexpr std::size_t kFileBytes = kRingsAt + sizeof(Ring) * kSlots * kSlots;
+  // Where each slot's liveness lock is: a byte per slot past the file's contents.
+  static constexpr long kLockAt = static_cast<long>(kFileBytes);
 
   Header& header() const noexcept { return *static_cast<Header*>(base_); }
   Ring& ring(int from, int to) const noexcept {
     return reinterpret_cast<Ring*>(static_cast<unsigned char*>(base_) + kRingsAt)[from * kSlots + to];
   }
+  // Whether another process holds the slot (its liveness lock: shared_fabric.cpp).
   bool slot_alive(int slot) noexcept;
-  // Whether the process of a slot still runs (0 pid: none).
-  static bool alive(const Slot& s) noexcept;
   // Removes the fabrics of this user whose processes are all gone, but `keep` (a path).
   static void sweep_stale(const std::string& keep) noexcept;
   // The time of the first parcel on ring `from` -> `to`, or kNever.
@@ -194,7 +194,9 @@ class SharedFabric {
   std::uint64_t seen_bound_[kSlots] = {};
   std::uint64_t seen_at_[kSlots] = {};
   std::uint32_t still_[kSlots] = {};
+  std::uint64_t still_since_[kSlots] = {};  // wall ns: when its bound was first seen still
   bool gone_[kSlots] = {};
+  bool stalled_[kSlots] = {};  // alive, not moving for kPatienceNs: not waited for
   bool left_ = false;
   std::uint64_t others_next_ = kNever;
   struct Published {
