@@ -33,6 +33,8 @@
  * --procs 2: they are two processes on one fabric: the program forks a responder and a
  * requester before either touches verbs, each joining VERBSIM_FABRIC (a name of its own when
  * unset); they exchange QP numbers, addresses and keys through pipes.
+ * --deadline S: a run still going after S seconds of wall time fails ("no progress").
+ * --guard-pages: an inaccessible page on each side of every registered region.
  * --outcomes FILE: writes each WR's outcome (status, opcode, byte_len, immediate, flags and a
  * digest of the bytes it moved) and digests of the responder's memory at the end.
  * --differential: runs the workload both ways (each in processes of its own) and passes when
@@ -50,8 +52,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../dropin/check.h"
@@ -212,6 +216,33 @@ static void outcome(const char *fmt, ...) {
   va_end(ap);
 }
 
+/* ---- memory: --guard-pages puts an inaccessible page on each side of every region the
+ * program registers, so that a write the simulator makes outside registered memory kills the
+ * process (SIGSEGV) instead of passing unseen. */
+static int g_guard_pages = 0;
+static uint8_t *alloc_memory(size_t bytes) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t span = (bytes + page - 1) / page * page;
+  if (!g_guard_pages) {
+    void *p = NULL;
+    CHECK(posix_memalign(&p, page, span) == 0, "posix_memalign");
+    return p;
+  }
+  uint8_t *all = mmap(NULL, span + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(all != MAP_FAILED, "mmap: %s", strerror(errno));
+  CHECK(mprotect(all + page, span, PROT_READ | PROT_WRITE) == 0, "mprotect: %s",
+        strerror(errno));
+  return all + page;
+}
+static void free_memory(uint8_t *p, size_t bytes) {
+  if (!g_guard_pages) {
+    free(p);
+    return;
+  }
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  munmap(p - page, (bytes + page - 1) / page * page + 2 * page);
+}
+
 /* ---- the two sides' verbs objects */
 struct side {
   struct ibv_context *ctx;
@@ -324,7 +355,7 @@ static void responder_setup(struct responder *r, struct workload *w) {
   const size_t write_at = words_at + kWords * 8;
   const size_t recv_at = write_at + w->write_bytes;
   s->mem_bytes = recv_at + w->recv_bytes;
-  CHECK(posix_memalign((void **)&s->mem, 4096, s->mem_bytes) == 0, "posix_memalign");
+  s->mem = alloc_memory(s->mem_bytes);
   r->read_area = s->mem;
   r->words = s->mem + words_at;
   r->write_area = s->mem + write_at;
@@ -514,7 +545,7 @@ static void responder_teardown(struct responder *r) {
   side_teardown(&r->s);
   CHECK(ibv_dealloc_pd(r->s.pd) == 0, "ibv_dealloc_pd");
   CHECK(ibv_close_device(r->s.ctx) == 0, "ibv_close_device");
-  free(r->s.mem);
+  free_memory(r->s.mem, r->s.mem_bytes);
 }
 
 /* ---- the requester */
@@ -543,7 +574,7 @@ static void requester_setup(struct requester *q, struct workload *w) {
   struct side *s = &q->s;
   open_side(s, w);
   s->mem_bytes = (size_t)w->window * 3 * w->piece;
-  CHECK(posix_memalign((void **)&s->mem, 4096, s->mem_bytes) == 0, "posix_memalign");
+  s->mem = alloc_memory(s->mem_bytes);
   memset(s->mem, 0, s->mem_bytes);
   s->mr = ibv_reg_mr(s->pd, s->mem, s->mem_bytes, IBV_ACCESS_LOCAL_WRITE);
   CHECK(s->mr, "requester ibv_reg_mr: %s", strerror(errno));
@@ -732,7 +763,7 @@ static void requester_teardown(struct requester *q) {
   side_teardown(&q->s);
   CHECK(ibv_dealloc_pd(q->s.pd) == 0, "ibv_dealloc_pd");
   CHECK(ibv_close_device(q->s.ctx) == 0, "ibv_close_device");
-  free(q->s.mem);
+  free_memory(q->s.mem, q->s.mem_bytes);
 }
 
 static void self_endpoint(struct side *s, struct endpoint *e) {
@@ -751,6 +782,17 @@ static void responder_endpoint(struct responder *r, struct endpoint *e) {
 }
 
 static const long kSpins = 400000000L;  // a run that stops making progress ends, failing
+
+/* --deadline: a run still going after this many seconds of wall time ends, failing. */
+static double g_deadline = 0;
+static struct timespec g_started;
+static int past_deadline(void) {
+  if (g_deadline <= 0) return 0;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - g_started.tv_sec) + (double)(now.tv_nsec - g_started.tv_nsec) / 1e9 >
+         g_deadline;
+}
 
 /* Exactly one completion per WR: once every WR has completed, `cq` (of `whose` side) stays
  * empty while the world runs on a while (polls of `also`'s CQ too: one process). */
@@ -794,14 +836,16 @@ static int run_one_process(struct workload *w) {
   long spins = 0;
   while (r.binds_left != 0) {
     responder_poll(&r);
-    CHECK(++spins < kSpins, "the windows' binds do not complete");
+    CHECK(++spins < kSpins && (spins % 4096 || !past_deadline()),
+          "the windows' binds do not complete");
   }
   responder_endpoint(&r, &re);
   q.peer = re;
   connect_qp(q.s.qp, re.qpn, &re.gid);
   int q_done = 0, r_done = r.next_recv == w->recvs;
   for (spins = 0; !(q_done && r_done); ++spins) {
-    CHECK(spins < kSpins, "no progress: %d of %d operations completed, %u of %u receives",
+    CHECK(spins < kSpins && (spins % 4096 || !past_deadline()),
+          "no progress: %d of %d operations completed, %u of %u receives",
           q.completed, q.posted, r.next_recv, w->recvs);
     if (!q_done) q_done = requester_step(&q);
     if (!r_done) r_done = responder_poll(&r);
@@ -839,12 +883,14 @@ static int responder_process(struct workload *w, int to_req, int from_req) {
   long spins = 0;
   while (r.binds_left != 0) {
     responder_poll(&r);
-    CHECK(++spins < kSpins, "the windows' binds do not complete");
+    CHECK(++spins < kSpins && (spins % 4096 || !past_deadline()),
+          "the windows' binds do not complete");
   }
   responder_endpoint(&r, &self);
   put(to_req, &self, sizeof self);
   for (spins = 0; !responder_poll(&r); ++spins) {
-    CHECK(spins < kSpins, "no progress: %u of %u receives completed", r.next_recv, w->recvs);
+    CHECK(spins < kSpins && (spins % 4096 || !past_deadline()),
+          "no progress: %u of %u receives completed", r.next_recv, w->recvs);
   }
   uint64_t words[kWords];
   get(from_req, words, sizeof words);  // the requester is done (the world runs meanwhile)
@@ -864,7 +910,8 @@ static int requester_process(struct workload *w, int to_resp, int from_resp) {
   get(from_resp, &q.peer, sizeof q.peer);
   connect_qp(q.s.qp, q.peer.qpn, &q.peer.gid);
   for (long spins = 0; !requester_step(&q); ++spins) {
-    CHECK(spins < kSpins, "no progress: %d of %d operations completed", q.completed, q.posted);
+    CHECK(spins < kSpins && (spins % 4096 || !past_deadline()),
+          "no progress: %d of %d operations completed", q.completed, q.posted);
   }
   no_more(q.s.cq, "the requester's", NULL);
   summary(&q, NULL, "two processes, requester");
@@ -1076,6 +1123,7 @@ static void usage(const char *why) {
           "datacheck: %s\n"
           "usage: datacheck [--procs 1|2] [--ops N] [--window W] [--mix all|split-read]\n"
           "                 [--error-at K | --random-error] [--outcomes FILE] [--quiet]\n"
+          "                 [--deadline SECONDS] [--guard-pages]\n"
           "       datacheck --differential [the options above] [--plant-difference]\n",
           why);
   exit(2);
@@ -1100,6 +1148,10 @@ int main(int argc, char **argv) {
       error_at = atoi(v), ++i;
     } else if (strcmp(a, "--outcomes") == 0 && v) {
       outcomes = v, ++i;
+    } else if (strcmp(a, "--deadline") == 0 && v) {
+      g_deadline = atof(v), ++i;
+    } else if (strcmp(a, "--guard-pages") == 0) {
+      g_guard_pages = 1;
     } else if (strcmp(a, "--random-error") == 0) {
       random_error = 1;
     } else if (strcmp(a, "--differential") == 0) {
@@ -1119,6 +1171,7 @@ int main(int argc, char **argv) {
   if (window < 1 || window > kMaxWindow) usage("--window is 1..32");
   if (strcmp(mix, "all") != 0 && strcmp(mix, "split-read") != 0) usage("--mix is all or split-read");
   if (error_at >= ops) usage("--error-at is below --ops");
+  clock_gettime(CLOCK_MONOTONIC, &g_started);
   const char *seed = getenv("VERBSIM_SEED");
   if (seed != NULL && *seed != '\0') g_seed = strtoull(seed, NULL, 0);
   if (random_error && g_seed % 4 == 0) error_at = (int)((g_seed / 4 * 7919) % (uint64_t)ops);

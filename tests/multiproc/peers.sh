@@ -11,6 +11,9 @@
 #   lock    a process holds the fabric file's lock and never lets go (as one stopped inside
 #           it): a pair already running ends normally; a process that wants to join fails
 #           within seconds, naming the lock;
+#   rping   an rping server killed in the middle of its pings, five times at moments drawn at
+#           random: each time the client is told (DISCONNECTED, as rdma_cm reports a lost
+#           connection, or its retries run out) and ends by itself;
 #   pidns   the server runs in a PID namespace of its own (a container sharing /dev/shm): the
 #           pair runs to the end, and neither takes the other for dead (skipped where
 #           unshare --pid is not allowed).
@@ -26,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
   esac
 done
-scenario=${1:?usage: peers.sh --dropin DIR zombie|stop|lock|pidns}
+scenario=${1:?usage: peers.sh --dropin DIR zombie|stop|lock|rping|pidns}
 command -v ib_send_bw > /dev/null || { echo "peers.sh: perftest is not installed" >&2; exit 2; }
 export LD_LIBRARY_PATH=$dropin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fabric="peers-$scenario-$$-$RANDOM"
@@ -178,6 +181,29 @@ time.sleep(20)' "$file" &
       -- ib_send_bw -d sim0 -x 1 -n 500 -p @PORT@ -- ib_send_bw -d sim0 -x 1 -n 500 -p @PORT@ @HOST@ \
       > "$work/pair.out" 2>&1 || fail "a pair on the fabric once the lock was let go"
   echo "peers.sh lock: a pair on the fabric ran once the lock was let go"
+  ;;
+rping)
+  command -v rping > /dev/null || { echo "peers.sh: rping is not installed" >&2; exit 2; }
+  for round in 1 2 3 4 5; do
+    export VERBSIM_FABRIC=$fabric-$round
+    rping -s -a 10.0.0.1 -C 1000000 -V > "$work/server.out" 2>&1 &
+    spid=$!
+    pids+=("$spid")
+    sleep 0.3
+    rping -c -a 10.0.0.1 -C 1000000 -V > "$work/client.out" 2>&1 &
+    cpid=$!
+    pids+=("$cpid")
+    sleep "0.$((RANDOM % 9 + 1))"
+    kill -KILL "$spid"
+    wait "$spid" 2> /dev/null
+    start=$(date +%s.%N)
+    wait_for "$cpid" 20
+    crc=$?
+    [[ $crc -ne 255 ]] || fail "round $round: the client still waits 20 s after its server was killed"
+    grep -qE 'DISCONNECT EVENT|status 12' "$work/client.out" ||
+      fail "round $round: the client did not report the lost connection"
+    echo "peers.sh rping: round $round: the client ended (exit $crc) $(seconds_since "$start") s after its server was killed: $(grep -m1 -oE 'DISCONNECT EVENT|status 12' "$work/client.out")"
+  done
   ;;
 pidns)
   if ! unshare --pid --fork --mount-proc true 2> /dev/null; then

@@ -145,7 +145,7 @@ struct CmNode {
   // A node of another process of a shared fabric (cm/remote.cpp) stands here for the id it
   // is there: messages to it are handed over. Never alive.
   int remote_slot = -1;
-  pid_t remote_pid = 0;
+  std::uint64_t remote_token = 0;  // SharedFabric::token_of its process
   std::uint32_t remote_node = kNone;
   bool remote() const noexcept { return remote_slot >= 0; }
   int retries_left = 0;
@@ -158,7 +158,18 @@ struct CmFabric {
   std::vector<Wire> wires;  // in flight, by slot
   std::vector<std::uint32_t> free_wires;
   std::uint16_t next_port = kFirstEphemeralPort;
-  std::unordered_map<std::uint64_t, std::uint32_t> proxies;  // by pid << 32 | node
+  // Proxies of ids of other processes, by their process's token and their node there.
+  struct ProxyKey {
+    std::uint64_t token;
+    std::uint32_t node;
+    bool operator==(const ProxyKey&) const = default;
+  };
+  struct ProxyHash {
+    std::size_t operator()(const ProxyKey& k) const noexcept {
+      return std::hash<std::uint64_t>{}(k.token * 0x9e3779b97f4a7c15ull ^ k.node);
+    }
+  };
+  std::unordered_map<ProxyKey, std::uint32_t, ProxyHash> proxies;
 
   explicit CmFabric(World::Impl& world);
 
@@ -169,6 +180,11 @@ struct CmFabric {
   void hand_over(const Wire& m, int to_dev, std::uint8_t to_port, int slot);
   // A message another process handed over (a parcel's bytes): it arrives now.
   void take_parcel(const std::uint8_t* bytes, std::size_t size);
+  // Message `m` arrives now at `port` of `dev` (a parcel taken, or a DREQ of a gone process).
+  void deliver_now(Wire m, std::uint16_t dev, std::uint16_t port);
+  // The process of fabric slot `slot` is gone: its connections here are disconnected, as its
+  // kernel's CM does when it destroys its ids.
+  void peer_gone(int slot);
   // A REQ for a port this process's listener just gave up, on a shared fabric: held (true)
   // and seen again shortly, for up to 250 ms of wall time, in case the program is about to
   // listen on it again; false when it is to be rejected as usual.

@@ -18,8 +18,8 @@ namespace {
 // receiving side needs of the message and of the id that sent it; the private data follows.
 struct CmParcel {
   Event event;  // kind: EvKind::cm; dev and wire: the device and port it arrives at
-  pid_t from_pid;
-  pid_t to_pid;  // 0: a REQ (found by its address)
+  std::uint64_t from_token;  // SharedFabric::token_of the sender's slot
+  std::uint64_t to_token;    // the receiver's; 0: a REQ (found by its address)
   std::uint32_t from;  // the sender's node, or kNone (its device refuses a REQ)
   std::uint32_t to;    // the receiver's node, or kNone (a REQ)
   SockAddr from_local;
@@ -48,16 +48,16 @@ void CmFabric::hand_over(const Wire& m, int to_dev, std::uint8_t to_port, int sl
   p.event.kind = EvKind::cm;
   p.event.dev = static_cast<std::uint16_t>(to_dev);
   p.event.wire = to_port;
-  p.from_pid = ::getpid();
+  p.from_token = fabric->token();
   p.from = m.from;
   p.to = kNone;
   if (m.to != kNone) {
     const CmNode& to = node(m.to);
     slot = to.remote_slot;
-    p.to_pid = to.remote_pid;
+    p.to_token = to.remote_token;
     p.to = to.remote_node;
   }
-  if (slot < 0 || (p.to_pid != 0 && fabric->pid_of(slot) != p.to_pid)) return;  // gone: lost
+  if (slot < 0 || (p.to_token != 0 && fabric->token_of(slot) != p.to_token)) return;  // gone: lost
   if (m.from != kNone) {
     const CmNode& from = node(m.from);
     p.from_local = from.local;
@@ -86,10 +86,20 @@ void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
   if (size < sizeof p) return;
   std::memcpy(&p, bytes, sizeof p);
   if (size < sizeof p + p.data_bytes) return;
-  if (p.to != kNone && (p.to_pid != ::getpid() || p.to >= nodes.size() || node(p.to).remote())) {
+  SharedFabric* fabric = w.shared_fabric();
+  if (fabric == nullptr) return;
+  if (p.to != kNone &&
+      (p.to_token != fabric->token() || p.to >= nodes.size() || node(p.to).remote())) {
     return;  // for an id of an earlier process of this slot: lost
   }
-  SharedFabric* fabric = w.shared_fabric();
+  // What another process wrote is checked before it is used (docs/MULTIPROCESS.md): a kind of
+  // message, devices of this fabric.
+  const auto devices = static_cast<std::int32_t>(w.devices().size());
+  if (p.kind > Msg::drep || p.event.dev >= devices || p.from_dev < -1 || p.from_dev >= devices ||
+      p.src_dev < -1 || p.src_dev >= devices) {
+    w.fabric_corrupt("a CM message's kind or device");
+    return;
+  }
   Wire m;
   m.kind = p.kind;
   m.to = p.to;
@@ -106,21 +116,20 @@ void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
   m.src_port = p.src_port;
   if (p.from != kNone) {
     // The sender's proxy here: one per id of another process, made by its first message.
-    const std::uint64_t key = static_cast<std::uint64_t>(p.from_pid) << 32 | p.from;
-    auto [it, made] = proxies.try_emplace(key, 0);
+    auto [it, made] = proxies.try_emplace(ProxyKey{p.from_token, p.from}, 0);
     if (made) {
       it->second = static_cast<std::uint32_t>(nodes.size());
       nodes.emplace_back();
       CmNode& proxy = nodes.back();
       proxy.alive = false;
       proxy.st = St::closed;
-      proxy.remote_pid = p.from_pid;
+      proxy.remote_token = p.from_token;
       proxy.remote_node = p.from;
     }
     CmNode& proxy = node(it->second);
     proxy.remote_slot = -1;
     for (int s = 0; fabric != nullptr && s < SharedFabric::kSlots; ++s) {
-      if (fabric->pid_of(s) == p.from_pid) proxy.remote_slot = s;
+      if (fabric->token_of(s) == p.from_token) proxy.remote_slot = s;
     }
     if (proxy.remote_slot < 0) return;  // its process is gone already
     proxy.local = p.from_local;
@@ -130,6 +139,10 @@ void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
     proxy.qpn = p.from_qpn;
     m.from = it->second;
   }
+  deliver_now(std::move(m), p.event.dev, p.event.wire);
+}
+
+void CmFabric::deliver_now(Wire m, std::uint16_t dev, std::uint16_t port) {
   std::uint32_t slot;
   if (free_wires.empty()) {
     slot = static_cast<std::uint32_t>(wires.size());
@@ -143,10 +156,29 @@ void CmFabric::take_parcel(const std::uint8_t* bytes, std::size_t size) {
   e.time = w.now();
   e.kind = EvKind::cm;
   e.code = static_cast<std::uint8_t>(Code::message);
-  e.dev = p.event.dev;
-  e.wire = p.event.wire;
+  e.dev = dev;
+  e.wire = port;
   e.index = slot;
   on_message(e);
+}
+
+void CmFabric::peer_gone(int slot) {
+  // A process that ends (killed too) has its ids destroyed by the kernel, whose CM sends a
+  // DREQ for each connection: its peers here get DISCONNECTED, as rdma_cm reports a lost
+  // connection. Those still setting one up time out as before.
+  for (std::uint32_t n = 0; n < nodes.size(); ++n) {
+    const CmNode& nd = nodes[n];
+    if (!nd.alive || nd.remote() || nd.peer_node == kNone || nd.peer_node >= nodes.size()) continue;
+    if (nodes[nd.peer_node].remote_slot != slot) continue;
+    if (nd.st != St::established && nd.st != St::rep_sent) continue;
+    Wire m;
+    m.kind = Msg::dreq;
+    m.from = nd.peer_node;
+    m.to = n;
+    m.src_dev = nd.dev;
+    m.src_port = nd.port;
+    deliver_now(std::move(m), static_cast<std::uint16_t>(std::max(nd.dev, 0)), nd.port);
+  }
 }
 
 bool CmFabric::hold_for_next_listener(Wire& m, int dev, std::uint8_t port) {

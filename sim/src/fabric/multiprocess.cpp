@@ -62,6 +62,29 @@ std::uint64_t stand_in_key(std::uint32_t dev, std::uint32_t qpn) noexcept {
   return static_cast<std::uint64_t>(dev) << 32 | qpn;
 }
 
+// Why a packet's parcel of `bytes` bytes cannot be one a process of this fabric sent, or
+// nullptr. Everything read from the shared file is checked before it is used: the devices it
+// names exist here, its QP type and opcode are values, its payload is what it says and no
+// larger than a parcel carries (a READ's length included: its response comes back in one).
+const char* parcel_fault(const Parcel& p, std::size_t bytes, std::size_t devices) noexcept {
+  const Event& e = p.event;
+  if (e.dev >= devices) return "a packet's parcel for a device this fabric has not";
+  if (p.payload != bytes - sizeof p) return "a packet's parcel whose payload is not its size";
+  if (p.payload > SharedFabric::max_payload()) return "a packet's parcel larger than a parcel";
+  if (e.kind != EvKind::deliver) return nullptr;
+  if (e.src_dev >= devices) return "a packet's parcel from a device this fabric has not";
+  if (p.type != QpType::rc && p.type != QpType::uc && p.type != QpType::ud) {
+    return "a packet's parcel of no QP type";
+  }
+  if (p.wqe.opcode > WrOpcode::send_with_inv) return "a packet's parcel of no opcode";
+  if (p.wqe.length > SharedFabric::max_payload()) return "a packet's parcel of a message larger than a parcel";
+  const bool data = !is_read_or_atomic(p.wqe.opcode);
+  if (data && !p.wqe.buffers_gone && p.payload != p.wqe.length) {
+    return "a packet's parcel whose payload is not its message's length";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 struct FabricLink {
@@ -82,6 +105,7 @@ struct FabricLink {
   bool let_run = false;  // a bound far from now was published since the program last acted
   bool warned_large = false;
   bool left = false;
+  bool corrupt = false;  // left_corrupt_fabric ran
 };
 
 void FabricLinkDeleter::operator()(FabricLink* l) const noexcept { delete l; }
@@ -189,6 +213,24 @@ void World::Impl::catch_up() {
   }
 }
 
+void World::Impl::fabric_corrupt(const std::string& what) {
+  if (link_ != nullptr) link_->fabric.set_corrupt(what);
+}
+
+void World::Impl::left_corrupt_fabric() {
+  FabricLink& l = *link_;
+  l.corrupt = true;
+  std::fprintf(stderr,
+               "verbsim: fabric %s is corrupt: %s. This process leaves it: the other "
+               "processes are unreachable from it from now on (its QPs' requests to them time "
+               "out, its connections to them are disconnected), and it from them.\n",
+               l.fabric.path().c_str(), l.fabric.corrupt().c_str());
+  l.fabric.leave();
+  if (cm_ != nullptr) {
+    for (int s = 0; s < SharedFabric::kSlots; ++s) cm_->peer_gone(s);
+  }
+}
+
 void World::Impl::catch_up_quietly() noexcept {
   try {
     catch_up();
@@ -210,9 +252,19 @@ void World::Impl::take_parcels() {
           l.free_parcels.pop_back();
         }
         const auto* b = static_cast<const std::uint8_t*>(p);
-        l.parcels[slot].assign(b, b + bytes);
         Event head;  // a packet's Parcel or a CM message's (cm/remote.cpp) starts with it
+        if (bytes < sizeof head) {
+          fabric_corrupt("a parcel shorter than its header");
+          l.free_parcels.push_back(slot);
+          return;
+        }
         std::memcpy(&head, b, sizeof head);
+        if (head.kind != EvKind::cm && head.kind > EvKind::nak) {
+          fabric_corrupt("a parcel of kind " + std::to_string(static_cast<int>(head.kind)));
+          l.free_parcels.push_back(slot);
+          return;
+        }
+        l.parcels[slot].assign(b, b + bytes);
         Event e{};
         e.time = std::max(now_, head.time);  // late: its sender's program ran ahead
         e.kind = EvKind::parcel;
@@ -228,9 +280,17 @@ bool World::Impl::shared_step(std::uint64_t limit, bool passive, bool may_throw)
   FabricLink& l = *link_;
   // A program with something still to take acts at once: this world neither promises to be
   // quiet nor lets its clock run to the others' next event.
+  if (!l.corrupt && !l.fabric.corrupt().empty()) [[unlikely]] left_corrupt_fabric();
   const bool waiting = all_taken(l, cm_.get());
   l.passive = passive && waiting;
   l.safe = l.fabric.safe_time(config_.link_latency_ns);
+  if (const std::uint32_t gone = l.fabric.take_newly_gone(); gone != 0) [[unlikely]] {
+    // Their connections here are disconnected, as their kernels' CM does for a process that
+    // ends (CmFabric::peer_gone).
+    for (int s = 0; s < SharedFabric::kSlots; ++s) {
+      if ((gone & 1u << s) != 0 && cm_ != nullptr) cm_->peer_gone(s);
+    }
+  }
   take_parcels();
   const std::uint64_t until = std::min(limit, l.safe);
   bool ran;
@@ -291,6 +351,16 @@ void World::Impl::hand_over(const Event& e) {
         p.wire_packets = m->packets;
       }
     }
+    if (wq.length > SharedFabric::max_payload()) {
+      // Its data, or a READ's response, would not fit a parcel.
+      if (!l.warned_large) {
+        std::fprintf(stderr, "verbsim: fabric: a message of %u bytes to a QP of another "
+                     "process is lost: a shared fabric carries %zu bytes a message at most\n",
+                     wq.length, SharedFabric::max_payload());
+        l.warned_large = true;
+      }
+      return;
+    }
     if (!is_read_or_atomic(wq.opcode) && !wq.buffers_gone && wq.length > 0) {
       if (wq.length > SharedFabric::max_payload()) {
         if (!l.warned_large) {
@@ -338,7 +408,9 @@ void World::Impl::run_parcel(const Event& e) {
     return;
   }
   Parcel p;
+  if (bytes.size() < sizeof p) return fabric_corrupt("a packet's parcel shorter than its header");
   std::memcpy(&p, bytes.data(), sizeof p);
+  if (const char* why = parcel_fault(p, bytes.size(), devs_.size())) return fabric_corrupt(why);
   const std::uint8_t* data = bytes.data() + sizeof p;
   Event m = p.event;
   m.time = now_;

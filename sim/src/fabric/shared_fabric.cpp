@@ -13,6 +13,7 @@
 #include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
+#include <csignal>
 #include <signal.h>
 #include <stdexcept>
 #include <sys/file.h>
@@ -125,6 +126,69 @@ bool byte_held(int fd, off_t at) noexcept {
   l.l_len = 1;
   if (::fcntl(fd, F_OFD_GETLK, &l) != 0) return true;  // cannot tell: take it as there
   return l.l_type != F_UNLCK;
+}
+
+// The mappings of the fabrics this process joined, for the SIGBUS handler: another process
+// that cuts the file short (ftruncate) makes every access past the new end a SIGBUS. The
+// handler maps zero pages over the mapping, so that the access and the ones after it read
+// zeros (and write nowhere shared), and flags it; SharedFabric::corrupt() then reports it and
+// the world leaves the fabric. Lock-free: it runs in a signal handler.
+struct Guarded {
+  std::atomic<std::uintptr_t> base{0};
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<bool> cut{false};
+};
+constexpr int kGuarded = 16;
+Guarded g_guarded[kGuarded];
+struct sigaction g_previous_bus {};
+
+void on_bus(int sig, siginfo_t* info, void* context) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  for (Guarded& g : g_guarded) {
+    const std::uintptr_t base = g.base.load(std::memory_order_acquire);
+    const std::size_t bytes = g.bytes.load(std::memory_order_acquire);
+    if (base == 0 || at < base || at - base >= bytes) continue;
+    const int saved = errno;
+    void* got = ::mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    errno = saved;
+    if (got == MAP_FAILED) break;
+    g.cut.store(true, std::memory_order_release);
+    return;  // the access runs again, on zeros
+  }
+  if ((g_previous_bus.sa_flags & SA_SIGINFO) != 0 && g_previous_bus.sa_sigaction != nullptr) {
+    g_previous_bus.sa_sigaction(sig, info, context);
+  } else if (g_previous_bus.sa_handler != SIG_DFL && g_previous_bus.sa_handler != SIG_IGN) {
+    g_previous_bus.sa_handler(sig);
+  } else {
+    std::signal(sig, SIG_DFL);  // the access runs again, and kills as it would have
+  }
+}
+
+Guarded* guard(void* base, std::size_t bytes) noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_bus);
+  });
+  for (Guarded& g : g_guarded) {
+    std::uintptr_t expected = 0;
+    if (g.base.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(base))) {
+      g.cut.store(false);
+      g.bytes.store(bytes, std::memory_order_release);
+      return &g;
+    }
+  }
+  return nullptr;  // more fabrics than slots: unguarded
+}
+
+void unguard(Guarded* g) noexcept {
+  if (g == nullptr) return;
+  g->bytes.store(0, std::memory_order_release);
+  g->base.store(0, std::memory_order_release);
 }
 
 // Fabrics joined and not yet left: a process that exits without destroying its world (the
@@ -278,9 +342,19 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   const std::uint64_t t = clock_of_others();
   me.now.store(t);
   me.bound.store(t);
+  // A token no other process of the fabric has (pids repeat across PID namespaces).
+  std::uint64_t token = wall_ns() ^ (static_cast<std::uint64_t>(::getpid()) << 40) ^
+                        reinterpret_cast<std::uintptr_t>(this);
+  for (bool unique = false; !unique;) {
+    token = token * 0x9e3779b97f4a7c15ull + 1;
+    unique = token != 0;
+    for (int s = 0; s < kSlots; ++s) unique = unique && header().slots[s].token.load() != token;
+  }
+  me.token.store(token);
   me.pid.store(::getpid(), std::memory_order_release);
   header().used.fetch_or(1u << self_, std::memory_order_relaxed);
   header().live.fetch_or(1u << self_, std::memory_order_release);
+  guarded_ = guard(base_, kFileBytes);
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(leave_all_at_exit); });
   const std::lock_guard<std::mutex> held(g_joined_mu);
@@ -294,8 +368,58 @@ SharedFabric::~SharedFabric() {
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
   }
   leave();
+  unguard(static_cast<Guarded*>(guarded_));
   if (base_ != nullptr) ::munmap(base_, kFileBytes);
   ::close(fd_);
+}
+
+SharedFabric::Layout SharedFabric::layout() noexcept {
+  return {kFileBytes,
+          offsetof(Header, slots),
+          sizeof(Slot),
+          offsetof(Header, next_qpn),
+          offsetof(Header, owner),
+          sizeof(Header::owner),
+          offsetof(Header, cm_ports),
+          sizeof(Header::cm_ports),
+          kRingsAt,
+          sizeof(Ring),
+          offsetof(Ring, data)};
+}
+
+const std::string& SharedFabric::corrupt() noexcept {
+  const auto* g = static_cast<const Guarded*>(guarded_);
+  if (g != nullptr && g->cut.load(std::memory_order_acquire) && corrupt_.empty()) {
+    set_corrupt("the file was cut short (truncated) by another process");
+  }
+  return corrupt_;
+}
+
+void SharedFabric::set_corrupt(const std::string& why) {
+  if (corrupt_.empty()) corrupt_ = why;
+}
+
+void SharedFabric::corrupt_ring(int from, const char* what) {
+  set_corrupt("the ring from slot " + std::to_string(from) + " to slot " +
+              std::to_string(self_) + ": " + what);
+}
+
+std::uint32_t SharedFabric::checksum(const void* p, std::size_t n) noexcept {
+  // Eight bytes a step, multiply and fold (not a CRC: it finds scribbles, not an adversary).
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    __builtin_memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  std::uint64_t tail = 0;
+  __builtin_memcpy(&tail, b + i, n - i);
+  h = (h ^ tail) * 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 29;
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
 void SharedFabric::leave() noexcept {
@@ -315,10 +439,12 @@ void SharedFabric::leave() noexcept {
 }
 
 std::uint64_t SharedFabric::clock_of_others() const noexcept {
+  if (left_) return 0;
   std::uint64_t t = 0;
   for (int s = 0; s < kSlots; ++s) {
     if (s == self_ || header().slots[s].pid.load(std::memory_order_acquire) == 0) continue;
-    t = std::max(t, header().slots[s].now.load(std::memory_order_relaxed));
+    const std::uint64_t now = header().slots[s].now.load(std::memory_order_relaxed);
+    if (now <= kMaxTime) t = std::max(t, now);  // else no clock's: corrupt, not followed
   }
   return t;
 }
@@ -339,6 +465,7 @@ void SharedFabric::forget_slot(int slot) noexcept {
     if (p.owner == mark) p = CmPort{};
   }
   header().slots[slot].bound.store(kNever, std::memory_order_relaxed);
+  header().slots[slot].token.store(0, std::memory_order_relaxed);
   header().live.fetch_and(~(1u << slot), std::memory_order_relaxed);
   header().slots[slot].pid.store(0, std::memory_order_release);
 }
@@ -362,13 +489,19 @@ void SharedFabric::give_back_qpn(int dev, std::uint32_t qpn) noexcept {
 }
 
 int SharedFabric::remote_owner(int dev, std::uint32_t qpn) noexcept {
-  if (dev < 0 || dev >= kDevices || qpn >= kQpns) return -1;
+  if (left_ || dev < 0 || dev >= kDevices || qpn >= kQpns) return -1;
   const int o = header().owner[dev][qpn].load(std::memory_order_relaxed) - 1;
+  if (o >= kSlots) {
+    set_corrupt("the owner of QP " + std::to_string(qpn) + " of device " + std::to_string(dev) +
+                " is " + std::to_string(o + 1) + ", no slot");
+    return -1;
+  }
   if (o < 0 || o == self_ || gone_[o]) return -1;
   return o;
 }
 
 void SharedFabric::publish(std::uint64_t now, std::uint64_t bound, std::uint64_t next) noexcept {
+  if (left_) return;
   // Most steps of a spinning process change nothing: a store would still take the slot's
   // cache line away from the others, who read it on every step of theirs.
   if (now == published_.now && bound == published_.bound && next == published_.next) return;
@@ -381,26 +514,30 @@ void SharedFabric::publish(std::uint64_t now, std::uint64_t bound, std::uint64_t
 
 std::uint64_t SharedFabric::first_parcel_time(int from, int to) const noexcept {
   const Ring& r = ring(from, to);
-  for (;;) {
+  for (int tries = 0; tries < 64; ++tries) {
     const std::uint64_t head = r.head.load(std::memory_order_acquire);
-    if (head == r.tail.load(std::memory_order_acquire)) return kNever;
+    const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
+    if (head == tail || tail - head > kRingBytes || head % 8 != 0) return kNever;
     std::size_t at = head % kRingBytes;
     std::uint32_t size;
     std::memcpy(&size, r.data + at, sizeof size);
     if (size == kWrap) at = 0;
     std::uint64_t time;
     std::memcpy(&time, r.data + at + 8, sizeof time);
-    // Still the first one (not taken and written over meanwhile)?
-    if (r.head.load(std::memory_order_acquire) == head) return time;
+    // Still the first one (not taken and written over meanwhile)? A time no clock has is
+    // corrupt: drain() finds the parcel and judges it.
+    if (r.head.load(std::memory_order_acquire) == head) return time <= kMaxTime ? time : kNever;
   }
+  return kNever;
 }
 
 std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
   std::uint64_t safe = kNever;
   others_next_ = kNever;
+  if (left_) return safe;
   const std::uint32_t me = 1u << self_;
-  const std::uint32_t live = header().live.load(std::memory_order_acquire) & ~me;
-  const std::uint32_t used = header().used.load(std::memory_order_acquire) | me;
+  const std::uint32_t live = header().live.load(std::memory_order_acquire) & kAllSlots & ~me;
+  const std::uint32_t used = (header().used.load(std::memory_order_acquire) & kAllSlots) | me;
   for (int s = 0; s < kSlots; ++s) {
     if ((live & 1u << s) == 0) gone_[s] = stalled_[s] = false;  // free: one that joins later starts afresh
   }
@@ -420,8 +557,13 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
     const int s = std::countr_zero(set);
     if (gone_[s]) continue;
     Slot& slot = header().slots[s];
-    const std::uint64_t b = slot.bound.load(std::memory_order_acquire);
-    others_next_ = std::min(others_next_, slot.next.load(std::memory_order_relaxed));
+    std::uint64_t b = slot.bound.load(std::memory_order_acquire);
+    std::uint64_t next = slot.next.load(std::memory_order_relaxed);
+    if ((b > kMaxTime && b != kNever) || (next > kMaxTime && next != kNever)) {
+      set_corrupt("slot " + std::to_string(s) + "'s time bound or next event");
+      b = next = kNever;
+    }
+    others_next_ = std::min(others_next_, next);
     if (b != seen_bound_[s]) {
       seen_bound_[s] = b;
       still_[s] = 0;
@@ -444,6 +586,7 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
         if (!slot_alive(s)) {
           const pid_t pid = slot.pid.load(std::memory_order_relaxed);
           gone_[s] = true;
+          newly_gone_ |= 1u << s;
           const FileLock lock(fd_);
           if (lock.held() && !slot_alive(s) && slot.pid.load() != 0) forget_slot(s);
           std::fprintf(stderr, "verbsim: fabric %s: process %d is gone; its QPs are "
@@ -469,7 +612,7 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
 
 void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
                         const void* payload, std::size_t payload_bytes) noexcept {
-  if (gone_[slot]) return;
+  if (left_ || slot < 0 || slot >= kSlots || slot == self_ || gone_[slot]) return;
   const std::size_t size = header_bytes + payload_bytes;
   const std::size_t need = 8 + ((size + 7) & ~std::size_t{7});
   Ring& r = ring(self_, slot);
@@ -480,6 +623,11 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
   std::uint64_t waited_since = 0;
   std::uint64_t drained_at = 0;  // wall ns when its head last moved while this one waited
   std::uint64_t head = r.head.load(std::memory_order_acquire);
+  if (tail - head > kRingBytes || tail % 8 != 0) {
+    set_corrupt("the ring from slot " + std::to_string(self_) + " to slot " +
+                std::to_string(slot) + ": its head or tail");
+    return;
+  }
   while (kRingBytes - (tail - head) < total) {
     // Full: the other process drains it whenever it runs its world.
     if (stalled_[slot]) return;  // lost: it stopped taking them (safe_time)
@@ -514,11 +662,16 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
   std::memcpy(r.data + at, &size32, sizeof size32);
   std::memcpy(r.data + at + 8, header, header_bytes);
   if (payload_bytes != 0) std::memcpy(r.data + at + 8 + header_bytes, payload, payload_bytes);
+  // The checksum of what was written (read back: the ring is the one copy of it).
+  const std::uint32_t check = checksum(r.data + at + 8, size);
+  std::memcpy(r.data + at + 4, &check, sizeof check);
   r.tail.store(tail + need, std::memory_order_release);
 }
 
 bool SharedFabric::inbound() const noexcept {
-  const std::uint32_t used = header().used.load(std::memory_order_acquire) & ~(1u << self_);
+  if (left_) return false;
+  const std::uint32_t used =
+      header().used.load(std::memory_order_acquire) & kAllSlots & ~(1u << self_);
   for (std::uint32_t set = used; set != 0; set &= set - 1) {
     const Ring& r = ring(std::countr_zero(set), self_);
     if (r.head.load(std::memory_order_relaxed) != r.tail.load(std::memory_order_acquire)) {
@@ -587,6 +740,7 @@ int SharedFabric::cm_listener(const Ip& ip, std::uint16_t port, bool ud) noexcep
     if (p.owner == 0 || p.owner == static_cast<std::uint32_t>(self_ + 1)) continue;
     if (p.port != port || p.ud != ud || (!p.any && p.ip != ip)) continue;
     const int slot = static_cast<int>(p.owner) - 1;
+    if (slot >= kSlots) continue;  // corrupt: no slot's
     if (gone_[slot]) continue;
     if (p.state == kListening) return slot;
     last = slot;

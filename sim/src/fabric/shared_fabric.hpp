@@ -40,9 +40,23 @@ class SharedFabric {
   // process's QPs become unreachable, and the last one out removes the file.
   void leave() noexcept;
   int self() const noexcept { return self_; }
-  // The process in `slot` (0: none).
+  // The process in `slot` (0: none), as it names itself (its own PID namespace's pid).
   pid_t pid_of(int slot) const noexcept {
     return header().slots[slot].pid.load(std::memory_order_acquire);
+  }
+  // What names the process of a slot for as long as it is in it, unique across the fabric's
+  // processes whatever their PID namespaces (0: none): the CM's ids of other processes
+  // (cm/remote.cpp) are named by it.
+  std::uint64_t token_of(int slot) const noexcept {
+    return slot >= 0 && slot < kSlots ? header().slots[slot].token.load(std::memory_order_acquire)
+                                      : 0;
+  }
+  std::uint64_t token() const noexcept { return token_of(self_); }
+  // The slots whose processes were found gone since the last call (a bit each).
+  std::uint32_t take_newly_gone() noexcept {
+    const std::uint32_t g = newly_gone_;
+    newly_gone_ = 0;
+    return g;
   }
   const std::string& path() const noexcept { return path_; }
   // The latest clock any other live process published (a joining world starts there).
@@ -75,11 +89,15 @@ class SharedFabric {
   // `taken()` before it frees their room.
   void send(int slot, const void* header, std::size_t header_bytes, const void* payload,
             std::size_t payload_bytes) noexcept;
+  // A parcel whose checksum fails is dropped on the way (`dropped()` counts them), as a NIC
+  // drops a packet whose ICRC fails; a ring whose framing is broken is corrupt (corrupt()).
   template <class F, class G>
   void drain(F&& f, G&& taken) {
+    if (left_) return;
     std::uint64_t heads[kSlots];
     bool any = false;
-    const std::uint32_t used = header().used.load(std::memory_order_acquire) & ~(1u << self_);
+    const std::uint32_t used =
+        header().used.load(std::memory_order_acquire) & kAllSlots & ~(1u << self_);
     for (int from = 0; from < kSlots; ++from) {
       heads[from] = 0;
       if ((used & 1u << from) == 0) continue;
@@ -87,16 +105,33 @@ class SharedFabric {
       std::uint64_t head = r.head.load(std::memory_order_relaxed);
       const std::uint64_t tail = r.tail.load(std::memory_order_acquire);
       heads[from] = head;
+      if (tail - head > kRingBytes || head % 8 != 0 || tail % 8 != 0) {
+        corrupt_ring(from, "its head or tail");
+        return;
+      }
       while (head != tail) {
         const std::size_t at = head % kRingBytes;
         std::uint32_t size;
+        std::uint32_t check;
         __builtin_memcpy(&size, r.data + at, sizeof size);
+        __builtin_memcpy(&check, r.data + at + 4, sizeof check);
         if (size == kWrap) {
           head += kRingBytes - at;
           continue;
         }
-        f(static_cast<const void*>(r.data + at + 8), std::size_t{size});
-        head += 8 + ((size + 7u) & ~std::size_t{7});
+        const std::uint64_t room = 8 + ((std::uint64_t{size} + 7u) & ~std::uint64_t{7});
+        if (size < 8 || at + room > kRingBytes || room > tail - head) {
+          corrupt_ring(from, "a parcel's size");
+          return;
+        }
+        // Copied out before it is checked: what is checked is what is used.
+        const std::uint8_t* body = copy_out(r.data + at + 8, size);
+        if (checksum(body, size) == check) {
+          f(static_cast<const void*>(body), std::size_t{size});
+        } else {
+          ++dropped_;
+        }
+        head += room;
       }
       any = any || head != heads[from];
       heads[from] = head;
@@ -109,6 +144,17 @@ class SharedFabric {
       }
     }
   }
+  // Why this process found the fabric's file corrupt ("" if it did not): what another process
+  // wrote there that no healthy one writes, or a file cut short. The world then leaves the
+  // fabric (World::Impl::fabric_corrupt).
+  const std::string& corrupt() noexcept;
+  // What this process found wrong in what another wrote (a parcel it cannot be, say); the
+  // first reason is kept.
+  void set_corrupt(const std::string& why);
+  // Parcels dropped for a failed checksum.
+  std::uint64_t dropped() const noexcept { return dropped_; }
+  // 32 bits over `n` bytes: what a ring's record carries of its body.
+  static std::uint32_t checksum(const void* p, std::size_t n) noexcept;
   // Whether a parcel waits for this process.
   bool inbound() const noexcept;
 
@@ -133,10 +179,29 @@ class SharedFabric {
   // The largest payload a parcel may carry.
   static constexpr std::size_t max_payload() noexcept { return kRingBytes / 4; }
 
+  // Where each part of the file is, for tests that write into it (tests/multiproc/corrupt.py).
+  struct Layout {
+    std::size_t file_bytes, slots, slot_bytes, next_qpn, owner, owner_bytes, cm_ports,
+        cm_ports_bytes, rings, ring_bytes, ring_data;
+  };
+  static Layout layout() noexcept;
+
  private:
   static constexpr std::uint32_t kWrap = UINT32_MAX;  // the rest of the ring is unused
+  static constexpr std::uint32_t kAllSlots = (1u << kSlots) - 1;
+  // Times past this are no clock's (about 146 years of virtual time): a corrupt value.
+  static constexpr std::uint64_t kMaxTime = std::uint64_t{1} << 62;
+  void corrupt_ring(int from, const char* what);
+  // The body of a parcel copied out of the ring into scratch_ (another process may write the
+  // ring meanwhile; it must not change what is checked and used).
+  const std::uint8_t* copy_out(const unsigned char* at, std::size_t n) {
+    if (scratch_.size() < n) scratch_.resize(n);
+    __builtin_memcpy(scratch_.data(), at, n);
+    return scratch_.data();
+  }
   struct alignas(64) Slot {
     std::atomic<pid_t> pid;
+    std::atomic<std::uint64_t> token;  // token_of
     std::atomic<std::uint64_t> now;
     std::atomic<std::uint64_t> bound;
     std::atomic<std::uint64_t> next;
@@ -197,6 +262,11 @@ class SharedFabric {
   std::uint64_t still_since_[kSlots] = {};  // wall ns: when its bound was first seen still
   bool gone_[kSlots] = {};
   bool stalled_[kSlots] = {};  // alive, not moving for kPatienceNs: not waited for
+  std::uint32_t newly_gone_ = 0;
+  void* guarded_ = nullptr;  // its entry in the SIGBUS handler's table (shared_fabric.cpp)
+  std::string corrupt_;
+  std::uint64_t dropped_ = 0;
+  std::vector<std::uint8_t> scratch_;
   bool left_ = false;
   std::uint64_t others_next_ = kNever;
   struct Published {

@@ -160,6 +160,9 @@ struct World::Impl {
     if (link_ != nullptr) [[unlikely]] catch_up_quietly();
   }
   void catch_up_quietly() noexcept;
+  // What another process of the shared fabric wrote cannot be (`what` names it): this world
+  // leaves the fabric at its next step (multiprocess.cpp, left_corrupt_fabric).
+  void fabric_corrupt(const std::string& what);
   void pace_until(std::uint64_t deadline) { shared_run_until(deadline, /*pace=*/true); }
   // A QP number unique in the fabric (0: none left), and giving it back.
   std::uint32_t take_qpn(const DevCore& dev);
@@ -308,6 +311,9 @@ struct World::Impl {
   // `pace`: World::pace_until (the program computes meanwhile, and acts next no earlier).
   void shared_run_until(std::uint64_t deadline, bool pace);
   void take_parcels();
+  // The fabric's file was found corrupt: reports why and leaves the fabric; the others are
+  // unreachable from now on (their QPs time out, connections to them are disconnected).
+  void left_corrupt_fabric();
   void publish_bound();
   // The time of the earliest event that would do something (idle timers are dropped).
   std::uint64_t next_busy_time();
