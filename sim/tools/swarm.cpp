@@ -5,7 +5,8 @@
 //
 //   verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J] [--timeout SEC]
 //                 [--fault-probability P] [--verb-faults] [--faults PLAN] [--quiet]
-//                 [--junit FILE] [--progress SEC] [--check-without-faults] -- <binary> [args...]
+//                 [--junit FILE] [--progress SEC] [--check-without-faults] [--keep-env NAME]
+//                 -- <binary> [args...]
 //   verbsim-swarm --shrink SEED [--steps N] [the campaign's options] -- <binary> [args...]
 //   verbsim-swarm merge [--junit FILE] <junit files...>
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../src/fabric/rng.hpp"
@@ -34,6 +36,9 @@
 #include "swarm/shrink.hpp"
 #include "swarm/signature.hpp"
 #include "swarm/summary.hpp"
+#include "verbsim/sim/rerun_env.hpp"
+
+extern char** environ;
 
 namespace {
 
@@ -53,6 +58,7 @@ struct Options {
   bool quiet = false;
   bool check_without_faults = false;
   std::string faults;
+  std::string keep_env;      // VERBSIM_KEEP_ENV and every --keep-env, ','-separated
   std::uint64_t shrink = 0;  // --shrink: the seed; 0: a campaign
   int steps = 0;             // --steps: the test's step count, which VERBSIM_STEPS lowers
   std::vector<std::string> command;
@@ -62,10 +68,11 @@ constexpr const char* kUsage =
     "usage: verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J]\n"
     "                     [--timeout SEC] [--fault-probability P] [--verb-faults]\n"
     "                     [--faults PLAN] [--quiet] [--junit FILE] [--progress SEC]\n"
-    "                     [--check-without-faults] -- <binary> [args...]\n"
+    "                     [--check-without-faults] [--keep-env NAME]\n"
+    "                     -- <binary> [args...]\n"
     "       verbsim-swarm --shrink SEED [--steps N] [--timeout SEC]\n"
     "                     [--fault-probability P] [--verb-faults] [--faults PLAN]\n"
-    "                     -- <binary> [args...]\n"
+    "                     [--keep-env NAME] -- <binary> [args...]\n"
     "       verbsim-swarm merge [--junit FILE] <junit files...>\n";
 
 [[noreturn]] void usage(const char* why) {
@@ -93,6 +100,9 @@ constexpr const char* kUsage =
       "  --progress SEC         a progress line every SEC seconds off a terminal (30; 0: none)\n"
       "  --check-without-faults run each group's smallest seed again without a fault plan and\n"
       "                         say whether it still fails, the same way or another\n"
+      "  --keep-env NAME        reproducers carry variable NAME as the runs had it (NAME* every\n"
+      "                         variable NAME begins; VERBSIM_* are always carried, and those\n"
+      "                         VERBSIM_KEEP_ENV lists, 'A,B*')\n"
       "  --shrink SEED          make the seed's reproducer as small as it still fails\n"
       "  --steps N              with --shrink: the test's step count, which VERBSIM_STEPS lowers\n"
       "  merge                  put shards' JUnit files back together as one campaign\n"
@@ -103,6 +113,7 @@ constexpr const char* kUsage =
 
 Options parse(int argc, char** argv) {
   Options o;
+  if (const char* keep = std::getenv("VERBSIM_KEEP_ENV"); keep != nullptr) o.keep_env = keep;
   int i = 1;
   auto value = [&](const char* flag) -> const char* {
     if (i + 1 >= argc) usage((std::string(flag) + " needs a value").c_str());
@@ -140,7 +151,8 @@ Options parse(int argc, char** argv) {
       o.quiet = true;
     } else if (a == "--check-without-faults") {
       o.check_without_faults = true;
-
+    } else if (a == "--keep-env") {
+      o.keep_env += std::string(",") + value("--keep-env");
     } else if (a == "--shard") {
       const char* v = value("--shard");
       char end = 0;
@@ -215,15 +227,40 @@ std::string command_line(const Options& o) {
   return cmd;
 }
 
-std::string reproducer(const Options& o, const Run& r, int steps = 0) {
+// The variables of the swarm's environment that its runs inherit and a rerun keeps
+// (verbsim/sim/rerun_env.hpp), less those in `skip`, which the command line sets: "A=1 B=2 ".
+std::string kept_env(const Options& o, std::initializer_list<std::string_view> skip) {
+  std::string text;
+  for (const auto& [name, value] : verbsim::sim::rerun_environment(environ, o.keep_env, skip)) {
+    text += name;
+    text += '=';
+    text += quote(value);
+    text += ' ';
+  }
+  return text;
+}
+
+// The command that runs `r`'s seed again as the swarm ran it. A campaign's run inherits the
+// swarm's environment but for VERBSIM_SEED and, when the seed has a plan, VERBSIM_FAULTS;
+// a shrinking run (`shrinking`) has VERBSIM_FAULTS, VERBSIM_STEPS and VERBSIM_FAULT_FIRINGS
+// set or unset by the swarm too.
+std::string reproducer(const Options& o, const Run& r, int steps = 0, bool shrinking = false) {
   std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
   if (steps > 0) cmd += " VERBSIM_STEPS=" + std::to_string(steps);
   // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
-  if (!r.faults.empty()) {
+  if (!r.faults.empty() || shrinking) {
     cmd += " VERBSIM_FAULTS=";
     cmd += quote(r.faults);
   }
   cmd += ' ';
+  if (shrinking) {
+    cmd +=
+        kept_env(o, {"VERBSIM_SEED", "VERBSIM_FAULTS", "VERBSIM_STEPS", "VERBSIM_FAULT_FIRINGS"});
+  } else if (!r.faults.empty()) {
+    cmd += kept_env(o, {"VERBSIM_SEED", "VERBSIM_FAULTS"});
+  } else {
+    cmd += kept_env(o, {"VERBSIM_SEED"});
+  }
   cmd += command_line(o);
   return cmd;
 }
@@ -425,7 +462,9 @@ class WithoutFaults {
     text += same.empty() ? " fails otherwise (" + e.why + "): " + others
                          : " fails the same way (" + e.why + ")";
     if (!same.empty() && !others.empty()) text += ", and also: " + others;
-    text += "\n    VERBSIM_SEED=" + std::to_string(seed) + " VERBSIM_FAULTS= " + command_line(o_);
+    text += "\n    VERBSIM_SEED=" + std::to_string(seed) +
+            " VERBSIM_FAULTS= " + kept_env(o_, {"VERBSIM_SEED", "VERBSIM_FAULTS"}) +
+            command_line(o_);
     return text;
   }
 
@@ -461,11 +500,12 @@ int shrink(const Options& o) {
     if (steps > 0) text += ", " + std::to_string(steps) + " steps";
     return text;
   };
-  std::printf("--- before: %s\n%s\n--- after: %s, the same failure:\n%s\n"
-              "swarm shrink: seed %llu, %d runs, fails with: %s\n",
-              size(before.faults, o.steps).c_str(), reproducer(o, before).c_str(),
-              size(after.faults, s.steps).c_str(), reproducer(o, after, s.steps).c_str(),
-              static_cast<unsigned long long>(o.shrink), s.runs, s.signature.c_str());
+  std::printf(
+      "--- before: %s\n%s\n--- after: %s, the same failure:\n%s\n"
+      "swarm shrink: seed %llu, %d runs, fails with: %s\n",
+      size(before.faults, o.steps).c_str(), reproducer(o, before, 0, true).c_str(),
+      size(after.faults, s.steps).c_str(), reproducer(o, after, s.steps, true).c_str(),
+      static_cast<unsigned long long>(o.shrink), s.runs, s.signature.c_str());
   return 1;
 }
 
