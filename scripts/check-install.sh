@@ -3,7 +3,8 @@
 # consumer project in tests/install against it (find_package(verbsim) -> verbsim::verbsim, and
 # the test kit verbsim::testing + verbsim::gtest_main): runs its program and its tests, then
 # makes one of its tests fail on purpose and checks that the printed rerun command reproduces
-# the failure (tests/install/failure-rerun.sh).
+# the failure (tests/install/failure-rerun.sh). Every installed command (bin/verbsim-*) must
+# answer --help with its usage on stdout and exit status 0.
 # Usage: scripts/check-install.sh [BUILD_DIR]   (default: build; relative to the repo root)
 # The consumer is compiled like the build it checks (compiler, build type, sanitizers), since a
 # sanitized static library only links into a sanitized program.
@@ -30,6 +31,9 @@ if ! cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then
   cat "$tmp/install.log" >&2
   exit 1
 fi
+
+# Every installed command answers --help: its usage on stdout, exit status 0.
+tests/install/commands.sh "$prefix"
 
 # The installed package must not point back into the source or build tree.
 if grep -rlF -e "$root" "$prefix/lib"*/cmake/verbsim >"$tmp/leaks.txt"; then

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Draws a simulated run's timeline (VERBSIM_TIMELINE) as a PNG, for docs and bug reports.
 
-    scripts/plot-timeline.py TIMELINE.json OUT.png [--from US] [--to US] [--title TEXT] [--rows]
-    scripts/plot-timeline.py TIMELINE.json --rows
+    verbsim-plot-timeline TIMELINE.json OUT.png [--from US] [--to US] [--title TEXT] [--rows]
+    verbsim-plot-timeline TIMELINE.json --rows
+
+(in the source tree: scripts/plot-timeline.py)
 
 Three panels over virtual time (microseconds), from the Trace Event JSON the simulator writes
 (docs/OBSERVABILITY.md, "Timeline"):
@@ -60,7 +62,8 @@ def arrives(e, after):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("timeline")
     ap.add_argument("out", nargs="?", help="the PNG to write (optional with --rows)")
     ap.add_argument("--from", dest="start", type=float, default=None, help="first µs shown")
