@@ -20,6 +20,7 @@ packages=(
   libxml2-utils  # xmllint validates verbsim-swarm's JUnit files (swarm_junit)
   slurm-wlm munge  # a one-node Slurm cluster for scripts/slurm-swarm.sh (swarm_slurm, label cluster)
   perftest rdmacm-utils  # client and server in two processes on one fabric (label multiproc)
+  dpkg-dev  # dpkg-shlibdeps, which cpack -G DEB runs (package_deb)
 )
 
 missing=()
