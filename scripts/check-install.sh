@@ -3,8 +3,12 @@
 # consumer project in tests/install against it (find_package(verbsim) -> verbsim::verbsim, and
 # the test kit verbsim::testing + verbsim::gtest_main): runs its program and its tests, then
 # makes one of its tests fail on purpose and checks that the printed rerun command reproduces
-# the failure (tests/install/failure-rerun.sh).
-# Usage: scripts/check-install.sh [BUILD_DIR]   (default: build; relative to the repo root)
+# the failure (tests/install/failure-rerun.sh). Every installed command (bin/verbsim-*) must
+# answer --help with its usage on stdout and exit status 0.
+# Usage: scripts/check-install.sh [BUILD_DIR] [--installed PREFIX]
+#   BUILD_DIR  default: build; relative to the repo root
+#   --installed PREFIX  check a package installed there (e.g. a .deb unpacked into a directory:
+#              PREFIX is its usr/) instead of installing BUILD_DIR into a temporary prefix
 # The consumer is compiled like the build it checks (compiler, build type, sanitizers), since a
 # sanitized static library only links into a sanitized program.
 # Environment: VERBSIM_JOBS (parallel build jobs, default 2).
@@ -13,7 +17,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 
 jobs=${VERBSIM_JOBS:-2}
-build=${1:-build}
+build=build
+installed=
+while (($# > 0)); do
+  case $1 in
+    --installed) installed=${2:?--installed needs a directory}; shift 2 ;;
+    -*) echo "check-install.sh: unknown option $1" >&2; exit 2 ;;
+    *) build=$1; shift ;;
+  esac
+done
 cache="$build/CMakeCache.txt"
 if [[ ! -f "$cache" ]]; then
   echo "check-install.sh: $build is not a configured build directory" >&2
@@ -23,13 +35,20 @@ cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-prefix="$tmp/prefix"
-
-echo "install check: installing $build into a temporary prefix"
-if ! cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then
-  cat "$tmp/install.log" >&2
-  exit 1
+if [[ -n $installed ]]; then
+  prefix=$(cd "$installed" && pwd)
+  echo "install check: the package installed in $prefix"
+else
+  prefix="$tmp/prefix"
+  echo "install check: installing $build into a temporary prefix"
+  if ! cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then
+    cat "$tmp/install.log" >&2
+    exit 1
+  fi
 fi
+
+# Every installed command answers --help: its usage on stdout, exit status 0.
+tests/install/commands.sh "$prefix"
 
 # The installed package must not point back into the source or build tree.
 if grep -rlF -e "$root" "$prefix/lib"*/cmake/verbsim >"$tmp/leaks.txt"; then

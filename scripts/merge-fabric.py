@@ -3,8 +3,10 @@
 VERBSIM_PCAP or VERBSIM_TIMELINE: one file per process, run.<pid>.pcapng) into one, ordered by
 virtual time, which every process of a fabric shares (docs/MULTIPROCESS.md).
 
-  scripts/merge-fabric.py --pcap OUT.pcapng IN.pcapng...     (Wireshark's mergecap)
-  scripts/merge-fabric.py --timeline OUT.json IN.json...
+  verbsim-merge-fabric --pcap OUT.pcapng IN.pcapng...     (Wireshark's mergecap)
+  verbsim-merge-fabric --timeline OUT.json IN.json...
+
+(in the source tree: scripts/merge-fabric.py)
 
 A merged timeline keeps each process's devices apart: the tracks of process file k become
 "sim0 [run.4711.json]", and flow ids are renumbered per file so that they do not collide.
@@ -56,7 +58,9 @@ def merge_timelines(out, inputs):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--pcap", metavar="OUT", help="merge pcapng captures into OUT")
     kind.add_argument("--timeline", metavar="OUT", help="merge Trace Event JSON files into OUT")

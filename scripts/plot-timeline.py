@@ -1,27 +1,28 @@
 #!/usr/bin/python3
 """Draws a simulated run's timeline (VERBSIM_TIMELINE) as a PNG, for docs and bug reports.
 
-    scripts/plot-timeline.py TIMELINE.json OUT.png [--from US] [--to US] [--title TEXT]
+    verbsim-plot-timeline TIMELINE.json OUT.png [--from US] [--to US] [--title TEXT] [--rows]
+    verbsim-plot-timeline TIMELINE.json --rows
+
+(in the source tree: scripts/plot-timeline.py)
 
 Three panels over virtual time (microseconds), from the Trace Event JSON the simulator writes
 (docs/OBSERVABILITY.md, "Timeline"):
   1. work requests outstanding on each queue (device, QP, send or receive): a step line that
      rises at each post and falls at each completion, from the WR slices;
   2. the packets each device sent, one row per device and kind (requests, ACKs, NAKs by code),
-     from the packet slices, with dropped ones hollow;
+     from the packet slices where packets leave (not those where they arrive), with dropped
+     ones hollow;
   3. instants: faults that fired, failed completions, async and CM events, one row per device.
 Perfetto's UI (https://ui.perfetto.dev) shows the same file interactively; this is the picture
-that fits in a document. Needs python3-matplotlib (scripts/setup.sh installs it).
+that fits in a document. --rows prints the second panel's rows as text (device, kind, packets
+sent, of them lost), with or without a picture. Drawing needs python3-matplotlib
+(scripts/setup.sh installs it).
 """
 import argparse
 import collections
 import json
 import sys
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def load(path):
@@ -53,14 +54,26 @@ def packet_kind(name):
     return name.split(" psn")[0]
 
 
+def arrives(e, after):
+    """Whether packet slice `e`, followed in the file by event `after`, is where it arrives."""
+    return (after is not None and after.get("ph") == "f" and after.get("cat") == "packet" and
+            (after.get("pid"), after.get("tid"), after.get("ts")) ==
+            (e.get("pid"), e.get("tid"), e.get("ts")))
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("timeline")
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?", help="the PNG to write (optional with --rows)")
     ap.add_argument("--from", dest="start", type=float, default=None, help="first µs shown")
     ap.add_argument("--to", dest="end", type=float, default=None, help="last µs shown")
     ap.add_argument("--title", default=None)
+    ap.add_argument("--rows", action="store_true",
+                    help="print the packet rows: device, kind, packets sent, of them lost")
     a = ap.parse_args()
+    if a.out is None and not a.rows:
+        ap.error("give OUT.png, --rows or both")
 
     events, processes, threads = load(a.timeline)
     dev = lambda pid: processes.get(pid, "pid %d" % pid)  # noqa: E731
@@ -69,12 +82,12 @@ def main():
     steps = collections.defaultdict(list)
     packets = collections.defaultdict(list)  # (device, kind) -> [(ts, dropped)]
     instants = collections.defaultdict(list)  # device -> [(ts, text)]
-    # A packet has a slice where it leaves and one where it arrives, joined by a flow that
-    # starts at the first: count the slices at a flow's start (and the lost ones, which have no
-    # flow) as sent.
-    flow_starts = collections.Counter(
-        (e["pid"], e["tid"], e["ts"]) for e in events if e.get("ph") == "s")
-    for e in events:
+    # A packet has a slice where it leaves and one where it arrives, joined by a flow. The
+    # simulator writes each slice with its end of the flow right after it: a slice followed by a
+    # flow's finish ("f") on its track at its time is where a packet arrives. (A slice's track
+    # and time do not tell: a responder's ACK leaves on the track, and at the time, where the
+    # request arrived.)
+    for i, e in enumerate(events):
         ph = e.get("ph")
         where = threads.get((e.get("pid"), e.get("tid")), "")
         if ph == "X" and e.get("cat") == "wr":
@@ -85,15 +98,11 @@ def main():
             steps[key].append((e["ts"], 1))
             steps[key].append((e["ts"] + e.get("dur", 0), -1))
         elif ph == "X" and e.get("cat") == "packet":
+            if arrives(e, events[i + 1] if i + 1 < len(events) else None):
+                continue
             fate = e.get("args", {}).get("fate", "delivered")
             lost = fate in ("dropped", "link_down")
-            start = (e["pid"], e["tid"], e["ts"])
-            if not lost and flow_starts[start] == 0:
-                continue  # where it arrives
-            if not lost:
-                flow_starts[start] -= 1
-            packets[(dev(e["pid"]), packet_kind(e["name"]))].append(
-                (e["ts"], lost))
+            packets[(dev(e["pid"]), packet_kind(e["name"]))].append((e["ts"], lost))
         elif ph == "i":
             name = e["name"]
             if e.get("cat") == "completion" and name == "SUCCESS":
@@ -102,6 +111,18 @@ def main():
 
     if not steps and not packets:
         sys.exit("plot-timeline: %s has no work requests or packets" % a.timeline)
+    if a.rows:
+        for key in sorted(packets):
+            shown = [lost for t, lost in packets[key]
+                     if (a.start is None or t >= a.start) and (a.end is None or t <= a.end)]
+            print("%s\t%s\t%d\t%d" % (key[0], key[1], len(shown), sum(shown)))
+    if a.out is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     lo = a.start if a.start is not None else 0.0
     hi = a.end if a.end is not None else max(
         [t for s in steps.values() for t, _ in s] + [t for p in packets.values() for t, _ in p])

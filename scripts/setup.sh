@@ -20,6 +20,8 @@ packages=(
   libxml2-utils  # xmllint validates verbsim-swarm's JUnit files (swarm_junit)
   slurm-wlm munge  # a one-node Slurm cluster for scripts/slurm-swarm.sh (swarm_slurm, label cluster)
   perftest rdmacm-utils  # client and server in two processes on one fabric (label multiproc)
+  dpkg-dev  # dpkg-shlibdeps, which cpack -G DEB runs (package_deb)
+  curl ca-certificates iproute2 kmod  # the deps step of docs/CI.md's job (ci_job)
 )
 
 missing=()

@@ -5,7 +5,8 @@
 //
 //   verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J] [--timeout SEC]
 //                 [--fault-probability P] [--verb-faults] [--faults PLAN] [--quiet]
-//                 [--junit FILE] [--progress SEC] -- <binary> [args...]
+//                 [--junit FILE] [--progress SEC] [--check-without-faults] [--keep-env NAME]
+//                 -- <binary> [args...]
 //   verbsim-swarm --shrink SEED [--steps N] [the campaign's options] -- <binary> [args...]
 //   verbsim-swarm merge [--junit FILE] <junit files...>
 #include <fcntl.h>
@@ -23,7 +24,9 @@
 #include <ctime>
 #include <exception>
 #include <initializer_list>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../src/fabric/rng.hpp"
@@ -33,6 +36,9 @@
 #include "swarm/shrink.hpp"
 #include "swarm/signature.hpp"
 #include "swarm/summary.hpp"
+#include "verbsim/sim/rerun_env.hpp"
+
+extern char** environ;
 
 namespace {
 
@@ -50,29 +56,64 @@ struct Options {
   double fault_probability = 0;
   bool verb_faults = false;
   bool quiet = false;
+  bool check_without_faults = false;
   std::string faults;
+  std::string keep_env;      // VERBSIM_KEEP_ENV and every --keep-env, ','-separated
   std::uint64_t shrink = 0;  // --shrink: the seed; 0: a campaign
   int steps = 0;             // --steps: the test's step count, which VERBSIM_STEPS lowers
   std::vector<std::string> command;
 };
 
+constexpr const char* kUsage =
+    "usage: verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J]\n"
+    "                     [--timeout SEC] [--fault-probability P] [--verb-faults]\n"
+    "                     [--faults PLAN] [--quiet] [--junit FILE] [--progress SEC]\n"
+    "                     [--check-without-faults] [--keep-env NAME]\n"
+    "                     -- <binary> [args...]\n"
+    "       verbsim-swarm --shrink SEED [--steps N] [--timeout SEC]\n"
+    "                     [--fault-probability P] [--verb-faults] [--faults PLAN]\n"
+    "                     [--keep-env NAME] -- <binary> [args...]\n"
+    "       verbsim-swarm merge [--junit FILE] <junit files...>\n";
+
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "verbsim-swarm: %s\n"
-               "usage: verbsim-swarm [--seeds N] [--first S] [--shard K/N] [--jobs J]\n"
-               "                     [--timeout SEC] [--fault-probability P] [--verb-faults]\n"
-               "                     [--faults PLAN] [--quiet] [--junit FILE] [--progress SEC]\n"
-               "                     -- <binary> [args...]\n"
-               "       verbsim-swarm --shrink SEED [--steps N] [--timeout SEC]\n"
-               "                     [--fault-probability P] [--verb-faults] [--faults PLAN]\n"
-               "                     -- <binary> [args...]\n"
-               "       verbsim-swarm merge [--junit FILE] <junit files...>\n",
-               why);
+  std::fprintf(stderr, "verbsim-swarm: %s\n%s", why, kUsage);
   std::exit(2);
+}
+
+// --help: the usage and what each option does, on stdout (docs/CAMPAIGNS.md says more).
+[[noreturn]] void help() {
+  std::printf(
+      "verbsim-swarm: runs a test binary under many seeds (VERBSIM_SEED), each with a fault plan\n"
+      "drawn from it (VERBSIM_FAULTS) if asked, and reports the seeds that fail, grouped by the\n"
+      "GoogleTest test that failed and its first failure site (other programs: by signature).\n"
+      "\n%s\n"
+      "  --seeds N              seeds to run (32)\n"
+      "  --first S              the first seed (1)\n"
+      "  --shard K/N            run the K-th of N slices of the seeds\n"
+      "  --jobs J               runs at a time (2)\n"
+      "  --timeout SEC          a run taking longer fails (300)\n"
+      "  --fault-probability P  draw a fault plan per seed, each fault at a probability up to P\n"
+      "  --verb-faults          the drawn plans refuse posts too\n"
+      "  --faults PLAN          rules added to every seed's plan\n"
+      "  --quiet                no line per passing seed\n"
+      "  --junit FILE           write the campaign as JUnit XML\n"
+      "  --progress SEC         a progress line every SEC seconds off a terminal (30; 0: none)\n"
+      "  --check-without-faults run each group's smallest seed again without a fault plan and\n"
+      "                         say whether it still fails, the same way or another\n"
+      "  --keep-env NAME        reproducers carry variable NAME as the runs had it (NAME* every\n"
+      "                         variable NAME begins; VERBSIM_* are always carried, and those\n"
+      "                         VERBSIM_KEEP_ENV lists, 'A,B*')\n"
+      "  --shrink SEED          make the seed's reproducer as small as it still fails\n"
+      "  --steps N              with --shrink: the test's step count, which VERBSIM_STEPS lowers\n"
+      "  merge                  put shards' JUnit files back together as one campaign\n"
+      "\nExit status: 0 every seed passed, 1 some failed, 2 a usage or file error.\n",
+      kUsage);
+  std::exit(0);
 }
 
 Options parse(int argc, char** argv) {
   Options o;
+  if (const char* keep = std::getenv("VERBSIM_KEEP_ENV"); keep != nullptr) o.keep_env = keep;
   int i = 1;
   auto value = [&](const char* flag) -> const char* {
     if (i + 1 >= argc) usage((std::string(flag) + " needs a value").c_str());
@@ -84,7 +125,9 @@ Options parse(int argc, char** argv) {
       ++i;
       break;
     }
-    if (a == "--seeds") {
+    if (a == "-h" || a == "--help") {
+      help();
+    } else if (a == "--seeds") {
       o.seeds = std::strtoull(value("--seeds"), nullptr, 0);
     } else if (a == "--first") {
       o.first = std::strtoull(value("--first"), nullptr, 0);
@@ -106,6 +149,10 @@ Options parse(int argc, char** argv) {
       if (o.steps < 1) usage("--steps is at least 1");
     } else if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--check-without-faults") {
+      o.check_without_faults = true;
+    } else if (a == "--keep-env") {
+      o.keep_env += std::string(",") + value("--keep-env");
     } else if (a == "--shard") {
       const char* v = value("--shard");
       char end = 0;
@@ -127,6 +174,7 @@ Options parse(int argc, char** argv) {
   if (o.jobs < 1) o.jobs = 1;
   if (o.fault_probability < 0 || o.fault_probability > 1) usage("--fault-probability is in [0, 1]");
   if (o.steps != 0 && o.shrink == 0) usage("--steps goes with --shrink");
+  if (o.check_without_faults && o.shrink != 0) usage("--check-without-faults is for a campaign");
   return o;
 }
 
@@ -179,15 +227,40 @@ std::string command_line(const Options& o) {
   return cmd;
 }
 
-std::string reproducer(const Options& o, const Run& r, int steps = 0) {
+// The variables of the swarm's environment that its runs inherit and a rerun keeps
+// (verbsim/sim/rerun_env.hpp), less those in `skip`, which the command line sets: "A=1 B=2 ".
+std::string kept_env(const Options& o, std::initializer_list<std::string_view> skip) {
+  std::string text;
+  for (const auto& [name, value] : verbsim::sim::rerun_environment(environ, o.keep_env, skip)) {
+    text += name;
+    text += '=';
+    text += quote(value);
+    text += ' ';
+  }
+  return text;
+}
+
+// The command that runs `r`'s seed again as the swarm ran it. A campaign's run inherits the
+// swarm's environment but for VERBSIM_SEED and, when the seed has a plan, VERBSIM_FAULTS;
+// a shrinking run (`shrinking`) has VERBSIM_FAULTS, VERBSIM_STEPS and VERBSIM_FAULT_FIRINGS
+// set or unset by the swarm too.
+std::string reproducer(const Options& o, const Run& r, int steps = 0, bool shrinking = false) {
   std::string cmd = "VERBSIM_SEED=" + std::to_string(r.seed);
   if (steps > 0) cmd += " VERBSIM_STEPS=" + std::to_string(steps);
   // Appended piecewise: GCC 12 warns falsely (-Wrestrict) about " " + std::string&&.
-  if (!r.faults.empty()) {
+  if (!r.faults.empty() || shrinking) {
     cmd += " VERBSIM_FAULTS=";
     cmd += quote(r.faults);
   }
   cmd += ' ';
+  if (shrinking) {
+    cmd +=
+        kept_env(o, {"VERBSIM_SEED", "VERBSIM_FAULTS", "VERBSIM_STEPS", "VERBSIM_FAULT_FIRINGS"});
+  } else if (!r.faults.empty()) {
+    cmd += kept_env(o, {"VERBSIM_SEED", "VERBSIM_FAULTS"});
+  } else {
+    cmd += kept_env(o, {"VERBSIM_SEED"});
+  }
   cmd += command_line(o);
   return cmd;
 }
@@ -227,6 +300,7 @@ int merge(int argc, char** argv) {
   std::vector<Campaign> shards;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") help();
     if (a == "--junit") {
       if (++i == argc) usage("--junit needs a value");
       junit = argv[i];
@@ -308,9 +382,14 @@ std::string timed_out(const Options& o) {
   return "timed out after " + std::to_string(o.timeout_s) + " s";
 }
 
-// Runs the command once for `seed` as `t` says, to its end or the timeout: the failure's
-// signature, or an empty string if it passed.
-std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
+// What one run printed, and how it ended: empty `why` for exit status 0.
+struct Ending {
+  std::string output;
+  std::string why;
+};
+
+// Runs the command once for `seed` as `t` says, to its end or the timeout.
+Ending run_to_end(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
   const std::string seed_text = std::to_string(seed);
   const std::string steps_text = std::to_string(t.steps);
   int fd = -1;
@@ -344,8 +423,55 @@ std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm:
   ::close(fd);
   ::waitpid(pid, &status, 0);
   if (why.empty()) why = ending(status);
-  return why.empty() ? std::string() : verbsim::swarm::signature(output, why);
+  return {std::move(output), std::move(why)};
 }
+
+// The failure's signature of one run, or an empty string if it passed.
+std::string run_once(const Options& o, std::uint64_t seed, const verbsim::swarm::Trial& t) {
+  const Ending e = run_to_end(o, seed, t);
+  return e.why.empty() ? std::string() : verbsim::swarm::signature(e.output, e.why);
+}
+
+// --check-without-faults: a group's smallest seed run again with an empty fault plan
+// (VERBSIM_FAULTS set empty, the swarm's own too); each seed runs once, whatever the groups.
+class WithoutFaults {
+ public:
+  explicit WithoutFaults(const Options& o) : o_(o) {}
+
+  std::string note(const verbsim::swarm::Group& g) {
+    const std::uint64_t seed = g.seeds.front()->seed;
+    const char* inherited = std::getenv("VERBSIM_FAULTS");
+    if (draw_faults(o_, seed).empty() && (inherited == nullptr || *inherited == '\0')) {
+      return "    without faults: the seed ran without a fault plan";
+    }
+    auto [it, fresh] = runs_.try_emplace(seed);
+    if (fresh) it->second = run_to_end(o_, seed, {"", 0, {}});
+    const Ending& e = it->second;
+    const std::string seed_text = "seed " + std::to_string(seed);
+    if (e.why.empty()) return "    without faults: " + seed_text + " passes";
+    std::string same;
+    std::string others;
+    for (const verbsim::swarm::Failure& f : verbsim::swarm::failures(e.output, e.why)) {
+      if (f.group() == g.key) {
+        same = f.group();
+      } else {
+        others += (others.empty() ? "" : "; ") + f.group();
+      }
+    }
+    std::string text = "    without faults: " + seed_text;
+    text += same.empty() ? " fails otherwise (" + e.why + "): " + others
+                         : " fails the same way (" + e.why + ")";
+    if (!same.empty() && !others.empty()) text += ", and also: " + others;
+    text += "\n    VERBSIM_SEED=" + std::to_string(seed) +
+            " VERBSIM_FAULTS= " + kept_env(o_, {"VERBSIM_SEED", "VERBSIM_FAULTS"}) +
+            command_line(o_);
+    return text;
+  }
+
+ private:
+  const Options& o_;
+  std::map<std::uint64_t, Ending> runs_;
+};
 
 // --shrink SEED: the seed's run with its plan (drawn as the campaign draws it), shrunk.
 int shrink(const Options& o) {
@@ -374,11 +500,12 @@ int shrink(const Options& o) {
     if (steps > 0) text += ", " + std::to_string(steps) + " steps";
     return text;
   };
-  std::printf("--- before: %s\n%s\n--- after: %s, the same failure:\n%s\n"
-              "swarm shrink: seed %llu, %d runs, fails with: %s\n",
-              size(before.faults, o.steps).c_str(), reproducer(o, before).c_str(),
-              size(after.faults, s.steps).c_str(), reproducer(o, after, s.steps).c_str(),
-              static_cast<unsigned long long>(o.shrink), s.runs, s.signature.c_str());
+  std::printf(
+      "--- before: %s\n%s\n--- after: %s, the same failure:\n%s\n"
+      "swarm shrink: seed %llu, %d runs, fails with: %s\n",
+      size(before.faults, o.steps).c_str(), reproducer(o, before, 0, true).c_str(),
+      size(after.faults, s.steps).c_str(), reproducer(o, after, s.steps, true).c_str(),
+      static_cast<unsigned long long>(o.shrink), s.runs, s.signature.c_str());
   return 1;
 }
 
@@ -446,7 +573,7 @@ int run(const Options& o) {
         ++failed;
         std::printf("FAIL seed %llu (%s)\n", static_cast<unsigned long long>(r.seed), why.c_str());
         result.failed = true;
-        result.signature = verbsim::swarm::signature(r.output, why);
+        result.failures = verbsim::swarm::failures(r.output, why);
         result.reproducer = reproducer(o, r);
         // The last 3000 bytes or so, from the start of a line.
         std::size_t from = r.output.size() > 3000 ? r.output.size() - 3000 : 0;
@@ -477,7 +604,12 @@ int run(const Options& o) {
                               : "seeds " + range_text(slice.first, slice.count)) +
             " of " + range_text(o.first, o.seeds) + ")";
   }
-  verbsim::swarm::print_summary(stdout, campaign, scope);
+  WithoutFaults without(o);
+  verbsim::swarm::GroupNote note;
+  if (o.check_without_faults) {
+    note = [&](const verbsim::swarm::Group& g) { return without.note(g); };
+  }
+  verbsim::swarm::print_summary(stdout, campaign, scope, note);
   save_junit(o.junit, campaign);
   return failed == 0 ? 0 : 1;
 }

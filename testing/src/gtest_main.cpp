@@ -4,8 +4,10 @@
 // nor was discarded by RESET/destroy) fails the test. A failing test prints, for each world it ran,
 // the seed, profile and fault plan, the world's last records (posts, packets, completions, events)
 // and the counters of the QPs they name; then a command that reruns it with the packet capture and
-// the timeline switched on (docs/OBSERVABILITY.md). A failing test that ran no world (on hardware)
-// still prints the command, without the simulator's variables. Every world whose config sets no
+// the timeline switched on, with the environment that shaped the run: every VERBSIM_* variable
+// and the program's own that VERBSIM_KEEP_ENV names (verbsim/sim/rerun_env.hpp;
+// docs/OBSERVABILITY.md). A failing test that ran no world (on hardware) still prints the
+// command, without the seed, capture and timeline. Every world whose config sets no
 // budget gets sim::kTestKitBudget (VERBSIM_BUDGET overrides it).
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "verbsim/sim/observe.hpp"
+#include "verbsim/sim/rerun_env.hpp"
 #include "verbsim/sim/world.hpp"
 
 extern char** environ;
@@ -78,17 +81,14 @@ class FailureReporter final : public ::testing::EmptyTestEventListener,
     if (!info.result()->Failed()) return;
     const std::string test = std::string(info.test_suite_name()) + "." + info.name();
     // Every variable that shaped the run, as it was set (VERBSIM_FAULTS, VERBSIM_PROFILE,
-    // VERBSIM_BACKEND, ...), then the seed and the capture and timeline on.
+    // VERBSIM_BACKEND, ..., and the program's own that VERBSIM_KEEP_ENV names), then the seed
+    // and the capture and timeline on.
+    const char* keep = std::getenv("VERBSIM_KEEP_ENV");
     std::string env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      const auto eq = kv.find('=');
-      const std::string name = kv.substr(0, eq);
-      if (name.rfind("VERBSIM_", 0) != 0 || name == "VERBSIM_SEED" || name == "VERBSIM_PCAP" ||
-          name == "VERBSIM_TIMELINE") {
-        continue;
-      }
-      env += name + "=" + shell_quoted(kv.substr(eq + 1)) + " ";
+    for (const auto& [name, value] :
+         verbsim::sim::rerun_environment(environ, keep != nullptr ? keep : "",
+                                         {"VERBSIM_SEED", "VERBSIM_PCAP", "VERBSIM_TIMELINE"})) {
+      env += name + "=" + shell_quoted(value) + " ";
     }
     const std::string command = argv0_ + " --gtest_filter=" + shell_quoted(test);
     if (seeds_.empty()) {

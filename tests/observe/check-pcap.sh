@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks a packet capture the simulator wrote (VERBSIM_PCAP, pcapng, RoCE v2) with tshark:
+# Checks a packet capture the simulator wrote (VERBSIM_PCAP, pcapng, RoCE v2) with tshark.
+# Installed as verbsim-check-pcap; in the source tree tests/observe/check-pcap.sh.
 #
 # - every frame decodes as eth / IPv4 / UDP / InfiniBand (RoCE v2 on UDP 4791), its payload
 #   as plain data (the heuristic dissectors of InfiniBand payloads are switched off: a run's
@@ -19,19 +20,44 @@
 #   included). Opcodes and attributes not named must not occur when any count of their kind
 #   is given.
 #
-#   check-pcap.sh FILE [OPCODE=COUNT | cm.ATTRIBUTE=COUNT | total=N]...
-#   check-pcap.sh FILE --expect COUNTS_FILE
+# Usage:
+#   verbsim-check-pcap FILE [OPCODE=COUNT | cm.ATTRIBUTE=COUNT | total=N]...
+#   verbsim-check-pcap FILE --expect COUNTS_FILE
+#   verbsim-check-pcap --tshark-options   the options that read a capture cleanly, for
+#                                         tshark or wireshark: tshark -r FILE $(... --tshark-options)
+#   verbsim-check-pcap --help
 #
 # Exit 0 when everything holds (a summary on stdout), 1 naming what does not, 77 (ctest's
 # SKIP_RETURN_CODE) when tshark is not installed, 2 on bad usage.
 set -euo pipefail
 
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
-  exit 2
+usage() {  # [EXIT_STATUS]: 0 prints to stdout
+  local status=${1:-2}
+  if ((status == 0)); then
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  else
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  fi
+  exit "$status"
 }
 
+# Wireshark's heuristic dissectors of InfiniBand payloads, switched off: a run's payload bytes
+# are not RPC-over-RDMA, SMB Direct, ... (with them on, RPC-over-RDMA's heuristic takes some
+# SENDs for its own and marks them malformed). docs/OBSERVABILITY.md quotes this list.
+heuristics=(rpcordma smb_direct smc nvme-rdma lnet iser infiniband_sdp fcoib infiniband.eoib drbd)
+tshark_options=()
+for p in "${heuristics[@]}"; do
+  tshark_options+=(--disable-protocol "$p")
+done
+
 [[ $# -ge 1 ]] || usage
+case $1 in
+  -h | --help) usage 0 ;;
+  --tshark-options)
+    echo "${tshark_options[*]}"
+    exit 0
+    ;;
+esac
 file=$1
 shift
 [[ -r $file ]] || { echo "check-pcap: cannot read $file" >&2; exit 2; }
@@ -72,10 +98,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # Payloads as data, not as whatever protocol a heuristic thinks the bytes look like.
-ts=(tshark -n -r "$file")
-for p in rpcordma smb_direct smc nvme-rdma lnet iser infiniband_sdp fcoib infiniband.eoib drbd; do
-  ts+=(--disable-protocol "$p")
-done
+ts=(tshark -n -r "$file" "${tshark_options[@]}")
 
 errors=0
 fail() {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks a timeline the simulator wrote (VERBSIM_TIMELINE, Trace Event Format JSON):
+"""Checks a timeline the simulator wrote (VERBSIM_TIMELINE, Trace Event Format JSON).
+Installed as verbsim-check-timeline; in the source tree tests/observe/check-timeline.py.
 
 - it parses, and every event has the fields its phase needs;
 - timestamps never run backwards on a track (a process and thread), in file order;
@@ -11,7 +12,9 @@
   message leaves and finishes at one where the same message (name and args) arrives; every
   slice is one end of a flow, or a message lost on its way (named so, with its fate).
 
-  check-timeline.py FILE...      exits 1 naming what is wrong, 0 printing a summary per file
+Usage:
+  verbsim-check-timeline FILE...   exits 1 naming what is wrong, 0 printing a summary per file
+  verbsim-check-timeline --help
 """
 import collections
 import json
@@ -127,7 +130,10 @@ def check(path):
 
 
 def main():
-    if len(sys.argv) < 2:
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if len(sys.argv) < 2 or any(a.startswith("-") for a in sys.argv[1:]):
         print(__doc__, file=sys.stderr)
         return 2
     ok = all([check(p) for p in sys.argv[1:]])

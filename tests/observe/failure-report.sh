@@ -33,4 +33,21 @@ got=$(grep -o 'deliberate failure, digest [0-9a-f]*' "$again") || fail "rerun: n
 [[ $got == "$want" ]] || fail "rerun failed otherwise: '$got' instead of '$want'"
 [[ -s /tmp/FailureReport_ADeliberateFailure.json ]] || fail "rerun wrote no timeline"
 python3 "$here/check-timeline.py" /tmp/FailureReport_ADeliberateFailure.json >/dev/null
-echo "failure-report.sh: report printed; the rerun command fails the same way ($want)"
+
+# The test's own variable (OBSERVE_DEMO_SENDS, not VERBSIM_*) goes into the command when
+# VERBSIM_KEEP_ENV names it (here as a prefix), and the rerun makes as many SENDs.
+if VERBSIM_DEMO_FAILURE=1 VERBSIM_KEEP_ENV='OBSERVE_DEMO_*' OBSERVE_DEMO_SENDS=7 \
+    "$bin" --gtest_filter='FailureReport.*' >"$out" 2>&1; then
+  fail "the deliberate failure passed"
+fi
+want7=$(grep -o 'deliberate failure, digest [0-9a-f]*' "$out") || fail "no failure message"
+[[ $want7 != "$want" ]] || fail "OBSERVE_DEMO_SENDS=7 changed nothing"
+cmd=$(grep -A1 '^\[  RERUN   \]' "$out" | tail -n 1) || fail "no rerun command"
+[[ $cmd == *"OBSERVE_DEMO_SENDS='7'"* ]] || fail "the command lacks OBSERVE_DEMO_SENDS: $cmd"
+if env -u OBSERVE_DEMO_SENDS bash -c "$cmd" >"$again" 2>&1; then
+  fail "the rerun command passed: $cmd"
+fi
+got=$(grep -o 'deliberate failure, digest [0-9a-f]*' "$again") || fail "rerun: no failure message"
+[[ $got == "$want7" ]] || fail "rerun with the kept variable failed otherwise: '$got' instead of '$want7'"
+echo "failure-report.sh: report printed; the rerun command fails the same way ($want), with the" \
+  "test's own variable kept too ($want7)"

@@ -25,7 +25,7 @@ rc=0
 expect() {
   grep -qxF -- "$2" "$work/$1" || { cat "$work/$1" >&2; fail "$1 lacks the line '$2'"; }
 }
-expect merged.txt "swarm: 40 seeds, 12 failed, 2 signatures (merged from 4 files; a campaign of 4 shards, seeds 1 to 40)"
+expect merged.txt "swarm: 40 seeds, 12 failed, 2 groups (merged from 4 files; a campaign of 4 shards, seeds 1 to 40)"
 expect merged.txt "=== 7 of 12 failed seeds: exit status 1"
 expect merged.txt "    seeds 5, 10, 15, 20, 25, 30, 40"
 expect merged.txt "=== 5 of 12 failed seeds: exit status 3: boom at #"
@@ -42,8 +42,8 @@ rc=0
 diff <(sed -n '/^===/,/^swarm:/p' "$work/whole.txt" | sed '$d') \
      <(sed -n '/^===/,/^swarm:/p' "$work/merged.txt" | sed '$d') >"$work/diff" ||
   fail "merged summary differs from the unsharded one: $(cat "$work/diff")"
-expect whole.txt "swarm: 40 seeds, 12 failed, 2 signatures"
-echo "merge.sh: 4 shards merge into the unsharded campaign's summary (40 seeds, 12 failed, 2 signatures)"
+expect whole.txt "swarm: 40 seeds, 12 failed, 2 groups"
+echo "merge.sh: 4 shards merge into the unsharded campaign's summary (40 seeds, 12 failed, 2 groups)"
 
 # problem FILES... -- LINES...: merge exits 2 and prints each line.
 problem() {
@@ -55,7 +55,7 @@ problem() {
   for line; do expect problem.txt "swarm merge: $line"; done
 }
 problem "$work"/shard-{1,2,4}.xml -- "shard 3/4 missing" "seeds 21 to 30 missing"
-expect problem.txt "swarm: 30 seeds, 8 failed, 2 signatures (merged from 3 files; a campaign of 4 shards, seeds 1 to 40)"
+expect problem.txt "swarm: 30 seeds, 8 failed, 2 groups (merged from 3 files; a campaign of 4 shards, seeds 1 to 40)"
 problem "$work"/shard-{1,2,3,4,4}.xml -- "shard 4/4 given twice" "seed 31 ran more than once" "seed 40 ran more than once"
 "$swarm" --seeds 40 --shard 4/4 --quiet --progress 0 --junit "$work/other.xml" -- true >/dev/null
 problem "$work"/shard-{1,2,3}.xml "$work/other.xml" -- \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# verbsim-swarm's report: failures grouped by signature (the failing check, numbers normalised,
-# and the flight recorder's last record), one reproducer per group; progress lines on stderr,
+# verbsim-swarm's report: failures grouped by test and first failure site, with the signature
+# of the smallest seed (the failing check, numbers normalised, and the flight recorder's last
+# record), one reproducer per group; progress lines on stderr,
 # plain where stderr is not a terminal and redrawn in place where it is. ctest's swarm_report
 # runs it.
 #
@@ -19,12 +20,14 @@ rc=0
 VERBSIM_DEMO_FAILURE=1 "$swarm" --seeds 4 --jobs 2 --quiet --progress 0 \
   -- "$observe" --gtest_filter='FailureReport.*' >"$work/out" 2>&1 || rc=$?
 ((rc == 1)) || fail "exit status $rc, not 1"
-expect "=== 4 of 4 failed seeds: sim_observe_test.cpp:$(grep -n 'ADD_FAILURE() << "deliberate failure' \
-  "$(dirname "$0")/../unit/sim_observe_test.cpp" | cut -d: -f1): Failed; deliberate failure, digest # | last: completion sim# qp # send wr_id=# SUCCESS # B (cq #)"
+line=$(grep -n 'ADD_FAILURE() << "deliberate failure' "$(dirname "$0")/../unit/sim_observe_test.cpp" |
+  cut -d: -f1)
+expect "=== 4 of 4 failed seeds: FailureReport.ADeliberateFailure at sim_observe_test.cpp:$line"
 expect "    seeds 1, 2, 3, 4"
-expect "swarm: 4 seeds, 4 failed, 1 signature"
+expect "    seed 1: sim_observe_test.cpp:$line: Failed; deliberate failure, digest # | last: completion sim# qp # send wr_id=# SUCCESS # B (cq #)"
+expect "swarm: 4 seeds, 4 failed, 1 group"
 [[ $(grep -c '^--- seed .* reproduce with:' "$work/out") == 1 ]] || fail "not one reproducer"
-echo "report.sh: 4 seeds of a failing gtest: one signature, one reproducer"
+echo "report.sh: 4 seeds of a failing gtest: one group, one reproducer"
 
 # GoogleTest-shaped output from a script: two checks; the values differ from seed to seed.
 rc=0
@@ -34,11 +37,12 @@ rc=0
   printf "[ RUN      ] T.t\n/some/where/x_test.cpp:%s: Failure\nExpected equality of these values:\n  n\n    Which is: %s\n  0x%x\n\n" $line $((s * 7)) $((s * 4099))
   [ $((s % 2)) -eq 0 ] || exit 0; exit 1' >"$work/out" 2>&1 || rc=$?
 ((rc == 1)) || fail "exit status $rc, not 1"
-expect "=== 4 of 6 failed seeds: x_test.cpp:42: Expected equality of these values:; n; Which is: #"
+expect "=== 4 of 6 failed seeds: T.t at x_test.cpp:42"
 expect "    seeds 2, 4, 8, 10"
-expect "=== 2 of 6 failed seeds: x_test.cpp:57: Expected equality of these values:; n; Which is: #"
+expect "    seed 2: x_test.cpp:42: Expected equality of these values:; n; Which is: #"
+expect "=== 2 of 6 failed seeds: T.t at x_test.cpp:57"
 expect "    seeds 6, 12"
-expect "swarm: 12 seeds, 6 failed, 2 signatures"
+expect "swarm: 12 seeds, 6 failed, 2 groups"
 echo "report.sh: two checks, two groups of 4 and 2 seeds"
 
 # Plain progress lines when stderr is not a terminal (one at least, with --progress 0.05).

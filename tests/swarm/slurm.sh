@@ -128,7 +128,7 @@ cat "$work/submit.log"
 ((rc == 1)) || fail "slurm-swarm.sh exited $rc, not 1 (seeds failed)"
 summary=$work/campaign/summary.txt
 expect() { grep -qxF -- "$1" "$summary" || fail "the summary lacks the line '$1'"; }
-expect "swarm: 40 seeds, 12 failed, 2 signatures (merged from 4 files; a campaign of 4 shards, seeds 1 to 40)"
+expect "swarm: 40 seeds, 12 failed, 2 groups (merged from 4 files; a campaign of 4 shards, seeds 1 to 40)"
 expect "=== 7 of 12 failed seeds: exit status 1"
 expect "    seeds 5, 10, 15, 20, 25, 30, 40"
 expect "=== 5 of 12 failed seeds: exit status 3: boom at #"
@@ -144,4 +144,4 @@ if command -v xmllint >/dev/null; then
   xmllint --noout --schema "$here/junit.xsd" "$work/campaign/campaign.xml" 2>/dev/null ||
     fail "campaign.xml does not validate"
 fi
-echo "slurm.sh: 4 array tasks and the merge ran in $((SECONDS - started)) s; 40 seeds, 12 failed, 2 signatures"
+echo "slurm.sh: 4 array tasks and the merge ran in $((SECONDS - started)) s; 40 seeds, 12 failed, 2 groups"

@@ -394,6 +394,8 @@ namespace {
 
 // A seeded run that fails on purpose, for tests/observe/failure-report.sh: the test main
 // must print the world's report and a command that reruns it to the same failure.
+// OBSERVE_DEMO_SENDS, a variable of the test's own (not VERBSIM_*), sets how many SENDs it
+// makes: the rerun command keeps it when VERBSIM_KEEP_ENV names it.
 TEST(FailureReport, ADeliberateFailure) {
   if (std::getenv("VERBSIM_DEMO_FAILURE") == nullptr) {
     GTEST_SKIP() << "fails on purpose only with VERBSIM_DEMO_FAILURE set (failure-report.sh)";
@@ -402,7 +404,9 @@ TEST(FailureReport, ADeliberateFailure) {
   c.seed = 7;
   c.faults = sim::FaultPlan::parse("drop nth=2; delay p=0.5 by=1us");
   SimPair p(c);
-  for (std::uint64_t i = 1; i <= 4; ++i) send_once(p, 64, i);
+  const char* sends = std::getenv("OBSERVE_DEMO_SENDS");
+  const std::uint64_t n = sends != nullptr ? std::strtoull(sends, nullptr, 10) : 4;
+  for (std::uint64_t i = 1; i <= n; ++i) send_once(p, 64, i);
   ADD_FAILURE() << "deliberate failure, digest " << p.world.digest_hex();
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "signature.hpp"
+
 namespace verbsim::swarm {
 
 // One seed's run.
@@ -15,7 +17,7 @@ struct SeedResult {
   bool failed = false;
   double seconds = 0;     // wall time
   std::string why;        // failures: "exit status 1", "killed by signal ...", "timed out ..."
-  std::string signature;  // failures: what failed, the same for every seed it fails (signature.hpp)
+  std::vector<Failure> failures;  // failures: each failed test, or what failed (signature.hpp)
   std::string reproducer;  // failures: the command line that runs this seed again
   std::string output;      // failures: the end of what the run printed
 };

@@ -188,6 +188,38 @@ Tag next_tag(const std::string& xml, std::size_t from) {
   }
 }
 
+// A seed's failures as its <failure>'s message: a line each, "[Suite.Name] signature", or the
+// signature alone for a failure of no test (all a file held before failures had tests).
+std::string message_of(const std::vector<Failure>& failures) {
+  std::string m;
+  for (const Failure& f : failures) {
+    if (!m.empty()) m += '\n';
+    if (!f.test.empty()) m += "[" + f.test + "] ";
+    m += f.signature;
+  }
+  return m;
+}
+
+std::vector<Failure> failures_of(std::string_view message) {
+  std::vector<Failure> out;
+  for (;;) {
+    const auto nl = message.find('\n');
+    std::string_view line = message.substr(0, nl);
+    Failure f;
+    const auto close = line.find("] ");
+    if (line.starts_with('[') && close != std::string_view::npos &&
+        line.substr(1, close - 1).find(' ') == std::string_view::npos) {
+      f.test = std::string(line.substr(1, close - 1));
+      line.remove_prefix(close + 2);
+    }
+    f.signature = std::string(line);
+    out.push_back(std::move(f));
+    if (nl == std::string_view::npos) break;
+    message.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
 constexpr std::string_view kReproduce = "reproduce with:\n";
 constexpr std::string_view kLastOutput = "\n--- last output:\n";
 
@@ -221,7 +253,7 @@ void write_junit(const std::string& path, const Campaign& c) {
       x << "/>\n";
       continue;
     }
-    x << ">\n      <failure message=\"" << escaped(r.signature, true) << "\" type=\""
+    x << ">\n      <failure message=\"" << escaped(message_of(r.failures), true) << "\" type=\""
       << escaped(r.why, true) << "\">" << escaped(std::string(kReproduce) + r.reproducer, false)
       << escaped(std::string(kLastOutput) + r.output, false) << "</failure>\n    </testcase>\n";
   }
@@ -273,7 +305,7 @@ Campaign read_junit(const std::string& path) {
         if (c.results.empty()) throw std::runtime_error("a <failure> outside a <testcase>");
         SeedResult& r = c.results.back();
         r.failed = true;
-        r.signature = tag.attributes["message"];
+        r.failures = failures_of(tag.attributes["message"]);
         r.why = tag.attributes["type"];
         const auto close = xml.find("</failure>", tag.end);
         if (close == std::string::npos) throw std::runtime_error("<failure> does not end");

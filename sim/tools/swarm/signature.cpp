@@ -96,6 +96,27 @@ std::string last_record(const std::vector<std::string_view>& lines, std::size_t 
   return normalised(last);
 }
 
+// signature() of the lines of an output.
+std::string signature_of(const std::vector<std::string_view>& lines, std::string_view why) {
+  std::size_t at = 0;
+  std::string sig = failing_check(lines, at);
+  if (sig.empty()) {
+    // No check: how it ended and the last line it printed (GoogleTest's framing aside).
+    sig = std::string(why);
+    for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+      const std::string_view line = trimmed(*it);
+      if (line.empty() || line.front() == '[' || line.ends_with("FAILED TEST") ||
+          line.ends_with("FAILED TESTS")) {
+        continue;
+      }
+      sig += ": " + normalised(line);
+      break;
+    }
+  }
+  if (std::string last = last_record(lines, at); !last.empty()) sig += " | last: " + last;
+  return sig;
+}
+
 }  // namespace
 
 std::string normalised(std::string_view text) {
@@ -134,24 +155,64 @@ std::string normalised(std::string_view text) {
 }
 
 std::string signature(std::string_view output, std::string_view why) {
-  const std::vector<std::string_view> lines = lines_of(output);
-  std::size_t at = 0;
-  std::string sig = failing_check(lines, at);
-  if (sig.empty()) {
-    // No check: how it ended and the last line it printed (GoogleTest's framing aside).
-    sig = std::string(why);
-    for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-      const std::string_view line = trimmed(*it);
-      if (line.empty() || line.front() == '[' || line.ends_with("FAILED TEST") ||
-          line.ends_with("FAILED TESTS")) {
-        continue;
-      }
-      sig += ": " + normalised(line);
-      break;
+  return signature_of(lines_of(output), why);
+}
+
+std::string site(std::string_view sig) {
+  // "x_test.cpp:42: ..." (a GoogleTest check): the file's base name and the line.
+  const auto colon = sig.find(':');
+  if (colon != std::string_view::npos && colon > 0) {
+    std::size_t end = colon + 1;
+    while (end < sig.size() && digit(sig[end])) ++end;
+    const std::string_view file = sig.substr(0, colon);
+    if (end > colon + 1 && sig.substr(end, 2) == ": " &&
+        file.find_first_of(" \t") == std::string_view::npos) {
+      return std::string(sig.substr(0, end));
     }
   }
-  if (std::string last = last_record(lines, at); !last.empty()) sig += " | last: " + last;
-  return sig;
+  return std::string(sig.substr(0, sig.find(" | last: ")));
+}
+
+std::string Failure::group() const {
+  return test.empty() ? signature : test + " at " + site(signature);
+}
+
+std::vector<Failure> failures(std::string_view output, std::string_view why) {
+  constexpr std::string_view kRun = "[ RUN      ] ";
+  constexpr std::string_view kFailed = "[  FAILED  ] ";
+  constexpr std::string_view kPassed[] = {"[       OK ] ", "[  SKIPPED ] "};
+  const std::vector<std::string_view> lines = lines_of(output);
+  std::vector<Failure> out;
+  bool gtest = false;
+  std::string test;       // the test running, or empty
+  std::size_t begin = 0;  // its first line
+  // "Suite.Name (3 ms)", "Suite.Name, where GetParam() = 4 (0 ms)" -> "Suite.Name".
+  const auto name_of = [](std::string_view rest) {
+    return std::string(rest.substr(0, rest.find_first_of(" ,")));
+  };
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view line = lines[i];
+    if (line.starts_with(kRun)) {
+      gtest = true;
+      test = name_of(line.substr(kRun.size()));
+      begin = i + 1;
+    } else if (!test.empty() && line.starts_with(kFailed) &&
+               name_of(line.substr(kFailed.size())) == test) {
+      const std::vector<std::string_view> block(lines.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                lines.begin() + static_cast<std::ptrdiff_t>(i));
+      out.push_back({test, signature_of(block, why)});
+      test.clear();
+    } else if (!test.empty() && (line.starts_with(kPassed[0]) || line.starts_with(kPassed[1]))) {
+      test.clear();
+    }
+  }
+  if (!test.empty()) {  // the run ended inside this test
+    const std::vector<std::string_view> block(lines.begin() + static_cast<std::ptrdiff_t>(begin),
+                                              lines.end());
+    out.push_back({test, signature_of(block, why)});
+  }
+  if (!gtest || out.empty()) out.push_back({{}, signature_of(lines, why)});
+  return out;
 }
 
 }  // namespace verbsim::swarm
