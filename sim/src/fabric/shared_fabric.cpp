@@ -220,6 +220,7 @@ void SharedFabric::sweep_stale(const std::string& keep) noexcept {
     if (::fstat(fd, &st) == 0 && st.st_uid == ::getuid() &&
         static_cast<std::size_t>(st.st_size) == kFileBytes && ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       void* base = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+      Guarded* const guarded = base != MAP_FAILED ? guard(base, sizeof(Header)) : nullptr;
       if (base != MAP_FAILED) {
         const Header& h = *static_cast<const Header*>(base);
         bool anyone = h.magic != kMagic;  // not ours to judge
@@ -228,6 +229,7 @@ void SharedFabric::sweep_stale(const std::string& keep) noexcept {
         if (!anyone && ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino) {
           ::unlink(path.c_str());  // every process of it is gone (killed, crashed)
         }
+        unguard(guarded);
         ::munmap(base, sizeof(Header));
       }
     }
@@ -283,9 +285,28 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
     ~Unlock() { ::flock(fd, LOCK_UN); }
   } const unlock{fd_};
   bool fresh = static_cast<std::size_t>(st.st_size) != kFileBytes;
+  if (fresh && st.st_size != 0) {
+    // Cut short while processes hold it (their liveness locks): corrupt, not stale. Starting
+    // it afresh would pull the file from under them.
+    for (int s = 0; s < kSlots; ++s) {
+      if (!byte_held(fd_, kLockAt + s)) continue;
+      ::close(fd_);
+      throw std::runtime_error("verbsim: fabric " + path_ + " is corrupt: its file is " +
+                               std::to_string(st.st_size) + " bytes, not " +
+                               std::to_string(kFileBytes) +
+                               ", while processes use it; choose another VERBSIM_FABRIC name");
+    }
+  }
+  // Guarded from the first access on: another process may cut the file short at any time.
   auto map = [&] {
     base_ = ::mmap(nullptr, kFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (base_ == MAP_FAILED) fail("cannot map", path_, errno);
+    guarded_ = guard(base_, kFileBytes);
+  };
+  auto unmap = [&] {
+    unguard(static_cast<Guarded*>(guarded_));
+    guarded_ = nullptr;
+    ::munmap(base_, kFileBytes);
   };
   if (!fresh) {
     map();
@@ -300,7 +321,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
       }
     }
     if (!anyone) {  // a stale fabric (all its processes gone): start over
-      ::munmap(base_, kFileBytes);
+      unmap();
       fresh = true;
     }
   }
@@ -315,7 +336,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   }
   if (header().devices != static_cast<std::uint32_t>(devices)) {
     const auto theirs = header().devices;
-    ::munmap(base_, kFileBytes);
+    unmap();
     ::close(fd_);
     throw std::runtime_error("verbsim: fabric " + path_ + " has " + std::to_string(theirs) +
                              " devices per world and this process " + std::to_string(devices) +
@@ -327,7 +348,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
     break;
   }
   if (self_ < 0) {
-    ::munmap(base_, kFileBytes);
+    unmap();
     ::close(fd_);
     throw std::runtime_error("verbsim: fabric " + path_ + " has " + std::to_string(kSlots) +
                              " processes already (its limit)");
@@ -354,7 +375,6 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
   me.pid.store(::getpid(), std::memory_order_release);
   header().used.fetch_or(1u << self_, std::memory_order_relaxed);
   header().live.fetch_or(1u << self_, std::memory_order_release);
-  guarded_ = guard(base_, kFileBytes);
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(leave_all_at_exit); });
   const std::lock_guard<std::mutex> held(g_joined_mu);
