@@ -558,11 +558,15 @@ World::World(Config config) {
 }
 
 World::~World() {
-  if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
-    std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+  // A child of fork() that destroys its copy of its parent's world (it returns through its
+  // destructors) leaves the parent's capture files and fabric membership to the parent.
+  if (!impl_->inherited()) {
+    if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
+      std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+    }
+    impl_->finish_observers();
+    impl_->leave_fabric();
   }
-  impl_->finish_observers();
-  impl_->leave_fabric();
   notify_destroyed(*this);
   // A context's core lives while the context or any object made from it does.
   std::size_t alive = 0;
