@@ -190,7 +190,8 @@ void start_progress() noexcept {
 }
 
 void progress_after_fork() noexcept {
-  g_started = false;
+  g_started = false;  // the child's first call starts a thread of its own
+  g_progress_tid.store(0, std::memory_order_relaxed);
   // The child has one thread, with a new TID.
   for (CallerSlot& slot : g_callers) slot.tid.store(0, std::memory_order_relaxed);
   g_callers_used.store(0, std::memory_order_relaxed);

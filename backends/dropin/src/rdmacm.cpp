@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -72,12 +74,25 @@ struct DCmEvent : rdma_cm_event {
 
 struct CmGlobal {
   std::map<std::string, CmDevice> devices;
+  // The channels that exist, under the lock: a thread waiting in rdma_get_cm_event while
+  // another destroys the channel must not read it afterwards (rping's CM thread does, at exit).
+  std::unordered_set<const DCmChannel*> channels;
 };
 
-CmGlobal& cm_global() {
-  static auto* g = new CmGlobal;  // never freed, like the world (state.hpp)
-  return *g;
+// Never freed, like the world (state.hpp). A child of fork() gets one of its own, as it gets
+// a libibverbs state of its own (state.cpp): the parent's devices, channels and ids are not
+// the child's.
+CmGlobal*& cm_current() {
+  static CmGlobal* g = [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      if (auto* own = new (std::nothrow) CmGlobal) cm_current() = own;
+    });
+    return new CmGlobal;
+  }();
+  return g;
 }
+
+CmGlobal& cm_global() { return *cm_current(); }
 
 // rdma_* verbs return 0, or -1 with errno.
 int result(int err) noexcept {
@@ -176,12 +191,7 @@ void set_route(DCmId* id) {
   id->route.num_paths = 1;
 }
 
-// The channels that exist, under the lock: a thread waiting in rdma_get_cm_event while another
-// destroys the channel must not read it afterwards (rping's CM thread does, at exit).
-std::unordered_set<const DCmChannel*>& live_channels() {
-  static auto* set = new std::unordered_set<const DCmChannel*>;
-  return *set;
-}
+std::unordered_set<const DCmChannel*>& live_channels() { return cm_global().channels; }
 
 DCmChannel::~DCmChannel() { live_channels().erase(this); }
 

@@ -318,10 +318,15 @@ void make_sysfs_tree() noexcept {
     }
     rewrite_counters(*t);
     tree() = t.release();
-    std::atexit([] {
-      std::lock_guard<std::recursive_mutex> held(global().mu);
-      if (Tree* made = tree(); made != nullptr && made->owner == ::getpid())
-        remove_tree(made->root);
+    // Once per process image: in a child of fork() the parent's handler removes the child's
+    // tree (the parent's is the parent's to remove).
+    static std::once_flag at_exit;
+    std::call_once(at_exit, [] {
+      std::atexit([] {
+        std::lock_guard<std::recursive_mutex> held(global().mu);
+        if (Tree* made = tree(); made != nullptr && made->owner == ::getpid())
+          remove_tree(made->root);
+      });
     });
   } catch (...) {
     // No tree: the devices keep their /sys paths.
