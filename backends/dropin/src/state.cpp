@@ -103,9 +103,40 @@ bool others_quiet() noexcept {
 }
 }  // namespace
 
-std::unique_lock<std::recursive_mutex> lock() noexcept {
+// Signal handlers (state.hpp): how deep this thread holds the lock, and the depth at which a
+// NestedVerbs scope lets verbs in (-1: none). Initial-exec: read in signal handlers, where a
+// first access through __tls_get_addr could allocate.
+namespace {
+[[gnu::tls_model("initial-exec")]] thread_local int t_held = 0;
+[[gnu::tls_model("initial-exec")]] thread_local int t_nested_at = -1;
+
+// Whether a verb entered now would be a handler's, inside a verb of this thread.
+bool re_entered() noexcept { return t_held != 0 && t_held != t_nested_at; }
+}  // namespace
+
+// The count goes up before the lock is taken and down after it is released, so that a handler
+// never finds the lock held by its thread with the count at 0 (the signal fences keep the
+// compiler from moving the count across the lock; only this thread's handlers read it).
+Held::Held(std::recursive_mutex& mu) noexcept : mu_(&mu) {
+  ++t_held;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  mu.lock();
+}
+
+Held::~Held() {
+  if (mu_ == nullptr) return;
+  mu_->unlock();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --t_held;
+}
+
+NestedVerbs::NestedVerbs() noexcept : saved_(t_nested_at) { t_nested_at = t_held; }
+NestedVerbs::~NestedVerbs() { t_nested_at = saved_; }
+
+Held lock() noexcept {
+  if (re_entered()) [[unlikely]] return Held();
   note_activity();
-  auto held = lock_waiting();
+  Held held = lock_waiting();
   // A shared fabric's world the progress thread moved on: the program acts from there.
   if (sim::World* w = global().world.get(); w != nullptr && global().shared) [[unlikely]] {
     try {
@@ -117,9 +148,10 @@ std::unique_lock<std::recursive_mutex> lock() noexcept {
   return held;
 }
 
-std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
+Held lock_waiting() noexcept {
+  if (re_entered()) [[unlikely]] return Held();
   note_call();
-  return std::unique_lock<std::recursive_mutex>(global().mu);
+  return Held(global().mu);
 }
 
 void note_activity() noexcept {
@@ -386,6 +418,7 @@ void settle() noexcept {
 int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg) {
   if (nonblocking) {  // one instant of the world, as an empty poll
     auto held = lock_waiting();
+    if (held.refused()) return EDEADLK;
     int err = attempt(arg);
     if (sim::World* w = world(); err == EAGAIN && w != nullptr) {
       if (!w->step_until(w->now() + kNearNs)) step_far(*w);
@@ -400,6 +433,7 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
     bool idle = false;  // the world has nothing left to run
     {
       auto held = lock_waiting();
+      if (held.refused()) return EDEADLK;
       sim::World* w = world();
       if (w == nullptr) return EINVAL;
       for (;;) {
