@@ -84,6 +84,32 @@ TEST(Budget, ParsesAndPrints) {
   EXPECT_THROW((void)sim::Budget::parse("events=x"), std::invalid_argument);
 }
 
+// VERBSIM_BUDGET's numbers are checked: one past 2^64, a negative one, or a time whose unit
+// takes it past 2^64 ns is an error naming it, not another budget.
+TEST(Budget, NumbersPastTheirRangeAreRefused) {
+  const auto error_of = [](const char* text) -> std::string {
+    try {
+      const sim::Budget b = sim::Budget::parse(text);
+      return "(parsed: " + b.to_string() + ")";
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_of("events=18446744073709551616"),
+            "budget: 'events=18446744073709551616' is past 18446744073709551615 (time=<n>[ns|us|"
+            "ms|s] events=<n> stall=<n>[ns|us|ms|s], or off)");
+  EXPECT_EQ(error_of("time=18446744074s"),
+            "budget: 'time=18446744074s' is past 18446744073709551615 ns (time=<n>[ns|us|ms|s] "
+            "events=<n> stall=<n>[ns|us|ms|s], or off)");
+  EXPECT_EQ(error_of("stall=18446744073710ms"),
+            "budget: 'stall=18446744073710ms' is past 18446744073709551615 ns (time=<n>[ns|us|ms|"
+            "s] events=<n> stall=<n>[ns|us|ms|s], or off)");
+  EXPECT_NE(error_of("events=-1").find("'events=-1' has no number"), std::string::npos);
+  EXPECT_NE(error_of("time=+5ms").find("'time=+5ms' has no number"), std::string::npos);
+  EXPECT_EQ(sim::Budget::parse("events=18446744073709551615").events, UINT64_MAX);
+  EXPECT_EQ(sim::Budget::parse("time=18446744073s").virtual_ns, 18'446'744'073'000'000'000u);
+}
+
 TEST(Budget, VerbsimBudgetSetsEveryWorldsBudget) {
   std::optional<std::string> saved;
   if (const char* old = std::getenv("VERBSIM_BUDGET")) saved = old;

@@ -287,8 +287,71 @@ TEST(FaultPlanText, QpTakesANameAndRejectsWhatIsNeither) {
     (void)FaultPlan::parse("drop nth=1 qp=12ab");
     FAIL() << "qp=12ab accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "fault plan: qp=12ab is not a number in rule 'drop nth=1 qp=12ab'");
+    EXPECT_STREQ(e.what(),
+                 "fault plan: qp=12ab is not a number from 0 to 4294967295 in rule 'drop nth=1 "
+                 "qp=12ab'");
   }
+}
+
+// Every number a rule holds is checked against the range of what it sets: past it is an error
+// naming the key and the value, never another value (a wrapped time, a truncated QP number).
+TEST(FaultPlanText, NumbersPastTheirRangeAreRefusedNotWrapped) {
+  struct Bad {
+    const char* rule;
+    const char* why;
+  };
+  const Bad bads[] = {
+      // 18446744073709552 us is 2^64 ns and a bit: it wrapped to 384 ns.
+      {"delay by=18446744073709552us p=0.1",
+       "by=18446744073709552us is past the longest time a rule may name (2^62 ns, about 146 "
+       "years)"},
+      {"delay by=4611686018427387905ns p=0.1",
+       "by=4611686018427387905ns is past the longest time a rule may name (2^62 ns, about 146 "
+       "years)"},
+      {"link_down dev=sim0 at=5000000000s", "at=5000000000s is past the longest time"},
+      {"link_down dev=sim0 at=1ms for=99999999999999999999ms",
+       "for=99999999999999999999ms is past the longest time"},
+      {"post_send nth=18446744073709551616 errno=EIO",
+       "nth=18446744073709551616 is not a number from 0 to 18446744073709551615"},
+      {"post_send every=0x10000000000000000 errno=EIO",
+       "every=0x10000000000000000 is not a number from 0 to 18446744073709551615"},
+      {"post_send nth=-1 errno=EIO", "nth=-1 is not a number"},
+      {"post_send nth=+1 errno=EIO", "nth=+1 is not a number"},
+      {"post_send nth=1 errno=EIO qp=4294967296",
+       "qp=4294967296 is not a number from 0 to 4294967295"},
+      {"drop psn=16777216", "psn=16777216 is not a number from 0 to 16777215"},
+      {"link_down dev=sim0 port=256 at=1ms", "port=256 is not a number from 0 to 255"},
+      {"qp_fatal qp=0x100000011 at=1ms", "qp=0x100000011 is not a number from 0 to 4294967295"},
+      {"cq_overrun depth=4294967296", "depth=4294967296 is not a number from 0 to 4294967295"},
+      {"post_send nth=1 errno=18446744073709551616",
+       "errno=18446744073709551616 is not a number from 0 to 18446744073709551615"},
+      {"drop p=nan", "p=nan is not in [0, 1]"},
+      {"drop p=1e-400", "p=1e-400 is not in [0, 1]"},
+      {"drop p=0.5x", "p=0.5x is not in [0, 1]"},
+      {"drop p=inf", "p=inf is not in [0, 1]"},
+  };
+  for (const Bad& bad : bads) {
+    try {
+      const FaultPlan plan = FaultPlan::parse(bad.rule);
+      ADD_FAILURE() << "accepted: " << bad.rule << " as " << plan.to_string();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.why), std::string::npos)
+          << bad.rule << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad.rule), std::string::npos) << e.what();
+    }
+  }
+  // The edges themselves are numbers; a time's digits are decimal.
+  const FaultPlan edges = FaultPlan::parse(
+      "delay by=4611686018427387904ns p=1; drop psn=0xffffff; delay by=010us p=1; "
+      "post_send nth=18446744073709551615 errno=EIO qp=4294967295; "
+      "link_down dev=sim0 port=255 at=4611686018s for=0; cq_overrun depth=0xffffffff");
+  EXPECT_EQ(edges.packets[0].by_ns, std::uint64_t{1} << 62);
+  EXPECT_EQ(edges.packets[1].psn, 0xffffffu);
+  EXPECT_EQ(edges.packets[2].by_ns, 10'000u);
+  EXPECT_EQ(edges.verbs[0].when.nth, UINT64_MAX);
+  EXPECT_EQ(edges.verbs[0].where.qpn, 0xffffffffu);
+  EXPECT_EQ(edges.timed[0].port, 255);
+  EXPECT_EQ(edges.cq_depth, 0xffffffffu);
 }
 
 // Both QPs of a SimPair are QP 17 (of sim0 and sim1): a name picks one of them.

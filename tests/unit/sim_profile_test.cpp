@@ -1,9 +1,11 @@
 // Profiles as files: the built-in ones, the format's errors, and a world that runs a file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -148,6 +150,47 @@ TEST(Profile, VerbsimProfileNamesABuiltInProfileOrAFile) {
   ::setenv("VERBSIM_PROFILE", "/no/such/file.profile", 1);
   EXPECT_THROW(Config::from_env(), std::invalid_argument);
   ::unsetenv("VERBSIM_PROFILE");
+  std::remove(path.c_str());
+}
+
+// A profile is a small regular file. /dev/zero would be read for ever (the memory grew without
+// bound), a FIFO would block: both are refused, as is a file past the limit, with its name.
+TEST(Profile, LoadReadsOnlyASmallRegularFile) {
+  const auto error_of = [](const std::string& path) -> std::string {
+    try {
+      (void)ProfileFile::load(path);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  };
+  EXPECT_EQ(error_of("/dev/zero"),
+            "the profile file '/dev/zero' is not a regular file (a device, FIFO, socket or "
+            "directory)");
+  const std::string dir = ::testing::TempDir();
+  const std::string fifo = dir + "verbsim_profile_test.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  EXPECT_NE(error_of(fifo).find("is not a regular file"), std::string::npos);  // not blocked
+  std::remove(fifo.c_str());
+  EXPECT_NE(error_of(dir).find("is not a regular file"), std::string::npos);
+
+  // A comment fills the file up to the limit: that loads; one byte more does not.
+  const std::string path = dir + "verbsim_profile_test_large.profile";
+  const std::string head = "base = rxe\n#";
+  constexpr std::size_t kLimit = std::size_t{1} << 20;
+  {
+    std::ofstream out(path);
+    out << head << std::string(kLimit - head.size(), 'x');
+  }
+  EXPECT_EQ(error_of(path), "(loaded)");
+  {
+    std::ofstream out(path, std::ios::app);
+    out << 'x';
+  }
+  EXPECT_EQ(error_of(path), "the profile file '" + path +
+                                "' is larger than 1048576 bytes (1 MiB), the most a profile "
+                                "file may hold");
   std::remove(path.c_str());
 }
 

@@ -26,6 +26,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) noexcept {
   if (n < 0) return -EINVAL;
   try {
     auto held = lock_waiting();
+    if (held.refused()) [[unlikely]] return -EDEADLK;
     if (check(cq, Kind::cq) != 0) [[unlikely]] return -EINVAL;
     DCq* c = DCq::from(cq);
     constexpr int kChunk = 32;
@@ -60,6 +61,7 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) noexcept {
 int poll_one(ibv_cq_ex* cq) noexcept {
   try {
     auto held = lock_waiting();
+    if (held.refused()) [[unlikely]] return EDEADLK;
     if (check(ibv_cq_ex_to_cq(cq), Kind::cq) != 0) return EINVAL;
     DCq* c = DCq::from(cq);
     const PollResult r = polling([&] { return c->impl->poll(std::span(&c->cur, 1)); });
@@ -211,7 +213,7 @@ int ibv_destroy_cq_1_1(ibv_cq* cq) {
     int err = 0;
     {
       auto held = lock();
-      err = check(cq, Kind::cq);
+      err = held.refused() ? EDEADLK : check(cq, Kind::cq);
     }
     if (err != 0) {
       errno = err;
@@ -242,8 +244,9 @@ VERBSIM_SAME_TYPE(ibv_destroy_cq);
 int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
   {
     auto held = lock();
-    if (check_channel(channel, EINVAL) != 0 || cq == nullptr || cq_context == nullptr) {
-      errno = EINVAL;
+    if (held.refused() || check_channel(channel, EINVAL) != 0 || cq == nullptr ||
+        cq_context == nullptr) {
+      errno = held.refused() ? EDEADLK : EINVAL;
       return -1;
     }
   }
@@ -262,7 +265,7 @@ int ibv_get_cq_event_1_1(ibv_comp_channel* channel, ibv_cq** cq, void** cq_conte
     err = errno_of_current_exception("ibv_get_cq_event");
   }
   if (err == 0) {
-    auto held = lock();
+    auto held = lock();  // not refused: the first one was not
     DCq* c = wrapper_of<DCq>(a.got);
     if (c == nullptr) {
       err = EAGAIN;  // the CQ was destroyed after its event was queued
@@ -283,7 +286,8 @@ VERBSIM_SAME_TYPE(ibv_get_cq_event);
 
 void ibv_ack_cq_events_1_1(ibv_cq* cq, unsigned int nevents) {
   auto held = lock();
-  if (check(cq, Kind::cq) != 0) return;  // no error to report: nothing happens
+  // No error to report (a refused call, an object that is not one): nothing happens.
+  if (held.refused() || check(cq, Kind::cq) != 0) return;
   DCq* c = DCq::from(cq);
   c->impl->ack_events(nevents);
   ::pthread_mutex_lock(&cq->mutex);

@@ -202,7 +202,6 @@ const DDevice* known_device(const ibv_device* device) noexcept {
     errno = EINVAL;
     return nullptr;
   }
-  auto held = lock_waiting();
   for (const DDevice* d : global().devices) {
     if (&d->dev == device) return d;
   }
@@ -219,9 +218,9 @@ extern "C" {
 
 ibv_device** ibv_get_device_list_1_1(int* num_devices) {
   auto held = lock();
-  if (world() == nullptr) {
+  if (held.refused() || world() == nullptr) {
     if (num_devices != nullptr) *num_devices = 0;
-    errno = EINVAL;
+    errno = held.refused() ? EDEADLK : EINVAL;
     return nullptr;
   }
   const auto& devs = global().devices;
@@ -253,6 +252,11 @@ VERBSIM_SAME_TYPE(ibv_get_device_name);
 // The node GUID; 0 with errno EINVAL for NULL, ENODEV for a pointer that is not one of the
 // list's devices (a copy: libibverbs would read its provider's data past the struct).
 __be64 ibv_get_device_guid_1_1(ibv_device* device) {
+  auto held = lock_waiting();
+  if (held.refused()) {
+    errno = EDEADLK;
+    return 0;
+  }
   const DDevice* d = known_device(device);
   return d != nullptr ? htobe64(d->guid) : 0;
 }
@@ -261,6 +265,11 @@ VERBSIM_SAME_TYPE(ibv_get_device_guid);
 
 // The device's index; -1 with errno as ibv_get_device_guid.
 int ibv_get_device_index(ibv_device* device) {
+  auto held = lock_waiting();
+  if (held.refused()) {
+    errno = EDEADLK;
+    return -1;
+  }
   const DDevice* d = known_device(device);
   return d != nullptr ? d->index : -1;
 }
@@ -478,8 +487,8 @@ int ibv_get_pkey_index(ibv_context* context, std::uint8_t port, __be16 pkey) {
 int ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
   {
     auto held = lock();
-    if (check_context(context) != 0 || event == nullptr) {
-      errno = EINVAL;
+    if (held.refused() || check_context(context) != 0 || event == nullptr) {
+      errno = held.refused() ? EDEADLK : EINVAL;
       return -1;
     }
   }
@@ -501,7 +510,7 @@ int ibv_get_async_event_1_1(ibv_context* context, ibv_async_event* event) {
       err = errno_of_current_exception("ibv_get_async_event");
     }
     if (err != 0) break;
-    auto held = lock();
+    auto held = lock();  // not refused: the first one was not
     *event = {};
     event->event_type = static_cast<ibv_event_type>(a.ev.type);
     if (a.ev.qp != nullptr) {
@@ -531,7 +540,7 @@ VERBSIM_SAME_TYPE(ibv_get_async_event);
 // ignored.
 void ibv_ack_async_event_1_1(ibv_async_event* event) {
   auto held = lock();
-  if (event == nullptr) return;
+  if (held.refused() || event == nullptr) return;
   switch (event->event_type) {
     case IBV_EVENT_CQ_ERR:
       if (check(event->element.cq, Kind::cq) == 0) ++event->element.cq->async_events_completed;
@@ -705,7 +714,7 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
 // ibdev_path), "/sys" when the world or its tree could not be made.
 const char* ibv_get_sysfs_path(void) {
   auto held = lock_waiting();
-  world();  // makes the tree; a failure is printed there
+  if (!held.refused()) world();  // makes the tree; a failure is printed there
   return sysfs_root();
 }
 

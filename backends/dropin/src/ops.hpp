@@ -56,7 +56,7 @@ int to_bind_mw(ibv_mw* mw, const ibv_mw_bind_info& info, BindMwWr& out) noexcept
 ibv_context* make_context(DDevice* device, std::shared_ptr<Context> impl, int cmd_fd);
 
 // The device `device` points at when it is one of the device list's (not a copy of one);
-// else null with errno EINVAL (NULL) or ENODEV. device.cpp.
+// else null with errno EINVAL (NULL) or ENODEV. Call with the lock held. device.cpp.
 const DDevice* known_device(const ibv_device* device) noexcept;
 
 // One GID table entry: 0, ENODATA for an empty entry, EINVAL outside the table. device.cpp.

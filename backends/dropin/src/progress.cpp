@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,14 +158,27 @@ void run() noexcept {
   }
 }
 
+// The thread takes no signal the program may send: a signal the program blocks so as to take
+// it with sigwait() would otherwise be delivered here (and its default action end the
+// process), and a handler would run on a thread that holds the world's lock. It starts with
+// them blocked (a thread takes its creator's mask), so none comes before it could block them.
+// The signals of a fault the thread itself causes stay open: blocked, they kill at once, and
+// the simulator takes SIGSEGV on purpose (sim/src/transport/user_memory.cpp).
 void spawn() noexcept {
   bool expected = false;
   if (!g_started.compare_exchange_strong(expected, true)) return;
+  sigset_t blocked, saved;
+  ::sigfillset(&blocked);
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) {
+    ::sigdelset(&blocked, sig);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &blocked, &saved);
   try {
     std::thread(run).detach();
   } catch (...) {
     g_started = false;
   }
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 }  // namespace
@@ -190,7 +205,8 @@ void start_progress() noexcept {
 }
 
 void progress_after_fork() noexcept {
-  g_started = false;
+  g_started = false;  // the child's first call starts a thread of its own
+  g_progress_tid.store(0, std::memory_order_relaxed);
   // The child has one thread, with a new TID.
   for (CallerSlot& slot : g_callers) slot.tid.store(0, std::memory_order_relaxed);
   g_callers_used.store(0, std::memory_order_relaxed);

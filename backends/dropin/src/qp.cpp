@@ -145,9 +145,9 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) noexcept {
   if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
-    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+    if (held.refused() || check(qp, Kind::qp) != 0) [[unlikely]] {
       *bad = wr;
-      return EINVAL;
+      return held.refused() ? EDEADLK : EINVAL;
     }
     DQp* q = DQp::from(qp);
     int in_errno = 0;  // a refusal the provider got from a system call (rxe's doorbell)
@@ -181,9 +181,9 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
   if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
-    if (check(qp, Kind::qp) != 0) [[unlikely]] {
+    if (held.refused() || check(qp, Kind::qp) != 0) [[unlikely]] {
       *bad = wr;
-      return EINVAL;
+      return held.refused() ? EDEADLK : EINVAL;
     }
     DQp* q = DQp::from(qp);
     const int err = post_list<ibv_recv_wr, RecvWr>(
@@ -201,9 +201,9 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) noexcept {
   if (bad == nullptr) [[unlikely]] bad = &ignored;
   try {
     auto held = lock();
-    if (check(srq, Kind::srq) != 0) [[unlikely]] {
+    if (held.refused() || check(srq, Kind::srq) != 0) [[unlikely]] {
       *bad = wr;
-      return EINVAL;
+      return held.refused() ? EDEADLK : EINVAL;
     }
     DSrq* s = DSrq::from(srq);
     const int err = post_list<ibv_recv_wr, RecvWr>(
@@ -440,6 +440,10 @@ int wr_complete(ibv_qp_ex* qp) noexcept {
   }
   try {
     auto held = lock();
+    if (held.refused()) {  // nothing posted, as for any failed wr_complete
+      q.batch.clear();
+      return EDEADLK;
+    }
     // The pending WRs point into sges / inline_bytes only now that both have stopped growing.
     q.flat.clear();
     q.inline_sges.assign(q.batch.size(), Sge{});
@@ -610,6 +614,7 @@ VERBSIM_SAME_TYPE(ibv_create_qp);
 
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
   auto held = lock();
+  if (held.refused()) return fail_null<ibv_qp_ex>(EDEADLK);
   if (check(qp, Kind::qp) != 0) return nullptr;
   DQp* q = DQp::from(qp);
   return q->extended ? q : nullptr;

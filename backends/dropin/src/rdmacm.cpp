@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -72,12 +74,25 @@ struct DCmEvent : rdma_cm_event {
 
 struct CmGlobal {
   std::map<std::string, CmDevice> devices;
+  // The channels that exist, under the lock: a thread waiting in rdma_get_cm_event while
+  // another destroys the channel must not read it afterwards (rping's CM thread does, at exit).
+  std::unordered_set<const DCmChannel*> channels;
 };
 
-CmGlobal& cm_global() {
-  static auto* g = new CmGlobal;  // never freed, like the world (state.hpp)
-  return *g;
+// Never freed, like the world (state.hpp). A child of fork() gets one of its own, as it gets
+// a libibverbs state of its own (state.cpp): the parent's devices, channels and ids are not
+// the child's.
+CmGlobal*& cm_current() {
+  static CmGlobal* g = [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      if (auto* own = new (std::nothrow) CmGlobal) cm_current() = own;
+    });
+    return new CmGlobal;
+  }();
+  return g;
 }
+
+CmGlobal& cm_global() { return *cm_current(); }
 
 // rdma_* verbs return 0, or -1 with errno.
 int result(int err) noexcept {
@@ -101,6 +116,7 @@ int refuse(const char* verb, int err, const char* why) {
 CmDevice& device_named(const std::string& name) {
   auto& devices = cm_global().devices;
   if (auto it = devices.find(name); it != devices.end()) return it->second;
+  const NestedVerbs nested;  // under the lock of the verb that lands an id on the device
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr)
@@ -176,12 +192,7 @@ void set_route(DCmId* id) {
   id->route.num_paths = 1;
 }
 
-// The channels that exist, under the lock: a thread waiting in rdma_get_cm_event while another
-// destroys the channel must not read it afterwards (rping's CM thread does, at exit).
-std::unordered_set<const DCmChannel*>& live_channels() {
-  static auto* set = new std::unordered_set<const DCmChannel*>;
-  return *set;
-}
+std::unordered_set<const DCmChannel*>& live_channels() { return cm_global().channels; }
 
 DCmChannel::~DCmChannel() { live_channels().erase(this); }
 
@@ -306,6 +317,7 @@ int complete(const char* verb, DCmId* id) noexcept {
     if (!id->sync) return 0;
     {
       auto held = lock();
+      if (held.refused()) return EDEADLK;
       drop_event(id);
     }
     DCmEvent* e = nullptr;
@@ -369,6 +381,7 @@ ConnParam core_param(const char* verb, DCmId* id, const rdma_conn_param* p, bool
 }
 
 void destroy_cqs(rdma_cm_id* id) noexcept {
+  const NestedVerbs nested;  // under the lock of rdma_create_qp, rdma_destroy_qp, ...
   if (id->recv_cq != nullptr) {
     ibv_destroy_cq(id->recv_cq);
     if (id->send_cq != nullptr && id->send_cq != id->recv_cq) ibv_destroy_cq(id->send_cq);
@@ -386,6 +399,7 @@ void destroy_cqs(rdma_cm_id* id) noexcept {
 // librdmacm's ucma_create_cqs: a CQ and a completion channel each for the sends and the
 // receives the program gave no CQ for.
 int create_cqs(rdma_cm_id* id, std::uint32_t send_size, std::uint32_t recv_size) {
+  const NestedVerbs nested;  // under rdma_create_qp's lock
   auto make = [&](std::uint32_t size, ibv_comp_channel*& ch, ibv_cq*& cq) {
     if (size == 0) return true;
     ch = ibv_create_comp_channel(id->verbs);
@@ -406,6 +420,7 @@ int create_cqs(rdma_cm_id* id, std::uint32_t send_size, std::uint32_t recv_size)
 // attributes (the id's port; an RC QP's remote access once a request or connect has said which),
 // and a UD QP on to RTS at once (Q_Key RDMA_UDP_QKEY, send PSN 0).
 int init_qp(DCmId* id, ibv_qp* qp) {
+  const NestedVerbs nested;  // under rdma_create_qp's lock
   for (const QpState state : {QpState::init, QpState::rtr, QpState::rts}) {
     if (state != QpState::init && id->qp_type != IBV_QPT_UD) break;
     QpAttr core;
@@ -439,6 +454,7 @@ int create_qp(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (attr->send_cq == nullptr) attr->send_cq = id->send_cq;
   if (attr->recv_cq == nullptr) attr->recv_cq = id->recv_cq;
   if (id->srq != nullptr && attr->srq == nullptr) attr->srq = id->srq;
+  const NestedVerbs nested;  // under rdma_create_qp's (or rdma_get_request's) lock
   ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
   if (qp == nullptr) {
     const int err = errno;
@@ -560,6 +576,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
 
 void rdma_destroy_qp(rdma_cm_id* id) {
   with_errno("rdma_destroy_qp", [&] {
+    const NestedVerbs nested;
     if (id->qp != nullptr) ibv_destroy_qp(id->qp);
     id->qp = nullptr;
     destroy_cqs(id);
@@ -579,6 +596,7 @@ int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
     ibv_srq_init_attr basic{};
     basic.srq_context = attr->srq_context;
     basic.attr = attr->attr;
+    const NestedVerbs nested;
     ibv_srq* srq = ibv_create_srq(pd, &basic);
     if (srq == nullptr) return errno;
     attr->attr = basic.attr;
@@ -601,6 +619,7 @@ int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
 
 void rdma_destroy_srq(rdma_cm_id* id) {
   with_errno("rdma_destroy_srq", [&] {
+    const NestedVerbs nested;
     if (id->srq != nullptr) ibv_destroy_srq(id->srq);
     id->srq = nullptr;
     return 0;
@@ -641,6 +660,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
   try {
     {
       auto held = lock();
+      if (held.refused()) return result(EDEADLK);
       drop_event(l);
     }
     if (const int err = get_event("rdma_get_request", static_cast<DCmChannel*>(l->channel), e)) {
@@ -757,6 +777,7 @@ int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
 int rdma_ack_cm_event(rdma_cm_event* event) {
   if (event == nullptr) return result(EINVAL);
   auto held = lock();
+  if (held.refused()) return result(EDEADLK);
   free_event(event);
   return 0;
 }
@@ -777,6 +798,7 @@ __be16 rdma_get_dst_port(rdma_cm_id* id) {
 
 ibv_context** rdma_get_devices(int* num_devices) {
   return with_null<ibv_context*>("rdma_get_devices", [&]() -> ibv_context** {
+    const NestedVerbs nested;
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr) return nullptr;

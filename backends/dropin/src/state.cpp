@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
+#include <new>
 #include <stdexcept>
 
 #include "objects.hpp"
@@ -22,10 +24,29 @@ namespace verbsim::dropin {
 
 namespace {
 
+Global*& current() noexcept;
+
+// fork(). The lock is held across it, so that the child's copy of the state is whole. That
+// copy is the parent's: its lock is held by a thread of the parent (a recursive mutex is
+// unlocked only by its owner, and the child's thread has another id), its objects and handles
+// are the parent's, its world serves the parent's QPs (on a shared fabric, as the parent's
+// member). So the child leaves it alone, never to be used or freed, and starts from a state
+// of its own, as a process that has called no verb: its first verb makes a world of its own.
+// The devices stay: a device list the parent got names the child's devices, as rdma-core's
+// ibv_device structs are plain data a child may open.
 void at_fork_prepare() { global().mu.lock(); }
 void at_fork_parent() { global().mu.unlock(); }
 void at_fork_child() {
-  global().mu.unlock();
+  Global* parent = current();
+  Global* own = new (std::nothrow) Global;  // malloc works in a child handler (glibc)
+  if (own == nullptr) return;  // out of memory: the child's verbs would wait for the lock
+  own->trace = parent->trace;
+  try {
+    own->devices = parent->devices;
+  } catch (...) {
+    // The child's first verb makes its devices anew; the parent's list names none of them.
+  }
+  current() = own;
   progress_after_fork();
 }
 
@@ -37,12 +58,15 @@ Global* make_global() {
   return g;
 }
 
+// The process's state; another one in a child of fork().
+Global*& current() noexcept {
+  static Global* g = make_global();
+  return g;
+}
+
 }  // namespace
 
-Global& global() noexcept {
-  static Global* g = make_global();
-  return *g;
-}
+Global& global() noexcept { return *current(); }
 
 // Who is active: every call that may change what happens next counts (lock()); waiting and
 // polling that finds nothing do not (lock_waiting()). Per thread, so that a thread can tell
@@ -79,9 +103,40 @@ bool others_quiet() noexcept {
 }
 }  // namespace
 
-std::unique_lock<std::recursive_mutex> lock() noexcept {
+// Signal handlers (state.hpp): how deep this thread holds the lock, and the depth at which a
+// NestedVerbs scope lets verbs in (-1: none). Initial-exec: read in signal handlers, where a
+// first access through __tls_get_addr could allocate.
+namespace {
+[[gnu::tls_model("initial-exec")]] thread_local int t_held = 0;
+[[gnu::tls_model("initial-exec")]] thread_local int t_nested_at = -1;
+
+// Whether a verb entered now would be a handler's, inside a verb of this thread.
+bool re_entered() noexcept { return t_held != 0 && t_held != t_nested_at; }
+}  // namespace
+
+// The count goes up before the lock is taken and down after it is released, so that a handler
+// never finds the lock held by its thread with the count at 0 (the signal fences keep the
+// compiler from moving the count across the lock; only this thread's handlers read it).
+Held::Held(std::recursive_mutex& mu) noexcept : mu_(&mu) {
+  ++t_held;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  mu.lock();
+}
+
+Held::~Held() {
+  if (mu_ == nullptr) return;
+  mu_->unlock();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --t_held;
+}
+
+NestedVerbs::NestedVerbs() noexcept : saved_(t_nested_at) { t_nested_at = t_held; }
+NestedVerbs::~NestedVerbs() { t_nested_at = saved_; }
+
+Held lock() noexcept {
+  if (re_entered()) [[unlikely]] return Held();
   note_activity();
-  auto held = lock_waiting();
+  Held held = lock_waiting();
   // A shared fabric's world the progress thread moved on: the program acts from there.
   if (sim::World* w = global().world.get(); w != nullptr && global().shared) [[unlikely]] {
     try {
@@ -93,9 +148,10 @@ std::unique_lock<std::recursive_mutex> lock() noexcept {
   return held;
 }
 
-std::unique_lock<std::recursive_mutex> lock_waiting() noexcept {
+Held lock_waiting() noexcept {
+  if (re_entered()) [[unlikely]] return Held();
   note_call();
-  return std::unique_lock<std::recursive_mutex>(global().mu);
+  return Held(global().mu);
 }
 
 void note_activity() noexcept {
@@ -169,13 +225,18 @@ sim::World* world() noexcept {
     g.shared = g.world->shared();
     g.world->count_port_traffic();       // for the port counters in sysfs (sysfs.hpp)
     // The world lives until exit: its observers (VERBSIM_PCAP, VERBSIM_TIMELINE,
-    // VERBSIM_STATS) hear that the run is over then.
-    std::atexit([] {
-      std::lock_guard<std::recursive_mutex> lock(global().mu);
-      if (global().world) {
-        global().world->finish_observers();
-        global().world->leave_fabric();  // VERBSIM_FABRIC: the others go on without it
-      }
+    // VERBSIM_STATS) hear that the run is over then. Registered once per process image: in a
+    // child of fork() the parent's handler serves the child's own world.
+    static std::once_flag at_exit;
+    std::call_once(at_exit, [] {
+      std::atexit([] {
+        std::lock_guard<std::recursive_mutex> lock(global().mu);
+        if (global().verb_log) global().verb_log->print_summary();
+        if (global().world) {
+          global().world->finish_observers();
+          global().world->leave_fabric();  // VERBSIM_FABRIC: the others go on without it
+        }
+      });
     });
     if (const char* log = std::getenv("VERBSIM_VERB_LOG"); log != nullptr && *log != '\0') {
       VerbLogOptions o;
@@ -184,14 +245,14 @@ sim::World* world() noexcept {
       o.provider_source = sim::verb_log_model_source(*g.world);
       o.summary_at_end = false;  // the global state lives until exit: the summary comes then
       g.verb_log.emplace(std::move(o));
-      std::atexit([] {
-        std::lock_guard<std::recursive_mutex> lock(global().mu);
-        if (global().verb_log) global().verb_log->print_summary();
-      });
     }
+    // A child of fork() keeps the devices of its parent's list (at_fork_child), made anew here.
     const auto infos = g.world->devices();
+    g.devices.resize(std::min(g.devices.size(), infos.size()));
     for (std::size_t i = 0; i < infos.size(); ++i) {
-      auto* d = new DDevice{};  // devices live as long as the process, like the world
+      // Devices live as long as the process, like the world.
+      DDevice* d = i < g.devices.size() ? g.devices[i] : g.devices.emplace_back(new DDevice{});
+      *d = DDevice{};
       d->dev.node_type = IBV_NODE_CA;
       d->dev.transport_type = IBV_TRANSPORT_IB;  // what RoCE devices (rxe, mlx5) report
       std::snprintf(d->dev.name, sizeof d->dev.name, "%s", infos[i].name.c_str());
@@ -202,7 +263,6 @@ sim::World* world() noexcept {
       d->provider_ops = nullptr;
       d->index = static_cast<int>(i);
       d->guid = infos[i].node_guid;
-      g.devices.push_back(d);
     }
     make_sysfs_tree();
     return g.world.get();
@@ -358,6 +418,7 @@ void settle() noexcept {
 int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*), void* arg) {
   if (nonblocking) {  // one instant of the world, as an empty poll
     auto held = lock_waiting();
+    if (held.refused()) return EDEADLK;
     int err = attempt(arg);
     if (sim::World* w = world(); err == EAGAIN && w != nullptr) {
       if (!w->step_until(w->now() + kNearNs)) step_far(*w);
@@ -372,6 +433,7 @@ int shared_wait(const char* verb, int fd, bool nonblocking, int (*attempt)(void*
     bool idle = false;  // the world has nothing left to run
     {
       auto held = lock_waiting();
+      if (held.refused()) return EDEADLK;
       sim::World* w = world();
       if (w == nullptr) return EINVAL;
       for (;;) {

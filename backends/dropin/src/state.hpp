@@ -27,6 +27,7 @@
 #include <string>
 #include <system_error>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sysfs.hpp"
@@ -80,9 +81,45 @@ struct Global {
 
 Global& global() noexcept;
 
+// Signal handlers. No verb is async-signal-safe (as in rdma-core), but one case is refused
+// rather than run: a verb called by a handler that interrupted this thread while it held the
+// lock, inside a verb. The world may be half way through a change there, and the lock, being
+// recursive, would let the handler in. Such a verb fails at once, before it touches anything
+// or allocates: EDEADLK (backends/dropin/README.md, "Signals"). The drop-in's own nesting
+// (librdmacm's verbs call libibverbs' with the lock held) says so with a NestedVerbs scope.
+//
+// The world's lock as a verb holds it (lock(), lock_waiting()); refused() when it was not
+// taken for the reason above.
+class [[nodiscard]] Held {
+ public:
+  Held() noexcept = default;  // refused
+  explicit Held(std::recursive_mutex& mu) noexcept;
+  Held(Held&& other) noexcept : mu_(std::exchange(other.mu_, nullptr)) {}
+  Held& operator=(Held&&) = delete;
+  ~Held();
+  bool refused() const noexcept { return mu_ == nullptr; }
+
+ private:
+  std::recursive_mutex* mu_ = nullptr;
+};
+
+// While one lives, this thread's verbs are let in at the depth of lock it holds now: the
+// libibverbs verbs a librdmacm verb calls on its ids' objects (and not a handler that
+// interrupts one of those, which holds the lock one level deeper).
+class NestedVerbs {
+ public:
+  NestedVerbs() noexcept;
+  ~NestedVerbs();
+  NestedVerbs(const NestedVerbs&) = delete;
+  NestedVerbs& operator=(const NestedVerbs&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Takes the world's lock and records the call for the progress thread, and as activity of
-// this thread (note_activity).
-std::unique_lock<std::recursive_mutex> lock() noexcept;
+// this thread (note_activity). Refused (Held::refused) as above.
+Held lock() noexcept;
 
 // Threads. The simulator runs one event at a time under the lock, and an empty poll or a wait
 // would move virtual time to the next event however far off: right for a program with one
@@ -94,7 +131,7 @@ std::unique_lock<std::recursive_mutex> lock() noexcept;
 // waiting, and polls that find nothing, are not (lock_waiting()). A program of one thread
 // never waits for that.
 inline constexpr std::uint64_t kNearNs = 1'000'000;
-std::unique_lock<std::recursive_mutex> lock_waiting() noexcept;
+Held lock_waiting() noexcept;
 void note_activity() noexcept;
 // The world's next instant, however far off, if the process has no other thread or the others
 // have been quiet for 10 ms; a jump past kNearNs starts the next quiet spell. While another
@@ -139,8 +176,12 @@ int with_errno(const char* verb, F&& body) noexcept {
   int err = 0;
   try {
     auto held = lock();
-    err = body();
-    if constexpr (refresh == Refresh::yes) refresh_sysfs();
+    if (held.refused()) [[unlikely]] {
+      err = EDEADLK;
+    } else {
+      err = body();
+      if constexpr (refresh == Refresh::yes) refresh_sysfs();
+    }
   } catch (...) {
     err = errno_of_current_exception(verb);
   }
@@ -156,6 +197,10 @@ template <class T, class F>
 T* with_null(const char* verb, F&& body) noexcept {
   try {
     auto held = lock();
+    if (held.refused()) [[unlikely]] {
+      errno = EDEADLK;
+      return nullptr;
+    }
     T* out = body();
     refresh_sysfs();
     if (out == nullptr && errno == 0) errno = EINVAL;

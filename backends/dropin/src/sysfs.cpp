@@ -318,10 +318,15 @@ void make_sysfs_tree() noexcept {
     }
     rewrite_counters(*t);
     tree() = t.release();
-    std::atexit([] {
-      std::lock_guard<std::recursive_mutex> held(global().mu);
-      if (Tree* made = tree(); made != nullptr && made->owner == ::getpid())
-        remove_tree(made->root);
+    // Once per process image: in a child of fork() the parent's handler removes the child's
+    // tree (the parent's is the parent's to remove).
+    static std::once_flag at_exit;
+    std::call_once(at_exit, [] {
+      std::atexit([] {
+        std::lock_guard<std::recursive_mutex> held(global().mu);
+        if (Tree* made = tree(); made != nullptr && made->owner == ::getpid())
+          remove_tree(made->root);
+      });
     });
   } catch (...) {
     // No tree: the devices keep their /sys paths.
@@ -347,13 +352,17 @@ int read_sysfs_file(const char* dir, const char* file, char* buf, std::size_t si
     return -1;
   }
   try {
+    auto held = lock_waiting();  // reading counters changes nothing
+    if (held.refused()) {
+      errno = EDEADLK;
+      return -1;
+    }
     std::string path = std::string(dir) + "/" + file;
     // Spell the path the way live_value() looks for it: no "//", no trailing '/'.
     path.erase(
         std::unique(path.begin(), path.end(), [](char a, char b) { return a == '/' && b == '/'; }),
         path.end());
     {
-      auto held = lock_waiting();  // reading counters changes nothing
       std::uint64_t v = 0;
       if (world() != nullptr && live_value(path, v)) {
         char text[32];
@@ -390,6 +399,10 @@ int read_device_file(const char* ibdev_path, std::size_t path_max, const char* f
   const char* dir = nullptr;
   {
     auto held = lock_waiting();
+    if (held.refused()) {
+      errno = EDEADLK;
+      return -1;
+    }
     for (const DDevice* d : global().devices) {
       if (std::strncmp(ibdev_path, d->dev.ibdev_path,
                        std::min(path_max, sizeof d->dev.ibdev_path)) == 0) {

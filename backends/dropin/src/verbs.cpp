@@ -222,7 +222,7 @@ ibv_pd* ibv_import_pd(ibv_context* context, std::uint32_t handle) {
 
 void ibv_unimport_pd(ibv_pd* pd) {
   auto held = lock();
-  if (check(pd, Kind::pd) != 0) return;
+  if (held.refused() || check(pd, Kind::pd) != 0) return;
   DPd* p = DPd::from(pd);
   if (!p->imported) return;
   drop_imported(p);
@@ -254,7 +254,7 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, std::uint32_t handle) {
 
 void ibv_unimport_mr(ibv_mr* mr) {
   auto held = lock();
-  if (check(mr, Kind::mr) != 0) return;
+  if (held.refused() || check(mr, Kind::mr) != 0) return;
   DMr* m = DMr::from(mr);
   if (!m->imported) return;
   drop_imported(m);

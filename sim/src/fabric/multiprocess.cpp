@@ -153,7 +153,8 @@ void World::Impl::join_fabric() {
 }
 
 void World::Impl::leave_fabric() {
-  if (link_ == nullptr || link_->left) return;
+  // A child's copy of its parent's world is no member (SharedFabric::detach_after_fork).
+  if (link_ == nullptr || link_->left || link_->fabric.detached()) return;
   // A device answers what it received at once; a program that exits right after its last
   // completion must not take those ACKs with it. A few link latencies of virtual time, within
   // 200 ms of wall time (the others may be slow to let time pass).

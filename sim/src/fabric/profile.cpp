@@ -1,6 +1,10 @@
 // Profiles as files (verbsim/sim/profile.hpp) and as the table a world reads (profile.hpp).
 #include "fabric/profile.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -9,8 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -270,14 +272,40 @@ ProfileFile ProfileFile::parse(std::string_view text, std::string_view source) {
 }
 
 ProfileFile ProfileFile::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw std::invalid_argument("cannot read the profile file '" + path + "': " +
-                                std::strerror(errno));
+  const auto cannot_read = [&path](int err) {
+    return std::invalid_argument("cannot read the profile file '" + path +
+                                 "': " + std::strerror(err));
+  };
+  // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer in open().
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw cannot_read(errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw cannot_read(errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw std::invalid_argument("the profile file '" + path +
+                                "' is not a regular file (a device, FIFO, socket or directory)");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+  // Read to the end, at most one byte past the limit (the size st_size says may change).
+  std::string text(kMaxBytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw cannot_read(errno);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > kMaxBytes) {
+    throw std::invalid_argument("the profile file '" + path + "' is larger than " +
+                                std::to_string(kMaxBytes) +
+                                " bytes (1 MiB), the most a profile file may hold");
+  }
+  text.resize(got);
+  return parse(text, path);
 }
 
 std::span<const std::string_view> ProfileFile::keys() noexcept { return kKeys; }

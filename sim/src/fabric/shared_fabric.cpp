@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <csignal>
+#include <pthread.h>
 #include <signal.h>
 #include <stdexcept>
 #include <sys/file.h>
@@ -204,6 +205,21 @@ void leave_all_at_exit() {
   joined().clear();
 }
 
+// fork(): the child's copy of the list is whole (the lock is held across the fork), and the
+// fabrics in it are the parent's: the child's exit must not leave them in the parent's place.
+// Registered while the library loads, before the drop-in registers its own handlers on its
+// first verb, so that its lock is taken first (prepare handlers run in reverse order): a
+// thread that joins a fabric holds the drop-in's lock, then this one.
+void before_fork() noexcept { g_joined_mu.lock(); }
+void after_fork_in_parent() noexcept { g_joined_mu.unlock(); }
+void after_fork_in_child() noexcept {
+  for (SharedFabric* f : joined()) f->detach_after_fork();
+  joined().clear();
+  g_joined_mu.unlock();
+}
+[[maybe_unused]] const int g_fork_handlers =
+    ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+
 }  // namespace
 
 void SharedFabric::sweep_stale(const std::string& keep) noexcept {
@@ -390,7 +406,23 @@ SharedFabric::~SharedFabric() {
   leave();
   unguard(static_cast<Guarded*>(guarded_));
   if (base_ != nullptr) ::munmap(base_, kFileBytes);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SharedFabric::detach_after_fork() noexcept {
+  detached_ = true;
+  left_ = true;
+  // MAP_FIXED replaces the mapping in place: the world's pointers into it stay valid.
+  // MAP_NORESERVE: no commit charge for pages the child will mostly never write.
+  void* p = ::mmap(base_, kFileBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, fd_, 0);
+  if (p == MAP_FAILED) {
+    // Then a child that used its copy of the world would fault, rather than write into the
+    // parent's fabric.
+    ::mprotect(base_, kFileBytes, PROT_NONE);
+  }
   ::close(fd_);
+  fd_ = -1;
 }
 
 SharedFabric::Layout SharedFabric::layout() noexcept {

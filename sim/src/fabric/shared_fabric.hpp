@@ -39,6 +39,12 @@ class SharedFabric {
   // Leaves the fabric now (the destructor, or the process's exit, does it otherwise): this
   // process's QPs become unreachable, and the last one out removes the file.
   void leave() noexcept;
+  // In a child of fork(): the child is no member of the fabrics its parent joined. Its copy of
+  // the mapping becomes private (what a copy of the parent's world writes there, no other
+  // process sees), it drops its descriptor of the file (a lock taken through it would be the
+  // parent's lock), and leaving is the parent's. Called for every joined fabric in the child.
+  void detach_after_fork() noexcept;
+  bool detached() const noexcept { return detached_; }
   int self() const noexcept { return self_; }
   // The process in `slot` (0: none), as it names itself (its own PID namespace's pid).
   pid_t pid_of(int slot) const noexcept {
@@ -268,6 +274,7 @@ class SharedFabric {
   std::uint64_t dropped_ = 0;
   std::vector<std::uint8_t> scratch_;
   bool left_ = false;
+  bool detached_ = false;  // detach_after_fork()
   std::uint64_t others_next_ = kNever;
   struct Published {
     std::uint64_t now, bound, next;

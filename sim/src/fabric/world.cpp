@@ -6,10 +6,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "fabric/assert.hpp"
+#include "fabric/numbers.hpp"
 #include "fibers/wait.hpp"
 #include "observe/pcap.hpp"
 #include "observe/timeline.hpp"
@@ -22,15 +25,17 @@ namespace verbsim::sim {
 
 namespace {
 
-std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
+// The variable `name` as a number from `min` to `max` (read_u64), or `fallback` if unset.
+std::uint64_t env_u64(const char* name, std::uint64_t fallback, std::uint64_t min = 0,
+                      std::uint64_t max = UINT64_MAX) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long x = std::strtoull(v, &end, 0);
-  if (end == v || *end != '\0') {
-    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a number");
+  const std::optional<std::uint64_t> x = read_u64(v);
+  if (!x || *x < min || *x > max) {
+    throw std::invalid_argument(std::string(name) + "='" + v + "' is not a number from " +
+                                std::to_string(min) + " to " + std::to_string(max));
   }
-  return x;
+  return *x;
 }
 
 // VERBSIM_STATS=1: collect the counters, and print them when the world ends.
@@ -62,13 +67,15 @@ Budget Budget::parse(std::string_view text) {
       throw std::invalid_argument("budget: '" + std::string(word) + "' " + what +
                                   " (time=<n>[ns|us|ms|s] events=<n> stall=<n>[ns|us|ms|s], or off)");
     };
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
-    if (value.empty() || end == value.c_str()) bad("has no number");
-    const std::string_view unit(end);
+    const std::size_t digits = std::min(value.find_first_not_of("0123456789"), value.size());
+    if (digits == 0) bad("has no number");
+    const std::optional<std::uint64_t> n = read_u64(std::string_view(value).substr(0, digits),
+                                                    /*decimal_only=*/true);
+    if (!n) bad("is past 18446744073709551615");
+    const std::string_view unit = std::string_view(value).substr(digits);
     if (key == "events") {
       if (!unit.empty()) bad("is not a number");
-      b.events = n;
+      b.events = *n;
     } else if (key == "time" || key == "stall") {
       std::uint64_t scale = 0;
       if (unit.empty() || unit == "ns") scale = 1;
@@ -76,7 +83,9 @@ Budget Budget::parse(std::string_view text) {
       if (unit == "ms") scale = 1'000'000;
       if (unit == "s") scale = 1'000'000'000;
       if (scale == 0) bad("has an unknown unit");
-      (key == "time" ? b.virtual_ns : b.stall_ns) = n * scale;
+      const std::optional<std::uint64_t> ns = times(*n, scale);
+      if (!ns) bad("is past 18446744073709551615 ns");
+      (key == "time" ? b.virtual_ns : b.stall_ns) = *ns;
     } else {
       bad("is not time=, events= or stall=");
     }
@@ -104,15 +113,12 @@ Config Config::from_env() {
       c.profile = c.profile_file->family();
     }
   }
-  c.devices = static_cast<int>(env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices)));
+  c.devices = static_cast<int>(
+      env_u64("VERBSIM_SIM_DEVICES", static_cast<std::uint64_t>(c.devices), 1, 64));
   c.faults = FaultPlan::from_env();
   c.env_faults = false;  // read just above
-  if (c.devices < 1 || c.devices > 64) throw std::invalid_argument("VERBSIM_SIM_DEVICES must be 1..64");
   c.ports_per_device = static_cast<int>(
-      env_u64("VERBSIM_SIM_PORTS", static_cast<std::uint64_t>(c.ports_per_device)));
-  if (c.ports_per_device < 1 || c.ports_per_device > 16) {
-    throw std::invalid_argument("VERBSIM_SIM_PORTS must be 1..16");
-  }
+      env_u64("VERBSIM_SIM_PORTS", static_cast<std::uint64_t>(c.ports_per_device), 1, 16));
   return c;
 }
 
@@ -558,11 +564,15 @@ World::World(Config config) {
 }
 
 World::~World() {
-  if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
-    std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+  // A child of fork() that destroys its copy of its parent's world (it returns through its
+  // destructors) leaves the parent's capture files and fabric membership to the parent.
+  if (!impl_->inherited()) {
+    if (const std::string unnamed = impl_->faults().unnamed_rules(); !unnamed.empty()) {
+      std::fprintf(stderr, "verbsim: %s", unnamed.c_str());
+    }
+    impl_->finish_observers();
+    impl_->leave_fabric();
   }
-  impl_->finish_observers();
-  impl_->leave_fabric();
   notify_destroyed(*this);
   // A context's core lives while the context or any object made from it does.
   std::size_t alive = 0;

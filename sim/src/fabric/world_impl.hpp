@@ -4,6 +4,9 @@
 // role needs; the event queue calls back into dispatch() and timer_is_idle().
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -152,6 +155,9 @@ struct World::Impl {
   void note_cq(const CqCore* cq);
   void forget_cq(const CqCore* cq) noexcept;
   void leave_fabric();  // World::leave_fabric
+  // Whether this is a copy that a child of fork() inherited: the world, its files and its
+  // membership of a fabric are the parent's, and the child's destruction of it leaves them be.
+  bool inherited() const noexcept { return ::getpid() != made_in_; }
   void catch_up();      // World::catch_up
   // A verb that may send something (a post, a CM message): on a shared fabric the program acts
   // at the others' present, as far as is safe (catch_up; a budget that ran out is reported by
@@ -337,6 +343,7 @@ struct World::Impl {
   std::uint64_t progress_seen_ = 0;   // posted + completed + discarded + marks, last looked at
   std::uint64_t progress_at_ = 0;     // virtual time progress_seen_ was seen to change
   const World* owner_ = nullptr;
+  const pid_t made_in_ = ::getpid();  // the process that made the world
   std::vector<std::unique_ptr<DevCore>> devs_;
   EventQueue events_;
   FaultInjector faults_;

@@ -1,15 +1,18 @@
 #include "verbsim/sim/faults.hpp"
 
 #include "fabric/names.hpp"
+#include "fabric/numbers.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace verbsim::sim {
@@ -66,6 +69,8 @@ bool valid_qp_name(std::string_view name) noexcept {
 
 namespace {
 
+constexpr std::uint64_t kLongestTime = std::uint64_t{1} << 62;
+
 class RuleParser {
  public:
   explicit RuleParser(std::string_view rule) : rule_(rule) {}
@@ -74,33 +79,52 @@ class RuleParser {
     throw std::invalid_argument("fault plan: " + what + " in rule '" + std::string(rule_) + "'");
   }
 
-  std::uint64_t number(std::string_view key, std::string_view v) const {
-    std::string s(v);
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(s.c_str(), &end, 0);
-    if (s.empty() || *end != '\0') error(std::string(key) + "=" + s + " is not a number");
-    return x;
+  // A number from 0 to `max` (what the key sets holds no more), as C spells it: decimal,
+  // 0x hexadecimal or 0 octal.
+  std::uint64_t number(std::string_view key, std::string_view v,
+                       std::uint64_t max = UINT64_MAX) const {
+    const std::optional<std::uint64_t> n = read_u64(v);
+    if (!n || *n > max) {
+      error(std::string(key) + "=" + std::string(v) + " is not a number from 0 to " +
+            std::to_string(max));
+    }
+    return *n;
   }
 
   double probability(std::string_view v) const {
-    std::string s(v);
-    char* end = nullptr;
-    const double p = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !(p >= 0.0 && p <= 1.0)) error("p=" + s + " is not in [0, 1]");
+    double p = 0;
+    const char* end = v.data() + v.size();
+    const auto [stop, ec] = std::from_chars(v.data(), end, p);
+    // out of range: too small to be told from 0 (1e-400), which it is not
+    if (v.empty() || ec != std::errc{} || stop != end || !(p >= 0.0 && p <= 1.0)) {
+      error("p=" + std::string(v) + " is not in [0, 1]");
+    }
     return p;
   }
 
+  // A time in ns, us, ms or s, its digits decimal (strtoull took "010us" as octal, 8 us), at
+  // most 2^62 ns: added to any clock the simulator reaches (or to another time of a rule) it
+  // cannot wrap past 2^64.
   std::uint64_t time(std::string_view key, std::string_view v) const {
     std::size_t i = 0;
     while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
     if (i == 0) error(std::string(key) + "=" + std::string(v) + " is not a time");
-    const std::uint64_t n = number(key, v.substr(0, i));
+    const std::optional<std::uint64_t> n = read_u64(v.substr(0, i), /*decimal_only=*/true);
     const std::string_view unit = v.substr(i);
-    if (unit.empty() || unit == "ns") return n;
-    if (unit == "us") return n * 1000;
-    if (unit == "ms") return n * 1000000;
-    if (unit == "s") return n * 1000000000;
-    error(std::string(key) + "=" + std::string(v) + ": unknown unit (ns, us, ms or s)");
+    std::uint64_t scale = 0;
+    if (unit.empty() || unit == "ns") scale = 1;
+    if (unit == "us") scale = 1'000;
+    if (unit == "ms") scale = 1'000'000;
+    if (unit == "s") scale = 1'000'000'000;
+    if (scale == 0) {
+      error(std::string(key) + "=" + std::string(v) + ": unknown unit (ns, us, ms or s)");
+    }
+    const std::optional<std::uint64_t> ns = n ? times(*n, scale) : std::nullopt;
+    if (!ns || *ns > kLongestTime) {
+      error(std::string(key) + "=" + std::string(v) +
+            " is past the longest time a rule may name (2^62 ns, about 146 years)");
+    }
+    return *ns;
   }
 
   int err(std::string_view v) const {
@@ -141,8 +165,10 @@ struct Arg {
   std::string_view key;
   std::string_view value;
 
-  std::uint64_t number() const { return rule.number(key, value); }
-  std::uint32_t u32() const { return static_cast<std::uint32_t>(number()); }
+  std::uint64_t number(std::uint64_t max = UINT64_MAX) const {
+    return rule.number(key, value, max);
+  }
+  std::uint32_t u32() const { return static_cast<std::uint32_t>(number(UINT32_MAX)); }
   std::uint64_t time() const { return rule.time(key, value); }
 };
 
@@ -201,7 +227,10 @@ constexpr std::array kVerbKeys{
 };
 
 constexpr std::array kPacketKeys{
-    Key{"psn", [](const Arg& a, Draft& d) { d.packet.psn = a.u32() & 0xffffff; }},
+    Key{"psn",
+        [](const Arg& a, Draft& d) {
+          d.packet.psn = static_cast<std::uint32_t>(a.number(0xffffff));  // 24 bits
+        }},
     Key{"by", [](const Arg& a, Draft& d) { d.packet.by_ns = a.time(); }},
     Key{"packets",
         [](const Arg& a, Draft& d) {
@@ -227,7 +256,7 @@ constexpr std::array kTimedKeys{
     Key{"for", [](const Arg& a, Draft& d) { d.timed.for_ns = a.time(); }},
     Key{"dev", [](const Arg& a, Draft& d) { d.timed.device = device_name(a); }},
     Key{"port",
-        [](const Arg& a, Draft& d) { d.timed.port = static_cast<std::uint8_t>(a.number()); }},
+        [](const Arg& a, Draft& d) { d.timed.port = static_cast<std::uint8_t>(a.number(255)); }},
     Key{"qp", [](const Arg& a, Draft& d) { d.timed.qpn = a.u32(); }},
 };
 

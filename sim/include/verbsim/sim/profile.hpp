@@ -13,6 +13,7 @@
 // hexadecimal.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,8 +31,11 @@ class ProfileFile {
   // Parses a profile file's text; throws std::invalid_argument "<source>:<line>: <what>" for an
   // unknown or repeated key, a value of the wrong kind, or (without base) a missing key.
   static ProfileFile parse(std::string_view text, std::string_view source = "profile");
-  // parse() of a file's contents; std::invalid_argument naming the path if it cannot be read.
+  // parse() of a file's contents; std::invalid_argument naming the path if it cannot be read,
+  // is not a regular file (a device such as /dev/zero, a FIFO, a directory), or holds more than
+  // kMaxBytes (the built-in profiles' files hold a few KiB).
   static ProfileFile load(const std::string& path);
+  static constexpr std::size_t kMaxBytes = std::size_t{1} << 20;
 
   // Every key a profile sets, in file order: name, family, then the behaviours and limits.
   static std::span<const std::string_view> keys() noexcept;
