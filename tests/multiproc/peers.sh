@@ -45,7 +45,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() { echo "peers.sh $scenario: FAILED: $*"; for f in "$work"/*.out; do echo "--- $f"; cat "$f"; done; exit 1; }
+fail() {
+  echo "peers.sh $scenario: FAILED: $*"
+  ps -o pid,stat,time,args -p "$(IFS=,; echo "${pids[*]:-1}")" 2> /dev/null
+  for f in "$work"/*.out; do echo "--- $f"; cat "$f"; done
+  exit 1
+}
 seconds_since() { python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 # Waits for the client's traffic to run (it printed the peer's address), then a little more.
 running() {
@@ -115,14 +120,16 @@ stop)
   running "$work/a-client.out"
   kill -STOP "$a_s"
   start=$(date +%s.%N)
-  ib_write_bw -d sim0 -x 1 -n 3000 -p "$port_b" > "$work/b-server.out" 2>&1 &
+  ib_write_bw -d sim0 -x 1 -n 1000 -p "$port_b" > "$work/b-server.out" 2>&1 &
   b_s=$!
   pids+=("$b_s")
   sleep 0.3
-  ib_write_bw -d sim0 -x 1 -n 3000 -p "$port_b" 127.0.0.1 > "$work/b-client.out" 2>&1 &
+  ib_write_bw -d sim0 -x 1 -n 1000 -p "$port_b" 127.0.0.1 > "$work/b-client.out" 2>&1 &
   b_c=$!
   pids+=("$b_c")
-  wait_for "$b_c" 60
+  # The bound is generous: three processes poll on two cores, and a sanitized build on a
+  # loaded machine has taken more than a minute (8 s unsanitized on an idle one).
+  wait_for "$b_c" 150
   bc=$?
   wait_for "$b_s" 10
   bs=$?

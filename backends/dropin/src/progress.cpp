@@ -110,7 +110,8 @@ bool has_pending_events() noexcept {
 
 
 void run() noexcept {
-  g_progress_tid.store(::gettid(), std::memory_order_relaxed);
+  g_progress_tid.store(::gettid(), std::memory_order_release);
+  g_progress_tid.notify_all();
   const bool shared = fabric_shared();
   const auto idle =
       std::chrono::duration_cast<Clock::duration>(shared ? Clock::duration(kSharedIdle)
@@ -128,6 +129,11 @@ void run() noexcept {
     }
     if (now_ticks() - g_last_call.load(std::memory_order_relaxed) < idle) continue;
     if (!has_pending_events()) continue;
+    // The lock is taken before /proc is read: opendir() allocates, and a fork() (which takes
+    // the lock, state.cpp) must not find this thread inside an allocator whose locks the
+    // child then inherits held (ASan's is not fork-safe; its leak check at the child's exit
+    // would wait for them forever).
+    std::lock_guard<std::recursive_mutex> held(global().mu);
     // A thread that computes outside the library sees time pass as on a device: virtual time
     // does not outrun the wall clock until every thread sleeps.
     const bool computing = another_thread_computing();
@@ -143,7 +149,6 @@ void run() noexcept {
       last_run = now;
       span = span * elapsed / 1'000'000;
     }
-    std::lock_guard<std::recursive_mutex> held(global().mu);
     sim::World* w = global().world.get();
     if (w == nullptr) continue;
     try {
@@ -175,6 +180,9 @@ void spawn() noexcept {
   ::pthread_sigmask(SIG_SETMASK, &blocked, &saved);
   try {
     std::thread(run).detach();
+    // Until the thread runs: its start-up allocates (in ASan, its own bookkeeping, which takes
+    // the allocator's locks), and a fork() in the meantime would leave them held in the child.
+    g_progress_tid.wait(0, std::memory_order_acquire);
   } catch (...) {
     g_started = false;
   }

@@ -41,6 +41,7 @@ void at_fork_child() {
   Global* own = new (std::nothrow) Global;  // malloc works in a child handler (glibc)
   if (own == nullptr) return;  // out of memory: the child's verbs would wait for the lock
   own->trace = parent->trace;
+  own->parent = parent;
   try {
     own->devices = parent->devices;
   } catch (...) {
