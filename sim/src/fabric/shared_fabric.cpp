@@ -26,13 +26,16 @@ namespace verbsim::sim {
 
 namespace {
 
-constexpr std::uint64_t kMagic = 0x7665726273696d33;  // "verbsim3": the layout's version
+constexpr std::uint64_t kMagic = 0x7665726273696d34;  // "verbsim4": the layout's version
 // A process whose bound has not moved for this long (wall time) is checked for being gone.
 constexpr std::uint64_t kStillNs = 50'000'000;
 // A live process whose bound has not moved for this long (wall time: stopped by SIGSTOP or a
 // debugger, or computing outside the library with no progress thread) no longer holds the
 // others' time back (SharedFabric::safe_time), until it moves again.
 constexpr std::uint64_t kPatienceNs = 2'000'000'000;
+// ... and one seen running meanwhile (a loaded machine, a sanitized build, a computation
+// outside the library), this long: slow is not stopped (SharedFabric::runs).
+constexpr std::uint64_t kRunningPatienceNs = 30'000'000'000;
 // How long a process waits for the file's lock before it gives up on it (a process stopped
 // while holding it): joining fails, the other uses do without.
 constexpr std::uint64_t kLockPatienceNs = 2'000'000'000;
@@ -44,6 +47,29 @@ std::uint64_t wall_ns() noexcept {
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
          static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// This process's PID namespace (the inode of /proc/self/ns/pid), 0 if it cannot be read.
+std::uint64_t pid_namespace() noexcept {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// Whether process `pid` (of this PID namespace) is running or waiting for a CPU: its state in
+// /proc/PID/stat is R. Asleep (S, D), stopped (T, t) or unreadable: false.
+bool running_now(pid_t pid) noexcept {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char stat[256];
+  const ssize_t n = ::read(fd, stat, sizeof stat - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  stat[n] = '\0';
+  // "PID (COMM) STATE ...", where COMM may hold spaces and parentheses.
+  const char* end = std::strrchr(stat, ')');
+  return end != nullptr && end[1] == ' ' && end[2] == 'R';
 }
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
@@ -388,6 +414,7 @@ SharedFabric::SharedFabric(const std::string& name, int devices)
     for (int s = 0; s < kSlots; ++s) unique = unique && header().slots[s].token.load() != token;
   }
   me.token.store(token);
+  me.pidns.store(pid_namespace());
   me.pid.store(::getpid(), std::memory_order_release);
   header().used.fetch_or(1u << self_, std::memory_order_relaxed);
   header().live.fetch_or(1u << self_, std::memory_order_release);
@@ -518,6 +545,7 @@ void SharedFabric::forget_slot(int slot) noexcept {
   }
   header().slots[slot].bound.store(kNever, std::memory_order_relaxed);
   header().slots[slot].token.store(0, std::memory_order_relaxed);
+  header().slots[slot].pidns.store(0, std::memory_order_relaxed);
   header().live.fetch_and(~(1u << slot), std::memory_order_relaxed);
   header().slots[slot].pid.store(0, std::memory_order_release);
 }
@@ -591,7 +619,7 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
   const std::uint32_t live = header().live.load(std::memory_order_acquire) & kAllSlots & ~me;
   const std::uint32_t used = (header().used.load(std::memory_order_acquire) & kAllSlots) | me;
   for (int s = 0; s < kSlots; ++s) {
-    if ((live & 1u << s) == 0) gone_[s] = stalled_[s] = false;  // free: one that joins later starts afresh
+    if ((live & 1u << s) == 0) gone_[s] = stalled_[s] = ran_[s] = false;  // free: one that joins later starts afresh
   }
   // Parcels first (see the header), then the bounds.
   for (std::uint32_t to_set = live; to_set != 0; to_set &= to_set - 1) {
@@ -620,6 +648,7 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
       seen_bound_[s] = b;
       still_[s] = 0;
       seen_at_[s] = 0;
+      ran_[s] = false;
       if (stalled_[s]) {
         stalled_[s] = false;
         std::fprintf(stderr, "verbsim: fabric %s: process %d moves again\n", path_.c_str(),
@@ -645,14 +674,18 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
                        "unreachable from now on\n", path_.c_str(), static_cast<int>(pid));
           continue;
         }
-        if (!stalled_[s] && wall - still_since_[s] > kPatienceNs && b < kNever) {
-          // There, but not moving (stopped, or outside the library with nothing to run it):
-          // a host that stopped answering. Those that talk to it time out; the others go on.
+        const bool ran = runs(s);  // looked at every kStillNs of the spell
+        if (!stalled_[s] && b < kNever &&
+            wall - still_since_[s] > (ran ? kRunningPatienceNs : kPatienceNs)) {
+          // There, but not moving (stopped, asleep outside the library with nothing to run
+          // it, or running without moving for far too long): a host that stopped answering.
+          // Those that talk to it time out; the others go on.
           stalled_[s] = true;
           std::fprintf(stderr, "verbsim: fabric %s: process %d has not moved for %llu ms "
-                       "(stopped?); the fabric's time goes on without it until it moves\n",
+                       "(%s); the fabric's time goes on without it until it moves\n",
                        path_.c_str(), static_cast<int>(slot.pid.load(std::memory_order_relaxed)),
-                       static_cast<unsigned long long>(kPatienceNs / 1'000'000));
+                       static_cast<unsigned long long>((wall - still_since_[s]) / 1'000'000),
+                       ran ? "running, but not in the library" : "stopped or asleep");
         }
       }
     }
@@ -660,6 +693,19 @@ std::uint64_t SharedFabric::safe_time(std::uint64_t lookahead) noexcept {
     safe = std::min(safe, b);
   }
   return safe;
+}
+
+// Whether the process of `slot` has been seen running (or waiting for a CPU) since it was
+// first seen still: one that has is slow, not stopped. Looked up in /proc each time this is
+// asked (every kStillNs of a still spell) where the process is of this PID namespace; one of
+// another namespace cannot be looked up and counts as not running.
+bool SharedFabric::runs(int slot) noexcept {
+  if (ran_[slot]) return true;
+  const Slot& other = header().slots[slot];
+  static const std::uint64_t mine = pid_namespace();
+  if (mine == 0 || other.pidns.load(std::memory_order_relaxed) != mine) return false;
+  ran_[slot] = running_now(other.pid.load(std::memory_order_relaxed));
+  return ran_[slot];
 }
 
 void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
@@ -691,7 +737,7 @@ void SharedFabric::send(int slot, const void* header, std::size_t header_bytes,
         gone_[slot] = true;
         return;  // lost, as on a link to a host that lost power
       }
-      if (wall - drained_at > kPatienceNs) {
+      if (wall - drained_at > kPatienceNs && (!runs(slot) || wall - drained_at > kRunningPatienceNs)) {
         stalled_[slot] = true;  // there, but it takes nothing: a host that stopped answering
         return;
       }

@@ -211,6 +211,7 @@ class SharedFabric {
     std::atomic<std::uint64_t> now;
     std::atomic<std::uint64_t> bound;
     std::atomic<std::uint64_t> next;
+    std::atomic<std::uint64_t> pidns;  // its PID namespace (inode); pid is ours to look up where equal
   };
   static constexpr int kCmPorts = 256;
   static constexpr std::uint8_t kBound = 1, kListening = 2, kReleased = 3;
@@ -266,9 +267,11 @@ class SharedFabric {
   std::uint64_t seen_at_[kSlots] = {};
   std::uint32_t still_[kSlots] = {};
   std::uint64_t still_since_[kSlots] = {};  // wall ns: when its bound was first seen still
+  bool ran_[kSlots] = {};  // seen running (/proc) while still: slow, not stopped (runs())
   bool gone_[kSlots] = {};
   bool stalled_[kSlots] = {};  // alive, not moving for kPatienceNs: not waited for
   std::uint32_t newly_gone_ = 0;
+  bool runs(int slot) noexcept;
   void* guarded_ = nullptr;  // its entry in the SIGBUS handler's table (shared_fabric.cpp)
   std::string corrupt_;
   std::uint64_t dropped_ = 0;
