@@ -129,11 +129,6 @@ void run() noexcept {
     }
     if (now_ticks() - g_last_call.load(std::memory_order_relaxed) < idle) continue;
     if (!has_pending_events()) continue;
-    // The lock is taken before /proc is read: opendir() allocates, and a fork() (which takes
-    // the lock, state.cpp) must not find this thread inside an allocator whose locks the
-    // child then inherits held (ASan's is not fork-safe; its leak check at the child's exit
-    // would wait for them forever).
-    std::lock_guard<std::recursive_mutex> held(global().mu);
     // A thread that computes outside the library sees time pass as on a device: virtual time
     // does not outrun the wall clock until every thread sleeps.
     const bool computing = another_thread_computing();
@@ -149,6 +144,7 @@ void run() noexcept {
       last_run = now;
       span = span * elapsed / 1'000'000;
     }
+    std::lock_guard<std::recursive_mutex> held(global().mu);
     sim::World* w = global().world.get();
     if (w == nullptr) continue;
     try {
