@@ -363,15 +363,6 @@ void World::Impl::hand_over(const Event& e) {
       return;
     }
     if (!is_read_or_atomic(wq.opcode) && !wq.buffers_gone && wq.length > 0) {
-      if (wq.length > SharedFabric::max_payload()) {
-        if (!l.warned_large) {
-          std::fprintf(stderr, "verbsim: fabric: a message of %u bytes to a QP of another "
-                       "process is lost: a shared fabric carries %zu bytes a message at most\n",
-                       wq.length, SharedFabric::max_payload());
-          l.warned_large = true;
-        }
-        return;
-      }
       if (wq.inlined) {
         data = req->sq_inline(e.index);
       } else {

@@ -126,23 +126,17 @@ class FileLock {
 // the file closes, however the process ends (exit, kill, a crash; a zombie not yet reaped has
 // closed its files), and every process that maps the file sees it, in whatever PID namespace
 // it runs. No pid is compared: pids of other namespaces mean nothing here, and a pid is reused.
-bool lock_byte(int fd, off_t at) noexcept {
+bool set_byte_lock(int fd, off_t at, short type) noexcept {
   struct flock l {};
-  l.l_type = F_WRLCK;
+  l.l_type = type;
   l.l_whence = SEEK_SET;
   l.l_start = at;
   l.l_len = 1;
   return ::fcntl(fd, F_OFD_SETLK, &l) == 0;
 }
 
-void unlock_byte(int fd, off_t at) noexcept {
-  struct flock l {};
-  l.l_type = F_UNLCK;
-  l.l_whence = SEEK_SET;
-  l.l_start = at;
-  l.l_len = 1;
-  ::fcntl(fd, F_OFD_SETLK, &l);
-}
+bool lock_byte(int fd, off_t at) noexcept { return set_byte_lock(fd, at, F_WRLCK); }
+void unlock_byte(int fd, off_t at) noexcept { set_byte_lock(fd, at, F_UNLCK); }
 
 // Whether another open file description (another process) holds the byte's lock.
 bool byte_held(int fd, off_t at) noexcept {
